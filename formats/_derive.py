@@ -1,0 +1,43 @@
+"""Derive numpy dtypes and byte offsets from fixed-size construct structs."""
+from __future__ import annotations
+
+import numpy as np
+import construct as cs
+
+_STRUCT_CODE_TO_NUMPY = {
+    "b": "i1", "B": "u1", "h": "i2", "H": "u2", "i": "i4", "I": "u4",
+    "l": "i4", "L": "u4", "q": "i8", "Q": "u8",
+}
+
+
+def _leaf(subcon):
+    """Strip Renamed wrappers down to the field that carries the format."""
+    while isinstance(subcon, cs.Renamed):
+        subcon = subcon.subcon
+    return subcon
+
+
+def field_dtype(subcon) -> np.dtype:
+    """numpy dtype of one fixed-size field (integer FormatField or Bytes)."""
+    leaf = _leaf(subcon)
+    if isinstance(leaf, cs.FormatField):
+        order, code = leaf.fmtstr[0], leaf.fmtstr[1:]
+        endian = {">": ">", "<": "<", "=": "="}[order]
+        return np.dtype(endian + _STRUCT_CODE_TO_NUMPY[code])
+    if isinstance(leaf, cs.Bytes) and isinstance(leaf.length, int):
+        return np.dtype(("V", leaf.length))
+    raise TypeError(f"field {subcon!r} has no fixed numpy equivalent")
+
+
+def numpy_dtype(struct: cs.Struct) -> np.dtype:
+    """Packed numpy record dtype equal to a fixed-size construct Struct."""
+    return np.dtype([(sc.name, field_dtype(sc)) for sc in struct.subcons])
+
+
+def field_offsets(struct: cs.Struct) -> dict[str, int]:
+    """Byte offset of every field of a fixed-size construct Struct."""
+    offsets, pos = {}, 0
+    for sc in struct.subcons:
+        offsets[sc.name] = pos
+        pos += sc.sizeof()
+    return offsets

@@ -1,0 +1,23 @@
+"""StoreCheckpoint: the 4096-byte ``checkpoint`` file (format.md §6)."""
+import construct as cs
+
+from formats._derive import field_offsets, numpy_dtype
+
+CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE; unused bytes are zero
+
+#: All five big-endian longs written by 5.1.1+. 4.9.x writes only the first three,
+#: 5.0.x the first four; the rest of the page is zero.
+Checkpoint = cs.Struct(
+    "physic_msg_timestamp" / cs.Int64sb,
+    "logics_msg_timestamp" / cs.Int64sb,
+    "index_msg_timestamp" / cs.Int64sb,
+    "master_flushed_offset" / cs.Int64sb,
+    "confirm_phy_offset" / cs.Int64sb,
+)
+CHECKPOINT_DTYPE = numpy_dtype(Checkpoint)
+CHECKPOINT_OFFSETS = field_offsets(Checkpoint)
+CHECKPOINT_FIELDS_V4_9 = 3
+CHECKPOINT_FIELDS_V5_0 = 4
+CHECKPOINT_FIELDS_V5_1_1 = 5
+#: upstream's getMinTimestamp() backs off this many milliseconds
+MIN_TIMESTAMP_SLACK_MS = 3000

@@ -1,0 +1,52 @@
+"""The one exception root. The CLI catches ``RmqError`` once and prints one line."""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1      # verify found problems, or a query found nothing
+EXIT_BAD_INPUT = 2     # bad usage or unreadable input
+EXIT_REFUSED = 3       # refused for safety (live broker holds the lock, destination exists)
+
+
+class RmqError(Exception):
+    """An error that names a path and, where known, a byte offset."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, path=None, offset: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.offset = offset
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.offset is None else f"{self.path}@{self.offset}"
+            where += ": "
+        return f"{where}{self.message}"
+
+
+class UsageError(RmqError):
+    """The arguments do not make sense."""
+
+
+class StoreLayoutError(RmqError):
+    """The directory is not a store, or its files are misnamed or missized."""
+
+
+class CorruptDataError(RmqError):
+    """Bytes that cannot be what the format says they are."""
+
+
+class FileChangedError(RmqError):
+    """A file shrank, vanished or was replaced while it was being read."""
+
+
+class RefusedError(RmqError):
+    """Refused for safety: a broker holds the lock, or the destination exists."""
+
+    exit_code = EXIT_REFUSED
+
+
+class MissingDependencyError(RmqError):
+    """An optional dependency (pyspark, Java, a codec) is not installed."""

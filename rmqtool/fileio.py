@@ -1,0 +1,85 @@
+"""Bounded, read-only file access: pread with explicit limits, never a long-lived mmap.
+
+A file that shrinks, grows or vanishes while we read it gives a ``FileChangedError``
+naming the file and offset, never a SIGBUS or a short read taken for data.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from rmqtool.errors import FileChangedError, StoreLayoutError
+
+#: read granularity for bulk scans
+CHUNK_SIZE = 64 << 20
+
+
+def file_size(path: Path | str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise FileChangedError("file vanished", path) from None
+    except OSError as exc:
+        raise StoreLayoutError(f"cannot stat: {exc.strerror}", path) from None
+
+
+class ReadOnlyFile:
+    """An open file descriptor used only with pread."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise FileChangedError("file vanished", path) from None
+        except IsADirectoryError:
+            raise StoreLayoutError("is a directory, expected a file", path) from None
+        except OSError as exc:
+            raise StoreLayoutError(f"cannot open: {exc.strerror}", path) from None
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def read(self, pos: int, length: int, exact: bool = True) -> bytes:
+        """Read ``length`` bytes at ``pos``; with ``exact`` a short read is an error."""
+        if length <= 0:
+            return b""
+        chunks, got = [], 0
+        while got < length:
+            try:
+                part = os.pread(self.fd, min(length - got, 1 << 30), pos + got)
+            except OSError as exc:
+                raise FileChangedError(f"read failed: {exc.strerror}", self.path, pos + got) from None
+            if not part:
+                break
+            chunks.append(part)
+            got += len(part)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if exact and len(data) < length:
+            raise FileChangedError(
+                f"file shorter than expected (wanted {length} bytes, got {len(data)})",
+                self.path, pos + len(data))
+        return data
+
+    def read_array(self, pos: int, length: int, exact: bool = True) -> np.ndarray:
+        return np.frombuffer(self.read(pos, length, exact), dtype=np.uint8)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_file(path: Path | str, pos: int = 0, length: int | None = None, exact: bool = True) -> bytes:
+    with ReadOnlyFile(path) as fh:
+        if length is None:
+            length = max(fh.size() - pos, 0)
+        return fh.read(pos, length, exact)

@@ -1,0 +1,118 @@
+"""Java ``String.hashCode`` over UTF-16 code units: scalar and vectorized.
+
+Used for the ConsumeQueue tagsCode and the IndexFile key hash (format.md §4.2, §5.2).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INT_MIN = -(1 << 31)
+_MASK = 0xFFFFFFFF
+
+
+def _to_int32(value: int) -> int:
+    value &= _MASK
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def utf16_units(text: str) -> list[int]:
+    """UTF-16 code units of a string (surrogate pairs for non-BMP characters)."""
+    data = text.encode("utf-16-be", "surrogatepass")
+    return [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+
+
+def java_string_hash(text: str) -> int:
+    """``String.hashCode()`` as a signed 32-bit int."""
+    h = 0
+    if text.isascii():
+        for ch in text.encode("ascii"):
+            h = (31 * h + ch) & _MASK
+    else:
+        for unit in utf16_units(text):
+            h = (31 * h + unit) & _MASK
+    return _to_int32(h)
+
+
+def java_bytes_hash(raw: bytes) -> int:
+    """hashCode of ``new String(raw, UTF_8)`` (malformed input becomes U+FFFD)."""
+    return java_string_hash(raw.decode("utf-8", "replace"))
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile.indexKeyHash: abs(hashCode), Integer.MIN_VALUE -> 0."""
+    h = java_string_hash(key)
+    return 0 if h == INT_MIN else abs(h)
+
+
+def index_slot(key_hash: int, hash_slots: int) -> int:
+    return key_hash % hash_slots
+
+
+def tags_code(tags: str | None) -> int:
+    """CQ tagsCode of a TAGS value: hashCode of the whole value, 0 when absent."""
+    return java_string_hash(tags) if tags else 0
+
+
+# --- vectorized ---------------------------------------------------------------------------
+def _pow31_table(n: int) -> np.ndarray:
+    table = np.empty(max(n, 1), dtype=np.uint32)
+    table[0] = 1
+    with np.errstate(over="ignore"):
+        for i in range(1, n):
+            table[i] = table[i - 1] * np.uint32(31)
+    return table
+
+
+_POW31 = _pow31_table(1 << 16)
+
+
+def pow31(n: np.ndarray) -> np.ndarray:
+    """31**n mod 2**32 for non-negative n (uint32)."""
+    n = np.asarray(n, dtype=np.int64)
+    if n.size and int(n.max()) >= len(_POW31):
+        return np.array([pow(31, int(x), 1 << 32) for x in n], dtype=np.uint32)
+    return _POW31[n]
+
+
+def hash_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """hashCode of many ASCII byte spans of ``blob`` at once (uint32 wrapping Horner).
+
+    h(s) = sum(c[j] * 31**(L-1-j)) mod 2**32. Spans may have length 0. Callers route
+    non-ASCII spans through ``java_bytes_hash``.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(starts)
+    out = np.zeros(n, dtype=np.uint32)
+    if n == 0:
+        return out.view(np.int32)
+    total = int(lengths.sum())
+    if total == 0:
+        return out.view(np.int32)
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos_in_span = np.arange(total) - first[owner]
+    byte_idx = starts[owner] + pos_in_span
+    weights = pow31(lengths[owner] - 1 - pos_in_span)
+    with np.errstate(over="ignore"):
+        contrib = blob[byte_idx].astype(np.uint32) * weights
+    nonempty = lengths > 0
+    sums = np.add.reduceat(contrib, first[nonempty]) if nonempty.any() else np.zeros(0, np.uint32)
+    out[nonempty] = sums.astype(np.uint32)
+    return out.view(np.int32)
+
+
+def combine_hash(prefix_hash: np.ndarray, suffix_hash: np.ndarray, suffix_units: np.ndarray) -> np.ndarray:
+    """hashCode(a + b) from hashCode(a), hashCode(b) and len(b) in UTF-16 units."""
+    with np.errstate(over="ignore"):
+        h = (np.asarray(prefix_hash).astype(np.int64).astype(np.uint32) * pow31(suffix_units)
+             + np.asarray(suffix_hash).astype(np.int64).astype(np.uint32))
+    return h.astype(np.uint32).view(np.int32)
+
+
+def index_key_hash_array(hashes: np.ndarray) -> np.ndarray:
+    """Vectorized indexKeyHash: abs with Integer.MIN_VALUE -> 0 (int32 in, int32 out)."""
+    h = np.asarray(hashes, dtype=np.int32).astype(np.int64)
+    h = np.abs(h)
+    h[h == (1 << 31)] = 0
+    return h.astype(np.int32)

@@ -1,0 +1,128 @@
+"""Ordered segment files named by their start offset (the MappedFileQueue equivalent)."""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SEGMENT_NAME = re.compile(r"^\d{20}$")
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: Path
+    start: int      # logical offset of the first byte (= file name)
+    size: int       # size on disk when discovered
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass
+class LayoutProblem:
+    """A naming/size/contiguity anomaly found while listing segments."""
+    check: str
+    path: str
+    offset: int | None
+    message: str
+    severity: str = "error"
+
+
+@dataclass
+class SegmentQueue:
+    """Segment files of one queue (commitlog, one consume queue, ...), sorted by name."""
+    kind: str
+    files: list[Segment]
+    file_size: int                      # nominal mapped-file size
+    problems: list[LayoutProblem] = field(default_factory=list)
+
+    @classmethod
+    def discover(cls, dirs: list[Path], kind: str, file_size: int | None = None,
+                 unit: int = 1) -> "SegmentQueue":
+        """List 20-digit files in ``dirs`` (merged, sorted by name) and check them."""
+        files, problems = [], []
+        for d in dirs:
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except FileNotFoundError:
+                continue
+            except NotADirectoryError:
+                problems.append(LayoutProblem("names", str(d), None, "not a directory"))
+                continue
+            for e in entries:
+                if not e.is_file(follow_symlinks=False):
+                    if e.is_symlink():
+                        problems.append(LayoutProblem("names", e.path, None,
+                                                      "symlink not followed", "warning"))
+                    continue
+                if not SEGMENT_NAME.match(e.name):
+                    problems.append(LayoutProblem("names", e.path, None,
+                                                  "file name is not 20 digits; ignored", "warning"))
+                    continue
+                files.append(Segment(Path(e.path), int(e.name), e.stat(follow_symlinks=False).st_size))
+        files.sort(key=lambda s: s.name)
+        nominal = file_size or _infer_file_size(files, unit)
+        queue = cls(kind, files, nominal, problems)
+        queue._check(unit)
+        return queue
+
+    def _check(self, unit: int) -> None:
+        if not self.files:
+            return
+        size = self.file_size
+        for i, seg in enumerate(self.files):
+            last = i == len(self.files) - 1
+            if seg.size != size and not (last and seg.size == 0):
+                self.problems.append(LayoutProblem(
+                    "file-size", str(seg.path), None,
+                    f"size {seg.size} differs from the queue's file size {size}"))
+            if size and seg.start % size:
+                self.problems.append(LayoutProblem(
+                    "names", str(seg.path), None,
+                    f"name {seg.start} is not a multiple of the file size {size}"))
+            if i and seg.start - self.files[i - 1].start != size:
+                gap_from = self.files[i - 1].start + size
+                self.problems.append(LayoutProblem(
+                    "contiguity", str(seg.path), None,
+                    f"not contiguous: expected a file starting at {gap_from}, found {seg.start}"))
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just past the last file's nominal end."""
+        return self.files[-1].start + self.file_size if self.files else 0
+
+    def locate(self, offset: int) -> tuple[Segment, int] | None:
+        """The file holding logical ``offset`` and the position inside it."""
+        lo, hi = 0, len(self.files) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            seg = self.files[mid]
+            if offset < seg.start:
+                hi = mid - 1
+            elif offset >= seg.start + self.file_size:
+                lo = mid + 1
+            else:
+                return seg, offset - seg.start
+        return None
+
+
+def _infer_file_size(files: list[Segment], unit: int) -> int:
+    """The mapped-file size: from name spacing when possible, else the common size."""
+    if len(files) >= 2:
+        steps = Counter(b.start - a.start for a, b in zip(files, files[1:]) if b.start > a.start)
+        sizes = Counter(s.size for s in files if s.size)
+        if steps:
+            step, _ = steps.most_common(1)[0]
+            if step in sizes or not sizes:
+                return step
+    sizes = Counter(s.size for s in files if s.size)
+    if sizes:
+        return sizes.most_common(1)[0][0]
+    return 0

@@ -1,0 +1,189 @@
+"""The store model: every file of a broker store directory, its geometry and liveness."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
+from rmqtool.checkpoint import CheckpointValues, read_checkpoint
+from rmqtool.errors import StoreLayoutError
+from rmqtool.indexfile import IndexGeometry, resolve_geometry
+from rmqtool.liveness import lock_holder
+from rmqtool.segments import SEGMENT_NAME, Segment, SegmentQueue
+
+INDEX_NAME = re.compile(r"^\d{17}$")
+MULTI_PATH_SEPARATOR = ","
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    topic: str
+    queue_id: int
+    path: Path
+
+
+class Store:
+    """A broker store root (or a bare commitlog directory), read-only.
+
+    ``commitlog_dirs`` overrides where segments live (comma-separated multi-path, as
+    ``storePathCommitLog``); index geometry defaults to upstream's and is checked
+    against the files, or inferred from their content.
+    """
+
+    def __init__(self, path: str | Path, commitlog_dirs: str | None = None,
+                 index_slots: int | None = None, index_entries: int | None = None,
+                 commitlog_file_size: int | None = None, cq_file_size: int | None = None):
+        self.root = Path(path)
+        if not self.root.exists():
+            raise StoreLayoutError("no such file or directory", self.root)
+        if not self.root.is_dir():
+            raise StoreLayoutError("not a directory (use the store root, or a single file with dump)",
+                                   self.root)
+        if commitlog_dirs:
+            self.commitlog_dirs = [Path(p) for p in commitlog_dirs.split(MULTI_PATH_SEPARATOR) if p]
+        elif (self.root / "commitlog").is_dir():
+            self.commitlog_dirs = [self.root / "commitlog"]
+        elif any(SEGMENT_NAME.match(n) for n in os.listdir(self.root)):
+            self.commitlog_dirs = [self.root]          # a bare commitlog directory
+        else:
+            self.commitlog_dirs = [self.root / "commitlog"]
+        self._index_slots, self._index_entries = index_slots, index_entries
+        self._commitlog_file_size = commitlog_file_size
+        self._cq_file_size = cq_file_size
+        if not self.looks_like_store():
+            raise StoreLayoutError(
+                "not a RocketMQ store: no commitlog/, consumequeue/, index/ or checkpoint", self.root)
+
+    # --- paths -------------------------------------------------------------------------
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def batchconsumequeue_dir(self) -> Path:
+        return self.root / "batchconsumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort_path(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    def looks_like_store(self) -> bool:
+        return (any(d.is_dir() for d in self.commitlog_dirs) or self.consumequeue_dir.is_dir()
+                or self.index_dir.is_dir() or self.checkpoint_path.is_file())
+
+    # --- commitlog ---------------------------------------------------------------------------
+    @cached_property
+    def commitlog(self) -> SegmentQueue:
+        return SegmentQueue.discover(self.commitlog_dirs, "commitlog", self._commitlog_file_size)
+
+    def locate(self, offset: int) -> tuple[Segment, int] | None:
+        """The commitlog file holding ``offset`` and the position inside it."""
+        return self.commitlog.locate(offset)
+
+    # --- consume queues ------------------------------------------------------------------------
+    def queues(self, batch: bool = False) -> list[QueueRef]:
+        """Every ``consumequeue/<topic>/<queueId>/`` (non-integer queue dirs skipped)."""
+        base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
+        refs = []
+        try:
+            topics = sorted(os.scandir(base), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return refs
+        for t in topics:
+            if not t.is_dir(follow_symlinks=False):
+                continue          # RocksDB files and strays live here too
+            for q in sorted(os.scandir(t.path), key=lambda e: e.name):
+                if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
+                    refs.append(QueueRef(t.name, int(q.name), Path(q.path)))
+        refs.sort(key=lambda r: (r.topic, r.queue_id))
+        return refs
+
+    def queue(self, topic: str, queue_id: int, batch: bool = False) -> SegmentQueue:
+        base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
+        unit = BCQ_UNIT_SIZE if batch else CQ_UNIT_SIZE
+        return SegmentQueue.discover([base / topic / str(queue_id)], "consumequeue",
+                                     self.cq_file_size(unit) if not batch else None, unit)
+
+    def cq_file_size(self, unit: int = CQ_UNIT_SIZE) -> int | None:
+        """Nominal CQ file size: explicit, else the most common full-file size across queues."""
+        if self._cq_file_size:
+            return self._cq_file_size
+        if not hasattr(self, "_cq_size_cache"):
+            from collections import Counter
+            seen = Counter()
+            for ref in self.queues()[:64]:
+                q = SegmentQueue.discover([ref.path], "consumequeue", None, unit)
+                if len(q.files) >= 2:
+                    seen[q.file_size] += 3
+                elif q.files and q.files[0].size:
+                    seen[q.files[0].size] += 1
+            self._cq_size_cache = seen.most_common(1)[0][0] if seen else None
+        return self._cq_size_cache
+
+    # --- index ---------------------------------------------------------------------------------
+    def index_files(self) -> list[Path]:
+        try:
+            names = sorted(e.name for e in os.scandir(self.index_dir)
+                           if e.is_file(follow_symlinks=False) and INDEX_NAME.match(e.name))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [self.index_dir / n for n in names]
+
+    @cached_property
+    def index_geometry(self) -> IndexGeometry:
+        files = [(p, p.stat().st_size) for p in self.index_files()]
+        return resolve_geometry(files, self._index_slots, self._index_entries)
+
+    # --- checkpoint, liveness, config --------------------------------------------------------------
+    def checkpoint(self) -> CheckpointValues | None:
+        if not self.checkpoint_path.is_file():
+            return None
+        return read_checkpoint(self.checkpoint_path)
+
+    def abort_present(self) -> bool:
+        return self.abort_path.is_file()
+
+    def lock_holder(self) -> int | None:
+        """PID (or -1) of a running broker holding ``lock``; None when free or absent."""
+        if not self.lock_path.is_file():
+            return None
+        return lock_holder(self.lock_path)
+
+    def is_live(self) -> bool:
+        return self.lock_holder() is not None
+
+    def config(self) -> dict[str, object]:
+        """``config/*.json`` parsed (falling back to ``.bak`` like the broker); errors as strings."""
+        out: dict[str, object] = {}
+        if not self.config_dir.is_dir():
+            return out
+        for p in sorted(self.config_dir.glob("*.json")):
+            for candidate in (p, p.with_name(p.name + ".bak")):
+                try:
+                    text = candidate.read_text(encoding="utf-8")
+                    if text.strip():
+                        out[p.name] = json.loads(text)
+                        break
+                except (OSError, ValueError) as exc:
+                    out[p.name] = f"unreadable: {exc}"
+        return out
