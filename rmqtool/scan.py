@@ -1,0 +1,483 @@
+"""CommitLog scanning: the broker's recovery walk, decoded into numpy record batches.
+
+Per file, from a start position: MESSAGE records are collected while their TOTALSIZE
+chain holds; BLANK ends the file; zero magic ends the data; anything else (bad magic,
+a length past the file, computed length != TOTALSIZE, bad CRC when asked) stops the walk
+and is described by ``FileEnd``. The chain is followed with a tight ``struct`` loop;
+every field is then decoded for the whole batch at once with numpy gathers whose
+offsets come from ``formats.commitlog``. ``decode_record_reference`` is the construct
+path the bulk decoder is tested against.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from formats import commitlog as cl
+from rmqtool.errors import FileChangedError
+from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
+
+_PREFIX = struct.Struct(">iI")
+_MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
+_TAIL_DTYPE = np.dtype([(sc.name, ">i4" if sc.sizeof() == 4 else ">i8") for sc in cl.MessageTail.subcons])
+
+# keys whose values the bulk property parser extracts, by upstream property name
+EXTRACTED_PROPERTIES = {
+    "tags": cl.PROPERTY_TAGS,
+    "keys": cl.PROPERTY_KEYS,
+    "uniq": cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    "delay": cl.PROPERTY_DELAY_TIME_LEVEL,
+}
+
+# end kinds
+END_BLANK = "blank"          # BLANK record: the rest of the file is padding
+END_ZERO = "zero"            # zero magic: end of data (normal tail of the live file)
+END_EOF = "eof"              # the file ended exactly after a record (no BLANK, no zeros)
+END_RANGE = "range"          # the requested byte range [lo, hi) was covered
+END_TORN = "torn"            # a record claims more bytes than the file has
+END_CORRUPT = "corrupt"      # bad magic, bad lengths or bad CRC
+
+
+@dataclass
+class FileEnd:
+    """Where and why the walk of one file stopped."""
+    path: str
+    file_base: int
+    file_size: int
+    position: int                 # in-file position where the walk stopped
+    kind: str
+    messages: int = 0
+    blank_size: int | None = None
+    detail: str = ""
+    check: str = ""               # stable check name for verify ("" when clean)
+    total_size: int | None = None  # TOTALSIZE read at the stop position
+    magic: int | None = None
+
+    @property
+    def phy_offset(self) -> int:
+        return self.file_base + self.position
+
+    @property
+    def clean(self) -> bool:
+        return self.kind in (END_BLANK, END_ZERO, END_EOF, END_RANGE)
+
+
+def _gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """(n, width) uint8 matrix of the bytes at each position (positions clipped into buf)."""
+    limit = len(buf) - width
+    pos = np.clip(pos, 0, max(limit, 0))
+    return buf[pos[:, None] + np.arange(width)]
+
+
+def _gather_int(buf: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    mat = np.ascontiguousarray(_gather(buf, pos, dt.itemsize))
+    return mat.view(dt).reshape(-1).astype(np.int64)
+
+
+@dataclass
+class RecordBatch:
+    """MESSAGE records of one window of one commitlog file, as columns."""
+    path: str
+    file_base: int
+    buf: np.ndarray               # uint8 window
+    buf_base: int                 # file position of buf[0]
+    columns: dict = field(default_factory=dict)
+    carved: bool = False          # found past a corruption by resync: not trusted
+
+    def __len__(self) -> int:
+        return len(self.columns.get("position", ()))
+
+    def __getattr__(self, name):
+        cols = self.__dict__.get("columns")
+        if cols is not None and name in cols:
+            return cols[name]
+        raise AttributeError(name)
+
+    # -- per-record access ---------------------------------------------------------------
+    def span(self, name: str, i: int) -> bytes | None:
+        length = int(self.columns[f"{name}_len"][i])
+        if length < 0:
+            return None
+        start = int(self.columns[f"{name}_start"][i])
+        return self.buf[start:start + length].tobytes()
+
+    def text(self, name: str, i: int) -> str | None:
+        raw = self.span(name, i)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    def topic(self, i: int) -> str:
+        return self.text("topic", i) or ""
+
+    def properties(self, i: int) -> dict[str, str]:
+        raw = self.span("props", i)
+        return cl.decode_properties(raw) if raw else {}
+
+    def body(self, i: int) -> bytes:
+        return self.span("body", i) or b""
+
+    def host(self, which: str, i: int) -> tuple[bytes, int]:
+        start = int(self.columns[f"{which}_host_start"][i])
+        v6 = bool(self.columns["sys_flag"][i] & (cl.BORNHOST_V6_FLAG if which == "born" else cl.STOREHOST_V6_FLAG))
+        size = cl.HOST_V6_SIZE if v6 else cl.HOST_V4_SIZE
+        raw = self.buf[start:start + size].tobytes()
+        return raw[:-4], struct.unpack(">i", raw[-4:])[0]
+
+    def record(self, i: int, body: str = "none") -> dict:
+        from rmqtool.schema import record_to_dict
+        return record_to_dict(self, i, body=body)
+
+
+class FileScan:
+    """Iterate the record batches of one commitlog file; ``end`` is set when exhausted."""
+
+    def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
+                 check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False):
+        self.path = str(path)
+        self.file_base = file_base
+        self.lo, self.hi = lo, hi
+        self.check_crc = check_crc
+        self.chunk_size = max(chunk_size, 1 << 16)
+        self.carved = carved
+        self.end: FileEnd | None = None
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        with ReadOnlyFile(self.path) as fh:
+            size = fh.size()          # reads are bounded by the size seen at the start
+            yield from self._walk(fh, size)
+
+    def _walk(self, fh: ReadOnlyFile, size: int) -> Iterator[RecordBatch]:
+        pos = self.lo
+        hi = size if self.hi is None else min(self.hi, size)
+        messages = 0
+        while True:
+            if pos >= hi:
+                kind = END_EOF if pos >= size else END_RANGE
+                self.end = FileEnd(self.path, self.file_base, size, pos, kind, messages)
+                return
+            want = min(self.chunk_size, size - pos)
+            window = fh.read(pos, want)
+            starts, stop, next_pos = _walk_chain(window, pos, size, hi)
+            batch = None
+            if starts:
+                batch, bad = _decode_window(window, pos, self.path, self.file_base,
+                                            np.asarray(starts, dtype=np.int64), self.check_crc)
+                batch.carved = self.carved
+                if bad is not None:
+                    stop = bad
+                if len(batch):
+                    messages += len(batch)
+                    yield batch
+            if stop is not None:
+                stop.path, stop.file_base, stop.file_size, stop.messages = (
+                    self.path, self.file_base, size, messages)
+                self.end = stop
+                return
+            if next_pos == pos:     # one record larger than the window: widen it
+                self.chunk_size = min(self.chunk_size * 2, size)
+            pos = next_pos
+
+
+def _walk_chain(window: bytes, base: int, file_size: int, hi: int):
+    """Follow TOTALSIZE through one window. Returns (starts, stop FileEnd|None, resume pos)."""
+    starts = []
+    p, n = 0, len(window)
+    unpack = _PREFIX.unpack_from
+    v1, v2, blank = cl.MESSAGE_MAGIC_V1, cl.MESSAGE_MAGIC_V2, cl.BLANK_MAGIC
+    limit = hi - base
+    while p < limit:
+        if p + 8 > n:
+            if base + n >= file_size:     # fewer than 8 bytes left in the file
+                rest = window[p:]
+                kind = END_ZERO if not any(rest) else END_TORN
+                return starts, FileEnd("", 0, 0, base + p, kind,
+                                       detail="" if kind == END_ZERO else "fewer than 8 bytes left",
+                                       check="" if kind == END_ZERO else "commitlog.torn-tail"), None
+            return starts, None, base + p
+        total, magic = unpack(window, p)
+        if magic == v1 or magic == v2:
+            if total < _MIN_MESSAGE:
+                return starts, FileEnd("", 0, 0, base + p, END_CORRUPT, total_size=total, magic=magic,
+                                       detail=f"TOTALSIZE {total} is below the smallest message ({_MIN_MESSAGE})",
+                                       check="commitlog.total-size"), None
+            if base + p + total > file_size:
+                return starts, FileEnd("", 0, 0, base + p, END_TORN, total_size=total, magic=magic,
+                                       detail=f"TOTALSIZE {total} runs past the end of the file "
+                                              f"({file_size - base - p} bytes left)",
+                                       check="commitlog.torn-tail"), None
+            if p + total > n:
+                return starts, None, base + p
+            starts.append(p)
+            p += total
+            continue
+        if magic == blank:
+            return starts, FileEnd("", 0, 0, base + p, END_BLANK, blank_size=total,
+                                   total_size=total, magic=magic), None
+        if magic == 0:
+            return starts, FileEnd("", 0, 0, base + p, END_ZERO, total_size=total, magic=magic,
+                                   detail="" if total == 0 else f"zero magic with TOTALSIZE {total}"), None
+        return starts, FileEnd("", 0, 0, base + p, END_CORRUPT, total_size=total, magic=magic,
+                               detail=f"illegal magic code 0x{magic:08X}",
+                               check="commitlog.magic"), None
+    return starts, None, base + p
+
+
+def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: np.ndarray,
+                   check_crc: bool):
+    """Decode every record starting at ``starts`` (window positions). Stops at the first bad one."""
+    buf = np.frombuffer(window, dtype=np.uint8)
+    cols = _decode_columns(buf, starts)
+    ok = cols.pop("_valid")
+    bad = None
+    if not ok.all():
+        first = int(np.argmin(ok))
+        detail = cols.pop("_why")[first]
+        bad = FileEnd("", 0, 0, base + int(starts[first]), END_CORRUPT,
+                      total_size=int(cols["size"][first]), magic=int(cols["magic"][first]),
+                      detail=detail, check="commitlog.length")
+        cols = {k: v[:first] for k, v in cols.items() if k != "_why"}
+    else:
+        cols.pop("_why")
+    if check_crc and len(cols["position"]):
+        crc_ok = body_crc_matches(buf, cols)
+        if not crc_ok.all():
+            first = int(np.argmin(crc_ok))
+            bad = FileEnd("", 0, 0, base + int(cols["position"][first]), END_CORRUPT,
+                          total_size=int(cols["size"][first]), magic=int(cols["magic"][first]),
+                          detail=f"body CRC mismatch: stored {int(cols['body_crc'][first])}",
+                          check="commitlog.body-crc")
+            cols = {k: v[:first] for k, v in cols.items()}
+    cols["position"] = cols["position"] + base
+    cols["phy_offset"] = cols["position"] + file_base
+    return RecordBatch(path, file_base, buf, base, cols), bad
+
+
+def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:
+    """crc32(body) & 0x7FFFFFFF == BODYCRC; no check for an empty body (as upstream)."""
+    mv = memoryview(buf)
+    out = np.ones(len(cols["body_start"]), dtype=bool)
+    crc = zlib.crc32
+    for i, (s, n, want) in enumerate(zip(cols["body_start"].tolist(), cols["body_len"].tolist(),
+                                         cols["body_crc"].tolist())):
+        if n > 0 and (crc(mv[s:s + n]) & 0x7FFFFFFF) != want:
+            out[i] = False
+    return out
+
+
+def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
+    """Vectorized decode of MESSAGE records at ``starts`` (positions in ``buf``)."""
+    head = np.ascontiguousarray(_gather(buf, starts, cl.MESSAGE_HEAD_SIZE)).view(
+        cl.MESSAGE_HEAD_DTYPE).reshape(-1)
+    sys_flag = head["sys_flag"].astype(np.int64)
+    born_size = np.where(sys_flag & cl.BORNHOST_V6_FLAG, cl.HOST_V6_SIZE, cl.HOST_V4_SIZE)
+    store_size = np.where(sys_flag & cl.STOREHOST_V6_FLAG, cl.HOST_V6_SIZE, cl.HOST_V4_SIZE)
+    born_host_start = starts + cl.MESSAGE_HEAD_SIZE
+    store_ts_pos = born_host_start + born_size
+    store_host_start = store_ts_pos + cl.STORE_TIMESTAMP_SIZE
+    tail_pos = store_host_start + store_size
+    tail = np.ascontiguousarray(_gather(buf, tail_pos, cl.MESSAGE_TAIL_SIZE)).view(_TAIL_DTYPE).reshape(-1)
+    body_length = tail["body_length"].astype(np.int64)
+    body_start = tail_pos + cl.MESSAGE_TAIL_SIZE
+    body_len = np.maximum(body_length, 0)
+    magic = head["magic"].astype(np.int64)
+    v2 = magic == cl.MESSAGE_MAGIC_V2
+    topic_len_pos = body_start + body_len
+    topic_len = np.where(v2, _gather_int(buf, topic_len_pos, ">i2"), _gather_int(buf, topic_len_pos, ">i1"))
+    topic_field = np.where(v2, cl.TopicLengthV2.sizeof(), cl.TopicLengthV1.sizeof())
+    topic_start = topic_len_pos + topic_field
+    props_len_pos = topic_start + np.maximum(topic_len, 0)
+    props_length = _gather_int(buf, props_len_pos, ">i2")
+    props_start = props_len_pos + cl.PropertiesLength.sizeof()
+    total = head["total_size"].astype(np.int64)
+    computed = (cl.MESSAGE_FIXED_SIZE + born_size + store_size + topic_field + body_len
+                + np.maximum(topic_len, 0) + np.maximum(props_length, 0))
+    valid = (topic_len >= 0) & (computed == total)
+    why = np.where(topic_len < 0, "negative topic length",
+                   np.char.add(np.char.add("computed length ", computed.astype(str)),
+                               np.char.add(" != TOTALSIZE ", total.astype(str)))) if not valid.all() else None
+    props_len = np.where(props_length > 0, props_length, -1)
+    cols = {
+        "position": starts,
+        "size": total,
+        "magic": magic,
+        "body_crc": head["body_crc"].astype(np.int64),
+        "queue_id": head["queue_id"].astype(np.int64),
+        "flag": head["flag"].astype(np.int64),
+        "queue_offset": head["queue_offset"].astype(np.int64),
+        "stored_phy_offset": head["physical_offset"].astype(np.int64),
+        "sys_flag": sys_flag,
+        "born_timestamp": head["born_timestamp"].astype(np.int64),
+        "born_host_start": born_host_start,
+        "store_timestamp": _gather_int(buf, store_ts_pos, ">i8"),
+        "store_host_start": store_host_start,
+        "reconsume_times": tail["reconsume_times"].astype(np.int64),
+        "prepared_transaction_offset": tail["prepared_transaction_offset"].astype(np.int64),
+        "body_length": body_length,
+        "body_start": body_start,
+        "body_len": np.where(body_length > 0, body_length, 0),
+        "topic_start": topic_start,
+        "topic_len": np.maximum(topic_len, 0),
+        "props_start": props_start,
+        "props_len": props_len,
+        "_valid": valid,
+        "_why": why,
+    }
+    if not valid.all():
+        keep = int(np.argmin(valid))
+        sub = {k: (v[:keep + 1] if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
+        sub["_why"] = why
+        sub["_valid"] = valid[:keep + 1]
+        cols = sub
+    good = cols["_valid"]
+    n_good = int(np.argmin(good)) if not good.all() else len(good)
+    cols.update(extract_properties(buf, cols["props_start"][:n_good], cols["props_len"][:n_good],
+                                   pad_to=len(good)))
+    return cols
+
+
+def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.ndarray,
+                       pad_to: int | None = None) -> dict:
+    """Spans of the TAGS/KEYS/UNIQ_KEY/DELAY values, parsed like upstream (last duplicate wins).
+
+    Byte-level equivalent of the Java parser: the separators are ASCII, which UTF-8
+    replacement never swallows, and the length rule (>= 3 chars) is implied by a
+    non-empty key and value.
+    """
+    n = len(props_start)
+    out = {}
+    for name in EXTRACTED_PROPERTIES:
+        out[f"{name}_start"] = np.zeros(pad_to or n, dtype=np.int64)
+        out[f"{name}_len"] = np.full(pad_to or n, -1, dtype=np.int64)
+    has = props_len > 0
+    if not has.any():
+        return out
+    rec = np.flatnonzero(has)
+    p_start = props_start[rec]
+    p_end = p_start + props_len[rec]
+    lo, hi = int(p_start.min()), int(p_end.max())
+    region = buf[lo:hi]
+    # separator positions inside some record's properties
+    seps = np.flatnonzero(region == 2) + lo
+    ones = np.flatnonzero(region == 1) + lo
+    owner_sep = np.searchsorted(p_start, seps, side="right") - 1
+    inside = (owner_sep >= 0) & (seps < p_end[np.maximum(owner_sep, 0)])
+    seps, owner_sep = seps[inside], owner_sep[inside]
+    owner_one = np.searchsorted(p_start, ones, side="right") - 1
+    inside = (owner_one >= 0) & (ones < p_end[np.maximum(owner_one, 0)])
+    ones = ones[inside]
+    # segments: start at the record start and after each 0x02; end at next 0x02 or record end
+    seg_start = np.concatenate([p_start, seps + 1])
+    seg_owner = np.concatenate([np.arange(len(rec)), owner_sep])
+    order = np.lexsort((seg_start, seg_owner))
+    seg_start, seg_owner = seg_start[order], seg_owner[order]
+    seg_end = np.empty_like(seg_start)
+    seg_end[:-1] = seg_start[1:] - 1
+    last_of_owner = np.ones(len(seg_start), dtype=bool)
+    last_of_owner[:-1] = seg_owner[:-1] != seg_owner[1:]
+    seg_end[last_of_owner] = p_end[seg_owner[last_of_owner]]
+    valid_seg = seg_start < seg_end
+    # first 0x01 at or after the segment start, within the same record
+    k = np.searchsorted(ones, seg_start)
+    kv = np.where(k < len(ones), ones[np.minimum(k, len(ones) - 1)] if len(ones) else 0, -1)
+    kv_ok = (kv >= 0) & (kv < p_end[seg_owner]) & (kv > seg_start) & (kv < seg_end - 1) & valid_seg
+    key_len = np.where(kv_ok, kv - seg_start, -1)
+    for name, key in EXTRACTED_PROPERTIES.items():
+        kb = np.frombuffer(key.encode("ascii"), dtype=np.uint8)
+        cand = np.flatnonzero(key_len == len(kb))
+        if not len(cand):
+            continue
+        match = (buf[seg_start[cand][:, None] + np.arange(len(kb))] == kb).all(axis=1)
+        cand = cand[match]
+        if not len(cand):
+            continue
+        owners = seg_owner[cand]
+        last = np.ones(len(cand), dtype=bool)
+        last[:-1] = owners[:-1] != owners[1:]     # segments are in order: the last one wins
+        cand, owners = cand[last], owners[last]
+        target = rec[owners]
+        out[f"{name}_start"][target] = kv[cand] + 1
+        out[f"{name}_len"][target] = seg_end[cand] - kv[cand] - 1
+    return out
+
+
+def decode_record_reference(raw: bytes) -> dict:
+    """Parse one MESSAGE with the construct declaration (the reference path)."""
+    return cl.Message.parse(raw)
+
+
+# --- whole store ------------------------------------------------------------------------
+@dataclass
+class StoreWalk:
+    """Result of walking every commitlog file: per-file ends and the valid end."""
+    ends: list[FileEnd] = field(default_factory=list)
+
+    @property
+    def valid_end(self) -> int | None:
+        """Offset where the broker's walk would stop (first non-clean end or last data)."""
+        for end in self.ends:
+            if end.kind != END_BLANK:
+                return end.phy_offset
+        return self.ends[-1].file_base + self.ends[-1].file_size if self.ends else None
+
+
+def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_break: bool = False,
+               files=None) -> Iterator[RecordBatch | FileEnd]:
+    """Yield every file's record batches followed by its ``FileEnd``, in commitlog order.
+
+    With ``stop_at_break`` the walk stops at the first file that does not end in a BLANK,
+    as the broker's recovery does.
+    """
+    for seg in files if files is not None else store.commitlog.files:
+        if seg.start + store.commitlog.file_size <= start_offset:
+            continue
+        lo = max(start_offset - seg.start, 0)
+        scan = FileScan(seg.path, seg.start, lo=lo, check_crc=check_crc)
+        try:
+            yield from scan
+        except FileChangedError as exc:
+            yield FileEnd(str(seg.path), seg.start, seg.size, exc.offset or 0, END_TORN,
+                          detail=exc.message, check="commitlog.file-changed")
+            if stop_at_break:
+                return
+            continue
+        yield scan.end
+        if stop_at_break and scan.end.kind != END_BLANK:
+            return
+
+
+def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None = None) -> int | None:
+    """Resync: first position >= lo where a MESSAGE magic sits and PHYSICALOFFSET == base + pos."""
+    magics = [struct.pack(">I", m) for m in cl.MESSAGE_MAGICS]
+    magic_at = cl.MESSAGE_HEAD_OFFSETS["magic"]
+    phy_at = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
+    with ReadOnlyFile(path) as fh:
+        size = fh.size()
+        end = size if hi is None else min(hi, size)
+        pos = lo
+        step = CHUNK_SIZE
+        while pos < end:
+            window = fh.read(pos, min(step + cl.MESSAGE_HEAD_SIZE, size - pos), exact=False)
+            buf = np.frombuffer(window, dtype=np.uint8)
+            if len(buf) < cl.MESSAGE_HEAD_SIZE:
+                return None
+            cand = np.flatnonzero((buf[magic_at:len(buf) - 3] == magics[0][0]))
+            cand = cand[cand + cl.MESSAGE_HEAD_SIZE <= len(buf)]
+            if len(cand):
+                words = _gather(buf, cand + magic_at, 4)
+                is_magic = np.zeros(len(cand), dtype=bool)
+                for m in magics:
+                    is_magic |= (words == np.frombuffer(m, np.uint8)).all(axis=1)
+                cand = cand[is_magic]
+                if len(cand):
+                    phys = _gather_int(buf, cand + phy_at, ">i8")
+                    hit = cand[phys == file_base + pos + cand]
+                    hit = hit[pos + hit < end]
+                    if len(hit):
+                        return pos + int(hit[0])
+            pos += step
+        return None
