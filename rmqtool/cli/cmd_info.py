@@ -1,0 +1,46 @@
+"""`rmqtool info STORE`: files, geometry, topics/queues, checkpoint, liveness, recovery start."""
+from __future__ import annotations
+
+import typer
+
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+                                check_choice, emit, format_time, open_store, stdout)
+from rmqtool.info import store_info
+
+
+@app.command("info")
+def info_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+):
+    """Summarize a store: files, geometry, queues, checkpoint, liveness, where recovery starts."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    s = open_store(store, commitlog_dirs, index_slots, index_entries)
+    info = store_info(s)
+    if fmt != "table":
+        emit([info], fmt)
+        return
+    cl = info["commitlog"]
+    stdout.print(f"[bold]store[/bold] {info['root']}")
+    stdout.print(f"  live: {'yes, lock held by pid ' + str(info['lock_holder']) if info['live'] else 'no'}"
+                 f"   abort file: {'present (last shutdown was not clean)' if info['abort'] else 'absent'}")
+    stdout.print(f"[bold]commitlog[/bold] {cl['files']} files of {cl['file_size']} bytes in "
+                 f"{', '.join(cl['dirs'])}")
+    stdout.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']}  "
+                 f"messages {cl['messages']}  ({cl['end_kind']} at {cl['valid_end']})")
+    for p in cl["problems"]:
+        stdout.print(f"  [red]{p}[/red]")
+    rec = info["recovery"]
+    stdout.print(f"[bold]recovery[/bold] would start at file {rec['start_file']} ({rec['mode']}, {rec['rule']})")
+    ix = info["index"]
+    stdout.print(f"[bold]index[/bold] {ix['files']} files, {ix['hash_slots']} slots x {ix['index_entries']} entries")
+    cp = info["checkpoint"]
+    if cp:
+        stdout.print(f"[bold]checkpoint[/bold] physic {format_time(cp['physic_msg_timestamp'])}  "
+                     f"logics {format_time(cp['logics_msg_timestamp'])}  index {format_time(cp['index_msg_timestamp'])}"
+                     f"  confirm {cp['confirm_phy_offset']}")
+    emit(info["queues"], "table", ["topic", "queue_id", "files", "min_offset", "max_offset",
+                                   "max_phy_offset"], title="consume queues")

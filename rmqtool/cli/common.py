@@ -1,0 +1,153 @@
+"""Shared CLI pieces: the app, common options, time parsing, output rendering, error boundary."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+from typing import Iterable, Optional
+
+import typer
+from rich.console import Console
+
+from rmqtool.errors import EXIT_BAD_INPUT, RmqError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
+
+
+@app.callback()
+def _root() -> None:
+    """Offline forensic and repair tool for Apache RocketMQ broker stores."""
+
+
+stdout = Console(soft_wrap=True, highlight=False)
+stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+
+FORMATS = ("table", "json", "jsonl")
+BODY_MODES = ("text", "hex", "base64", "none")
+
+FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl")
+BodyOpt = typer.Option("none", "--body", help="text | hex | base64 | none")
+IndexSlotsOpt = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000 or inferred)")
+IndexEntriesOpt = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000 or inferred)")
+CommitlogDirsOpt = typer.Option(None, "--commitlog-dirs",
+                                help="comma-separated commitlog directories (storePathCommitLog)")
+
+
+def open_store(path: str, commitlog_dirs: str | None = None, index_slots: int | None = None,
+               index_entries: int | None = None):
+    from rmqtool.store import Store
+    return Store(path, commitlog_dirs=commitlog_dirs, index_slots=index_slots, index_entries=index_entries)
+
+
+def check_choice(value: str, choices: Iterable[str], option: str) -> str:
+    if value not in choices:
+        raise UsageError(f"{option} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+_EPOCH_MS = re.compile(r"^-?\d+$")
+
+
+def parse_time(text: Optional[str], option: str) -> Optional[int]:
+    """Epoch milliseconds or ISO-8601 (UTC unless a zone is given) -> epoch ms."""
+    if text is None:
+        return None
+    text = text.strip()
+    if _EPOCH_MS.match(text):
+        return int(text)
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is neither epoch milliseconds nor ISO-8601") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)
+
+
+def format_time(ms: Optional[int]) -> str:
+    if ms is None:
+        return ""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def escape_control(text: str) -> str:
+    """Terminal control characters shown as \\xNN, so bodies never drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def emit_jsonl(rows: Iterable[dict]) -> int:
+    n = 0
+    write = sys.stdout.write
+    for row in rows:
+        write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        n += 1
+    sys.stdout.flush()
+    return n
+
+
+def emit(rows: Iterable[dict], fmt: str, columns: list[str] | None = None, title: str | None = None) -> int:
+    """Render rows as a rich table, a JSON array, or JSON lines. Returns the row count."""
+    if fmt == "jsonl":
+        return emit_jsonl(rows)
+    rows = list(rows)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=2) + "\n")
+        return len(rows)
+    from rich.table import Table
+    cols = columns or (list(rows[0].keys()) if rows else [])
+    table = Table(title=title, show_lines=False)
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape_control(_cell(row.get(c))) for c in cols))
+    stdout.print(table)
+    return len(rows)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def fail(exc: RmqError) -> None:
+    stderr.print(f"error: {escape_control(str(exc))}", markup=False)
+    raise SystemExit(exc.exit_code)
+
+
+def run_app(application: typer.Typer) -> None:
+    """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
+    try:
+        result = application(standalone_mode=False)
+    except RmqError as exc:
+        fail(exc)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        stderr.print("interrupted", markup=False)
+        raise SystemExit(130)
+    except BrokenPipeError:
+        try:
+            sys.stdout = None
+        finally:
+            raise SystemExit(0)
+    except Exception as exc:   # click usage errors and anything unforeseen
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):      # click/typer usage error
+            exc.show()
+            raise SystemExit(EXIT_BAD_INPUT)
+        if exc.__class__.__name__ == "Abort":
+            raise SystemExit(EXIT_BAD_INPUT)
+        stderr.print(f"error: internal error {exc.__class__.__name__}: {escape_control(str(exc))} "
+                     f"(please report it with the command line)", markup=False)
+        raise SystemExit(EXIT_BAD_INPUT)
+    raise SystemExit(result if isinstance(result, int) else 0)

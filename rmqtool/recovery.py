@@ -1,0 +1,93 @@
+"""Where the broker's recovery would start and end (format.md §3.2, §3.3).
+
+The rules are upstream 5.3.3's (the reference stores' version); 4.9.7's normal rule
+(third-last file) is reported beside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from formats import commitlog as cl
+from rmqtool.consumequeue import read_units
+from rmqtool.scan import END_BLANK, FileEnd, FileScan, RecordBatch, walk_store
+
+
+@dataclass
+class RecoveryStart:
+    mode: str              # "normal" (no abort file) or "abnormal"
+    file_index: int
+    file_name: str | None
+    offset: int            # fileFromOffset of that file
+    rule: str
+    v4_9_normal_file: str | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def max_cq_phy_offset(store) -> int:
+    """Max commitlog offset+size over every ConsumeQueue's valid units (dispatchFromPhyOffset)."""
+    best = 0
+    for ref in store.queues():
+        units = read_units(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id)).units
+        real = units[units["size"] != 0x7FFFFFFF]
+        if len(real):
+            best = max(best, int((real["commitlog_offset"] + real["size"]).max()))
+    return best
+
+
+def first_record(seg) -> tuple[RecordBatch | None, FileEnd | None]:
+    """Decode the first record of a commitlog file (with CRC, as recovery does)."""
+    scan = FileScan(seg.path, seg.start, check_crc=True, chunk_size=1 << 20)
+    for batch in scan:
+        return batch, None
+    return None, scan.end
+
+
+def recovery_start(store) -> RecoveryStart:
+    files = store.commitlog.files
+    abnormal = store.abort_present()
+    v49 = files[max(0, len(files) - 3)].name if files else None
+    if not files:
+        return RecoveryStart("abnormal" if abnormal else "normal", 0, None, 0, "no commitlog files", v49)
+    if not abnormal:
+        max_phy = max_cq_phy_offset(store)
+        idx = 0
+        for i in range(len(files) - 1, 0, -1):
+            if files[i].start <= max_phy:
+                idx = i
+                break
+        return RecoveryStart("normal", idx, files[idx].name, files[idx].start,
+                             f"newest file starting at or below the ConsumeQueues' max offset {max_phy}", v49)
+    cp = store.checkpoint()
+    min_ts = cp.min_timestamp if cp else 0
+    for i in range(len(files) - 1, -1, -1):
+        batch, _ = first_record(files[i])
+        if batch is None or not len(batch):
+            continue
+        ts = int(batch.store_timestamp[0])
+        if int(batch.magic[0]) in cl.MESSAGE_MAGICS and ts != 0 and ts <= min_ts:
+            return RecoveryStart("abnormal", i, files[i].name, files[i].start,
+                                 f"newest file whose first record's store time {ts} <= checkpoint "
+                                 f"min timestamp {min_ts}", v49)
+    return RecoveryStart("abnormal", 0, files[0].name, files[0].start,
+                         f"no file's first record is at or before the checkpoint min timestamp {min_ts}; "
+                         "recovery starts at the first file", v49)
+
+
+def valid_end(store, start: RecoveryStart) -> tuple[int, FileEnd | None, int]:
+    """Walk from the recovery start like the broker: (valid end offset, stopping FileEnd, messages)."""
+    files = store.commitlog.files
+    if not files:
+        return 0, None, 0
+    count, last_end = 0, None
+    for item in walk_store(store, check_crc=True, files=files[start.file_index:], stop_at_break=True):
+        if isinstance(item, RecordBatch):
+            count += len(item)
+        else:
+            last_end = item
+    if last_end is None:
+        return start.offset, None, count
+    if last_end.kind == END_BLANK:     # every file ended in a BLANK: the end is the last file's end
+        return last_end.file_base + last_end.file_size, last_end, count
+    return last_end.phy_offset, last_end, count
