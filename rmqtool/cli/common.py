@@ -21,7 +21,15 @@ def _root() -> None:
     """Offline forensic and repair tool for Apache RocketMQ broker stores."""
 
 
-stdout = Console(soft_wrap=True, highlight=False)
+def _width() -> int | None:
+    """Full width on a terminal; wide tables (not 80 columns) when piped."""
+    import os
+    if sys.stdout.isatty():
+        return None
+    return int(os.environ.get("COLUMNS", "200"))
+
+
+stdout = Console(soft_wrap=True, highlight=False, width=_width())
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
 FORMATS = ("table", "json", "jsonl")

@@ -1,0 +1,114 @@
+"""`rmqtool dump commitlog|consumequeue|index|checkpoint`."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rmqtool.cli.common import (BODY_MODES, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+                                IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
+from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
+                          consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
+from rmqtool.errors import UsageError
+
+dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
+app.add_typer(dump_app, name="dump")
+
+LimitOpt = typer.Option(None, "--limit", help="stop after this many rows")
+COMMITLOG_TABLE = ["phy_offset", "size", "kind", "topic", "queue_id", "queue_offset", "store_time",
+                   "tags", "keys", "uniq_key", "body"]
+
+
+def _limited(rows, limit):
+    if limit is not None and limit < 0:
+        raise UsageError("--limit must be >= 0")
+    return rows if limit is None else itertools.islice(rows, limit)
+
+
+@dump_app.command("commitlog")
+def dump_commitlog(
+    target: str = typer.Argument(..., help="store root, commitlog directory, or one commitlog file"),
+    fmt: str = FormatOpt,
+    topic: Optional[str] = typer.Option(None, "--topic"),
+    queue: Optional[int] = typer.Option(None, "--queue"),
+    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="commitlog offset, inclusive"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="commitlog offset, exclusive"),
+    begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
+    end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
+    limit: Optional[int] = LimitOpt,
+    body: str = BodyOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(body, BODY_MODES, "--body")
+    flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
+                       parse_time(end, "--end"))
+    check_range(flt)
+    store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs))
+    rows = _limited(commitlog_rows(store, flt, body=body, files=files), limit)
+    if fmt == "table":
+        rows = ({**r, "store_time": format_time(r.get("store_timestamp")),
+                 "body": (r.get("body") or "")[:60] if r.get("body") else r.get("detail")} for r in rows)
+        emit(rows, "table", COMMITLOG_TABLE)
+    else:
+        emit(rows, fmt)
+
+
+@dump_app.command("consumequeue")
+def dump_consumequeue(
+    target: str = typer.Argument(..., help="store root or one ConsumeQueue file"),
+    fmt: str = FormatOpt,
+    topic: Optional[str] = typer.Option(None, "--topic"),
+    queue: Optional[int] = typer.Option(None, "--queue"),
+    limit: Optional[int] = LimitOpt,
+    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
+):
+    """Every unit of every ConsumeQueue (or of one file), up to its logical end."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    p = Path(target)
+    rows = consumequeue_file_rows(p, cq_file_size) if p.is_file() else consumequeue_rows(
+        open_store(target), topic, queue)
+    emit(_limited(rows, limit), fmt, ["topic", "queue_id", "queue_offset", "kind", "commitlog_offset",
+                                      "size", "tags_code", "file", "position"])
+
+
+@dump_app.command("index")
+def dump_index(
+    target: str = typer.Argument(..., help="store root or one index file"),
+    fmt: str = FormatOpt,
+    header_only: bool = typer.Option(False, "--header-only", help="only the 40-byte headers"),
+    from_offset: Optional[int] = typer.Option(None, "--from-offset"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset"),
+    limit: Optional[int] = LimitOpt,
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+):
+    """Index file headers and entries (1 .. indexCount-1), with each entry's slot and time."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    files, geometry = index_target(target, lambda p: open_store(p, None, index_slots, index_entries),
+                                   index_slots, index_entries)
+    flt = RecordFilter(from_offset=from_offset, to_offset=to_offset)
+    rows = _limited(index_rows(files, geometry, header_only, flt), limit)
+    emit(rows, fmt, ["kind", "file", "entry", "key_hash", "slot", "phy_offset", "time_diff", "prev_index",
+                     "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
+                     "hash_slot_count", "index_count"])
+
+
+@dump_app.command("checkpoint")
+def dump_checkpoint(
+    target: str = typer.Argument(..., help="store root or the checkpoint file"),
+    fmt: str = FormatOpt,
+):
+    """The checkpoint's timestamps and offsets, with upstream's derived minimums."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    rows = list(checkpoint_rows(target, lambda p: open_store(p)))
+    if fmt == "table":
+        for r in rows:
+            for k in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "min_timestamp"):
+                r[k + "_utc"] = format_time(r[k])
+        emit([{"field": k, "value": v} for k, v in rows[0].items()], "table", ["field", "value"])
+    else:
+        emit(rows, fmt)

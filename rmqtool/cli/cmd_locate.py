@@ -1,0 +1,40 @@
+"""`rmqtool locate`: the file and position of a commitlog offset or a queue offset."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.errors import EXIT_FINDINGS, UsageError
+from rmqtool.locate import locate_offset, locate_queue_offset
+
+
+@app.command("locate")
+def locate_command(
+    store: str = typer.Argument(..., help="store root"),
+    offset: Optional[int] = typer.Argument(None, help="commitlog (physical) offset"),
+    topic: Optional[str] = typer.Option(None, "--topic"),
+    queue: Optional[int] = typer.Option(None, "--queue"),
+    queue_offset: Optional[int] = typer.Option(None, "--queue-offset"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Which file and position hold OFFSET (and the record containing it), or a queue offset."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    s = open_store(store, commitlog_dirs)
+    if offset is not None and (topic or queue is not None or queue_offset is not None):
+        raise UsageError("give either OFFSET or --topic/--queue/--queue-offset, not both")
+    if offset is not None:
+        result = locate_offset(s, offset)
+    elif topic is not None and queue is not None and queue_offset is not None:
+        result = locate_queue_offset(s, topic, queue, queue_offset)
+    else:
+        raise UsageError("give a commitlog OFFSET, or --topic, --queue and --queue-offset")
+    if fmt == "table":
+        stdout.print_json(json.dumps(result, ensure_ascii=False))
+    else:
+        emit([result], fmt)
+    if not result.get("found"):
+        raise typer.Exit(EXIT_FINDINGS)
