@@ -150,8 +150,12 @@ def index_rows(files: list[Path], geometry, header_only: bool = False,
                 raise StoreLayoutError(f"index file is {reader.size} bytes, shorter than its header",
                                        path, reader.size)
             header = reader.header()
-            yield {"file": str(path), "position": 0, "kind": "HEADER", **header.as_dict(),
+            row = {"file": str(path), "position": 0, "kind": "HEADER", **header.as_dict(),
                    "hash_slots": geometry.hash_slots, "index_entries": geometry.index_entries}
+            # upstream's IndexHeader.load turns indexCount <= 0 (a brand-new file) into 1
+            row["index_count"] = max(header.index_count, FIRST_INDEX)
+            row["index_count_on_disk"] = header.index_count
+            yield row
             if header_only:
                 continue
             count = max(min(header.index_count, geometry.index_entries), FIRST_INDEX)

@@ -37,3 +37,42 @@ def store_copy(tmp_path):
         shutil.copytree(reference_store(name), dest)
         return dest
     return make
+
+
+class CliResult:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    def jsonl(self) -> list:
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+
+def run_cli(*args, stdin: str | None = None) -> CliResult:
+    """Run the rmqtool CLI in-process; returns exit code, stdout and stderr."""
+    import contextlib
+    import io
+    import sys
+    from rmqtool.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_stdin = sys.argv, sys.stdin
+    sys.argv = ["rmqtool", *map(str, args)]
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        sys.argv, sys.stdin = old_argv, old_stdin
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(*args, timeout: float = 120, **kw):
+    """Run the installed CLI in a subprocess (for tests that need a real process)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, **kw)
