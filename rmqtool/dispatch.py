@@ -1,0 +1,615 @@
+"""The broker's dispatch, vectorized: CommitLog records -> ConsumeQueue units and index keys.
+
+Follows format.md §3.4, §4 and §5. Input is any object with the RecordBatch columns
+(``DispatchColumns``): a ``RecordBatch`` from ``rmqtool.scan`` is fed directly, and
+``RecordColumns.from_records`` builds one from plain strings for tests and ``write``.
+
+* ConsumeQueue: NOT and COMMIT transaction types only; tagsCode = hashCode of the whole
+  TAGS value (0 when absent); ``SCHEDULE_TOPIC_XXXX`` with DELAY level > 0 -> the deliver
+  timestamp. ``build_cq_files`` places units (pre-blank fill when a queue starts above 0).
+* Index: every record except ROLLBACK; keys ``topic#UNIQ_KEY`` first, then each KEYS token
+  (split on single spaces, empty tokens skipped). ``IndexBuilder`` turns the key stream into
+  files (rollover, seeding, hashSlotCount, chains by a stable sort on slot).
+
+Hashes are computed with numpy for ASCII spans; spans holding non-ASCII bytes go through
+the scalar Java hash of the decoded string (UTF-16 code units, U+FFFD replacement).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+import numpy as np
+
+from formats import commitlog as cl
+from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
+                                  PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE,
+                               INDEX_SLOT_DTYPE, INVALID_INDEX, KEY_JOINER, entry_position,
+                               index_file_size, slot_position)
+from rmqtool.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
+from rmqtool.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
+
+INT_MAX = (1 << 31) - 1
+_SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
+_SCHEDULE = np.frombuffer(cl.SCHEDULE_TOPIC.encode("ascii"), dtype=np.uint8)
+_JOINER = ord(KEY_JOINER)
+_SPACE = ord(cl.KEY_SEPARATOR)
+
+
+class DispatchColumns(Protocol):
+    """What dispatch reads: per-record columns plus (start, length) spans into ``buf``.
+
+    Length -1 means absent. ``stored_phy_offset`` (the PHYSICALOFFSET field, which the
+    broker dispatches) is used when present, else ``phy_offset``.
+    """
+    buf: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    store_timestamp: np.ndarray
+    sys_flag: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    topic_start: np.ndarray
+    topic_len: np.ndarray
+    tags_start: np.ndarray
+    tags_len: np.ndarray
+    keys_start: np.ndarray
+    keys_len: np.ndarray
+    uniq_start: np.ndarray
+    uniq_len: np.ndarray
+    delay_start: np.ndarray
+    delay_len: np.ndarray
+
+
+@dataclass
+class RecordColumns:
+    """A plain ``DispatchColumns`` built from Python values (tests, ``write``)."""
+    buf: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    store_timestamp: np.ndarray
+    sys_flag: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    topic_start: np.ndarray
+    topic_len: np.ndarray
+    tags_start: np.ndarray
+    tags_len: np.ndarray
+    keys_start: np.ndarray
+    keys_len: np.ndarray
+    uniq_start: np.ndarray
+    uniq_len: np.ndarray
+    delay_start: np.ndarray
+    delay_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.phy_offset)
+
+    @classmethod
+    def from_records(cls, records: Iterable[dict]) -> "RecordColumns":
+        """Records as dicts: phy_offset, size, store_timestamp, sys_flag, queue_id,
+        queue_offset, topic, and optional tags, keys, uniq_key, delay (str or None)."""
+        blob = bytearray()
+        ints = {k: [] for k in ("phy_offset", "size", "store_timestamp", "sys_flag", "queue_id",
+                                "queue_offset")}
+        spans = {n: ([], []) for n in _SPAN_NAMES}
+        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key",
+                  "delay": "delay"}
+        for rec in records:
+            for k in ints:
+                ints[k].append(int(rec.get(k) or 0))
+            for name in _SPAN_NAMES:
+                value = rec.get(source[name])
+                starts, lens = spans[name]
+                if value is None:
+                    starts.append(0)
+                    lens.append(-1)
+                    continue
+                raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+                starts.append(len(blob))
+                lens.append(len(raw))
+                blob += raw
+        cols = {k: np.asarray(v, dtype=np.int64) for k, v in ints.items()}
+        for name, (starts, lens) in spans.items():
+            cols[f"{name}_start"] = np.asarray(starts, dtype=np.int64)
+            cols[f"{name}_len"] = np.asarray(lens, dtype=np.int64)
+        return cls(buf=np.frombuffer(bytes(blob), dtype=np.uint8), **cols)
+
+
+# --- span hashing ------------------------------------------------------------------------
+def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
+
+    One numpy gather for all spans; spans containing bytes >= 0x80 are recomputed with
+    the scalar hash of the decoded string.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
+    n = len(starts)
+    hashes = np.zeros(n, dtype=np.uint32)
+    units = lengths.copy()
+    total = int(lengths.sum())
+    if n == 0 or total == 0:
+        return hashes.view(np.int32), units
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - first[owner]
+    data = buf[starts[owner] + pos]
+    weights = pow31(lengths[owner] - 1 - pos)
+    with np.errstate(over="ignore"):
+        contrib = data.astype(np.uint32) * weights
+    nonempty = np.flatnonzero(lengths > 0)
+    hashes[nonempty] = np.add.reduceat(contrib, first[nonempty])
+    high = np.maximum.reduceat(data, first[nonempty]) >= 0x80
+    for i in nonempty[high].tolist():
+        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
+        text = raw.decode("utf-8", "replace")
+        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
+        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
+    return hashes.view(np.int32), units
+
+
+def _col(batch, name: str) -> np.ndarray:
+    return np.asarray(getattr(batch, name), dtype=np.int64)
+
+
+def _commitlog_offsets(batch) -> np.ndarray:
+    cols = getattr(batch, "columns", None)
+    if isinstance(cols, dict) and "stored_phy_offset" in cols:
+        return np.asarray(cols["stored_phy_offset"], dtype=np.int64)
+    return _col(batch, "phy_offset")
+
+
+# --- per-batch dispatch ---------------------------------------------------------------------
+@dataclass
+class DispatchConfig:
+    delay_levels_ms: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS_MS))
+    index_enabled: bool = True
+
+
+@dataclass
+class BatchDispatch:
+    """What one batch contributes: CQ units (by topic string) and index keys in broker order."""
+    topics: list[str]                      # distinct topics, indexed by cq_topic
+    cq_topic: np.ndarray                   # int32 index into topics
+    cq_queue_id: np.ndarray
+    cq_queue_offset: np.ndarray
+    cq_phy_offset: np.ndarray
+    cq_size: np.ndarray
+    cq_tags_code: np.ndarray
+    key_hash: np.ndarray                   # int32 indexKeyHash (>= 0)
+    key_phy_offset: np.ndarray
+    key_store_timestamp: np.ndarray
+    key_record: np.ndarray                 # record number within the batch, per key
+    records: int                           # records dispatched (after any stop)
+    record_phy_offset: np.ndarray          # commitlog offset of every dispatched record
+    stop: str | None = None                # why dispatch stopped early (broker would stop)
+
+
+def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
+    """Group records by topic bytes: (group id per record, topic text per group)."""
+    n = len(t_start)
+    if n == 0:
+        return np.zeros(0, np.int32), []
+    key = (t_hash.astype(np.int64) & 0xFFFFFFFF) | (t_len.astype(np.int64) << 32)
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    groups = inverse.astype(np.int64)
+    # verify members equal their representative's bytes (hash+length could collide)
+    lens = np.maximum(t_len, 0)
+    rep = first[groups]
+    total = int(lens.sum())
+    if total:
+        owner = np.repeat(np.arange(n), lens)
+        pos = np.arange(total) - (np.cumsum(lens) - lens)[owner]
+        same = buf[t_start[owner] + pos] == buf[t_start[rep[owner]] + pos]
+        bad = np.unique(owner[~same])
+    else:
+        bad = np.zeros(0, np.int64)
+    names = [buf[t_start[i]:t_start[i] + lens[i]].tobytes().decode("utf-8", "replace") for i in first]
+    if len(bad):
+        index = {name: g for g, name in enumerate(names)}
+        for i in bad.tolist():
+            text = buf[t_start[i]:t_start[i] + lens[i]].tobytes().decode("utf-8", "replace")
+            if text not in index:
+                index[text] = len(names)
+                names.append(text)
+            groups[i] = index[text]
+    return groups.astype(np.int32), names
+
+
+def _keys_tokens(buf, k_start, k_len):
+    """Tokens of every KEYS value split on single spaces, empty tokens dropped.
+
+    Returns (record, token start in buf, token length, ordinal within record)."""
+    lens = np.maximum(k_len, 0)
+    total = int(lens.sum())
+    if total == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    n = len(k_start)
+    owner = np.repeat(np.arange(n), lens)
+    first = np.cumsum(lens) - lens
+    pos = np.arange(total) - first[owner]
+    at = k_start[owner] + pos
+    space = buf[at] == _SPACE
+    prev_space = np.ones(total, dtype=bool)
+    prev_space[1:] = space[:-1]
+    prev_space[pos == 0] = True
+    next_space = np.ones(total, dtype=bool)
+    next_space[:-1] = space[1:]
+    next_space[pos == lens[owner] - 1] = True
+    begins = np.flatnonzero(~space & prev_space)
+    ends = np.flatnonzero(~space & next_space)
+    rec = owner[begins]
+    # ordinal of the token inside its record: rank among tokens of the same record
+    counts = np.bincount(rec, minlength=n)
+    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
+    return rec, at[begins], ends - begins + 1, ordinal
+
+
+def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None) -> BatchDispatch:
+    """CQ units and index keys of one batch, in the broker's order."""
+    config = config or DispatchConfig()
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    phy = _commitlog_offsets(batch)
+    n = len(phy)
+    size = _col(batch, "size")
+    ts = _col(batch, "store_timestamp")
+    sys_flag = _col(batch, "sys_flag")
+    qid = _col(batch, "queue_id")
+    qoff = _col(batch, "queue_offset")
+    t_start, t_len = _col(batch, "topic_start"), np.maximum(_col(batch, "topic_len"), 0)
+    tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
+    k_start, k_len = _col(batch, "keys_start"), _col(batch, "keys_len")
+    u_start, u_len = _col(batch, "uniq_start"), _col(batch, "uniq_len")
+    d_start, d_len = _col(batch, "delay_start"), _col(batch, "delay_len")
+
+    # --- tagsCode, with the SCHEDULE topic's deliver time -----------------------------
+    tag_hash, _ = span_hashes(buf, tag_start, tag_len)
+    tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
+    stop = None
+    sched = np.zeros(n, dtype=bool)
+    cand = np.flatnonzero((t_len == len(_SCHEDULE)) & (d_len >= 0))
+    if len(cand):
+        eq = (buf[t_start[cand][:, None] + np.arange(len(_SCHEDULE))] == _SCHEDULE).all(axis=1)
+        sched[cand[eq]] = True
+    for i in np.flatnonzero(sched).tolist():
+        text = buf[d_start[i]:d_start[i] + d_len[i]].tobytes().decode("utf-8", "replace")
+        level = parse_level(text)
+        if level is None:
+            # Integer.parseInt throws inside checkMessageAndReturnSize: the broker's
+            # reput stops at this record and dispatches nothing from here on.
+            stop = f"DELAY value {text!r} is not an int at commitlog offset {int(phy[i])}"
+            n = i
+            break
+        level = min(level, len(config.delay_levels_ms))
+        if level > 0:
+            tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
+    if n < len(phy):
+        cut = slice(0, n)
+        phy, size, ts, sys_flag, qid, qoff = (a[cut] for a in (phy, size, ts, sys_flag, qid, qoff))
+        t_start, t_len, k_start, k_len, u_start, u_len = (
+            a[cut] for a in (t_start, t_len, k_start, k_len, u_start, u_len))
+        tags_code = tags_code[cut]
+
+    tx = sys_flag & cl.TRANSACTION_MASK
+    topic_hash, topic_units = span_hashes(buf, t_start, t_len)
+    groups, topics = _topic_groups(buf, t_start, t_len, topic_hash)
+
+    in_cq = (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+    cq_rows = np.flatnonzero(in_cq)
+
+    # --- index keys -------------------------------------------------------------------------
+    if config.index_enabled:
+        indexed = tx != cl.TRANSACTION_ROLLBACK_TYPE
+        prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
+        u_rows = np.flatnonzero(indexed & (u_len >= 0))
+        uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])
+        k_ok = indexed & (k_len > 0)
+        rec, tok_start, tok_len, ordinal = _keys_tokens(buf, np.where(k_ok, k_start, 0),
+                                                         np.where(k_ok, k_len, 0))
+        th, tu = span_hashes(buf, tok_start, tok_len)
+        key_rec = np.concatenate([u_rows, rec])
+        key_ord = np.concatenate([np.zeros(len(u_rows), np.int64), ordinal + 1])
+        raw = np.concatenate([combine_hash(prefix[u_rows], uh, uu),
+                              combine_hash(prefix[rec], th, tu)])
+        order = np.lexsort((key_ord, key_rec))
+        key_rec = key_rec[order]
+        key_hash = index_key_hash_array(raw[order])
+    else:
+        key_rec = np.zeros(0, np.int64)
+        key_hash = np.zeros(0, np.int32)
+    return BatchDispatch(
+        topics=topics, cq_topic=groups[cq_rows], cq_queue_id=qid[cq_rows],
+        cq_queue_offset=qoff[cq_rows], cq_phy_offset=phy[cq_rows], cq_size=size[cq_rows],
+        cq_tags_code=tags_code[cq_rows], key_hash=key_hash, key_phy_offset=phy[key_rec],
+        key_store_timestamp=ts[key_rec], key_record=key_rec, records=n,
+        record_phy_offset=phy, stop=stop)
+
+
+# --- ConsumeQueue ----------------------------------------------------------------------------
+@dataclass
+class QueueUnits:
+    """All units of one (topic, queue) in dispatch order."""
+    topic: str
+    queue_id: int
+    queue_offset: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    tags_code: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.queue_offset)
+
+
+class CqCollector:
+    """Accumulates CQ units of many batches, grouped by (topic, queue)."""
+
+    def __init__(self):
+        self._parts: dict[tuple[str, int], list[tuple]] = {}
+
+    def add(self, d: BatchDispatch, only: set | None = None) -> None:
+        if not len(d.cq_topic):
+            return
+        key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        key_sorted = key[order]
+        cuts = np.flatnonzero(np.diff(key_sorted)) + 1
+        for grp in np.split(order, cuts):
+            g0 = grp[0]
+            qk = (d.topics[int(d.cq_topic[g0])], int(d.cq_queue_id[g0]))
+            if only is not None and not _selected(qk, only):
+                continue
+            self._parts.setdefault(qk, []).append(
+                (d.cq_queue_offset[grp], d.cq_phy_offset[grp], d.cq_size[grp], d.cq_tags_code[grp]))
+
+    def queues(self) -> list[QueueUnits]:
+        out = []
+        for (topic, qid), parts in sorted(self._parts.items()):
+            cols = [np.concatenate([p[i] for p in parts]) for i in range(4)]
+            out.append(QueueUnits(topic, qid, *cols))
+        return out
+
+
+def _selected(key: tuple[str, int], only: set) -> bool:
+    topic, qid = key
+    return (topic, qid) in only or (topic, None) in only
+
+
+@dataclass
+class CqFiles:
+    """File start offset -> file bytes, plus what placement noticed."""
+    files: dict[int, bytes]
+    units: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
+    """Place a queue's units like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3).
+
+    The first unit creates the first file at its aligned offset; if it is not at the file
+    start the gap is filled with pre-blank units. Later units are appended at the write
+    position: repeats (queue offset or commitlog end below what is written) are skipped,
+    a gap is reported and the unit still appended where the writer stands.
+    """
+    if file_size <= 0 or file_size % CQ_UNIT_SIZE:
+        raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+    n = len(q)
+    if n == 0:
+        return CqFiles({}, 0)
+    qoff, phy, size, tags = q.queue_offset, q.phy_offset, q.size, q.tags_code
+    warnings: list[str] = []
+    start = int(qoff[0]) * CQ_UNIT_SIZE
+    contiguous = bool((np.diff(qoff) == 1).all()) and bool(
+        (np.diff(phy + size) > 0).all() if n > 1 else True)
+    if contiguous:
+        keep = np.arange(n)
+    else:
+        keep_list, written_end, max_phy = [], start, -1
+        for i in range(n):
+            expect = int(qoff[i]) * CQ_UNIT_SIZE
+            end_phy = int(phy[i] + size[i])
+            if end_phy <= max_phy or (i and expect < written_end):
+                warnings.append(f"{q.topic}/{q.queue_id}: repeated unit at queue offset {int(qoff[i])} skipped")
+                continue
+            if i and expect != written_end:
+                warnings.append(f"{q.topic}/{q.queue_id}: queue offset {int(qoff[i])} written at "
+                                f"{written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
+            keep_list.append(i)
+            written_end += CQ_UNIT_SIZE
+            max_phy = end_phy
+        keep = np.asarray(keep_list, dtype=np.int64)
+    units = np.zeros(len(keep), dtype=CQ_UNIT_DTYPE)
+    units["commitlog_offset"] = phy[keep]
+    units["size"] = size[keep]
+    units["tags_code"] = tags[keep]
+    first_file = start - start % file_size
+    lead = (start - first_file) // CQ_UNIT_SIZE
+    logical = np.zeros(lead + len(units), dtype=CQ_UNIT_DTYPE)
+    if lead:
+        logical["commitlog_offset"][:lead] = PRE_BLANK_COMMITLOG_OFFSET
+        logical["size"][:lead] = PRE_BLANK_SIZE
+        logical["tags_code"][:lead] = PRE_BLANK_TAGS_CODE
+    logical[lead:] = units
+    raw = logical.tobytes()
+    files = {}
+    for off in range(0, len(raw), file_size):
+        chunk = raw[off:off + file_size]
+        files[first_file + off] = chunk + bytes(file_size - len(chunk))
+    return CqFiles(files, len(units), warnings)
+
+
+# --- IndexFile -------------------------------------------------------------------------------
+@dataclass
+class IndexFileImage:
+    """One index file's content: header values, the used slots and the entries."""
+    header: np.ndarray            # INDEX_HEADER_DTYPE, shape (1,)
+    slots: np.ndarray             # int32 slot values (length hash_slots)
+    entries: np.ndarray           # INDEX_ENTRY_DTYPE, entries 1..count-1 (entry 0 excluded)
+    hash_slots: int
+    index_entries: int
+
+    @property
+    def full(self) -> bool:
+        return int(self.header["index_count"][0]) >= self.index_entries
+
+    def to_bytes(self) -> bytes:
+        out = bytearray(index_file_size(self.hash_slots, self.index_entries))
+        out[0:INDEX_HEADER_DTYPE.itemsize] = self.header.tobytes()
+        s0 = slot_position(self.hash_slots, 0)
+        out[s0:s0 + 4 * self.hash_slots] = self.slots.astype(INDEX_SLOT_DTYPE).tobytes()
+        e1 = entry_position(self.hash_slots, FIRST_INDEX)
+        data = self.entries.tobytes()
+        out[e1:e1 + len(data)] = data
+        return bytes(out)
+
+    def write_to(self, fd: int) -> None:
+        """Write into an open file: truncate to size, then only the non-zero regions."""
+        import os
+        os.ftruncate(fd, index_file_size(self.hash_slots, self.index_entries))
+        os.pwrite(fd, self.header.tobytes(), 0)
+        used = np.flatnonzero(self.slots)
+        if len(used):
+            lo, hi = int(used[0]), int(used[-1]) + 1
+            os.pwrite(fd, self.slots[lo:hi].astype(INDEX_SLOT_DTYPE).tobytes(),
+                      slot_position(self.hash_slots, lo))
+        if len(self.entries):
+            _pwrite_all(fd, self.entries.tobytes(), entry_position(self.hash_slots, FIRST_INDEX))
+
+
+def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
+    import os
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view[:1 << 30], pos)
+        view, pos = view[done:], pos + done
+
+
+def build_index_image(key_hash: np.ndarray, phy: np.ndarray, ts: np.ndarray, hash_slots: int,
+                      index_entries: int, seed_phy: int = 0, seed_ts: int = 0) -> IndexFileImage:
+    """One index file holding these keys (at most index_entries - 1), as IndexFile.putKey builds it.
+
+    ``seed_phy``/``seed_ts`` are the previous file's end (0 for the first file); the first
+    entry's timeDiff is computed against ``seed_ts`` (format.md §5.4).
+    """
+    n = len(key_hash)
+    if n > index_entries - 1:
+        raise ValueError(f"{n} keys do not fit an index file of {index_entries} entries")
+    header = np.zeros(1, dtype=INDEX_HEADER_DTYPE)
+    slots = np.zeros(hash_slots, dtype=np.int32)
+    entries = np.zeros(n, dtype=INDEX_ENTRY_DTYPE)
+    if seed_phy > 0:
+        header["begin_phy_offset"] = header["end_phy_offset"] = seed_phy
+    if seed_ts > 0:
+        header["begin_timestamp"] = header["end_timestamp"] = seed_ts
+    header["index_count"] = FIRST_INDEX       # written by the clean-shutdown flush
+    if n == 0:
+        return IndexFileImage(header, slots, entries, hash_slots, index_entries)
+    key_hash = np.asarray(key_hash, dtype=np.int64)
+    ts = np.asarray(ts, dtype=np.int64)
+    number = np.arange(FIRST_INDEX, FIRST_INDEX + n, dtype=np.int64)
+    slot = key_hash % hash_slots
+    order = np.argsort(slot, kind="stable")
+    s_sorted = slot[order]
+    prev = np.zeros(n, dtype=np.int64)
+    same = s_sorted[1:] == s_sorted[:-1]
+    prev[order[1:][same]] = number[order[:-1][same]]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = ~same
+    slots[s_sorted[last]] = number[order[last]]
+    begin = np.full(n, int(ts[0]), dtype=np.int64)
+    begin[0] = seed_ts
+    diff = ts - begin
+    time_diff = np.where(diff < 0, 0, diff // 1000)
+    time_diff = np.minimum(time_diff, INT_MAX)
+    time_diff[begin <= 0] = 0
+    entries["key_hash"] = key_hash
+    entries["phy_offset"] = phy
+    entries["time_diff"] = time_diff
+    entries["prev_index"] = np.where(prev > 0, prev, INVALID_INDEX)
+    header["begin_timestamp"] = ts[0]
+    header["end_timestamp"] = ts[-1]
+    header["begin_phy_offset"] = phy[0]
+    header["end_phy_offset"] = phy[-1]
+    header["hash_slot_count"] = int(last.sum())
+    header["index_count"] = FIRST_INDEX + n
+    return IndexFileImage(header, slots, entries, hash_slots, index_entries)
+
+
+class IndexBuilder:
+    """Turns the key stream into index files, as IndexService.buildIndex does.
+
+    Every dispatched record first makes sure an index file is open (a new one when the
+    last is full, seeded with its end offset and timestamp); a record whose keys overflow
+    a file continues in the next. Full files go to ``sink(image)`` as soon as they fill;
+    ``finish`` emits the open one (possibly empty). To continue after kept files, pass
+    their end as the seed and how many keys of the record at ``seed_phy`` they already hold.
+    """
+
+    def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
+                 seed_ts: int = 0, skip_keys_at_seed: int = 0):
+        self.hash_slots, self.index_entries = hash_slots, index_entries
+        self.capacity = index_entries - 1
+        if self.capacity < 1:
+            raise ValueError("an index file needs at least 2 entries (entry 0 is never used)")
+        self.sink = sink
+        self.seed_phy, self.seed_ts = seed_phy, seed_ts
+        self.skip_at_seed = skip_keys_at_seed
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_n = 0
+        self._open = False
+        self._filled_at: int | None = seed_phy if (seed_phy or seed_ts) else None
+        self.files = 0
+        self.entries = 0
+
+    def _record_arrives(self, record_phy: np.ndarray) -> None:
+        if self._open or not len(record_phy):
+            return
+        if self._filled_at is None or bool((record_phy > self._filled_at).any()):
+            self._open = True
+
+    def add(self, key_hash, phy, ts, record_phy) -> None:
+        key_hash = np.asarray(key_hash)
+        phy = np.asarray(phy, dtype=np.int64)
+        ts = np.asarray(ts, dtype=np.int64)
+        record_phy = np.asarray(record_phy, dtype=np.int64)
+        if self.seed_phy > 0:
+            keep = phy >= self.seed_phy        # below the open file's end: already indexed
+            if self.skip_at_seed:
+                at_seed = np.flatnonzero(phy == self.seed_phy)[:self.skip_at_seed]
+                keep[at_seed] = False
+                self.skip_at_seed -= len(at_seed)
+            key_hash, phy, ts = key_hash[keep], phy[keep], ts[keep]
+            record_phy = record_phy[record_phy >= self.seed_phy]
+        self._record_arrives(record_phy)
+        pos = 0
+        while pos < len(key_hash):
+            take = min(self.capacity - self._pending_n, len(key_hash) - pos)
+            self._pending.append((key_hash[pos:pos + take], phy[pos:pos + take], ts[pos:pos + take]))
+            self._pending_n += take
+            self._open = True
+            pos += take
+            if self._pending_n == self.capacity:
+                self._flush()
+                self._filled_at = int(phy[pos - 1])
+        self._record_arrives(record_phy)
+
+    def _flush(self) -> None:
+        parts = self._pending
+        kh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int32)
+        ph = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        tt = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+        image = build_index_image(kh, ph, tt, self.hash_slots, self.index_entries,
+                                  self.seed_phy, self.seed_ts)
+        self._pending, self._pending_n = [], 0
+        self._open = False
+        self.files += 1
+        self.entries += len(kh)
+        self.seed_phy = int(image.header["end_phy_offset"][0])
+        self.seed_ts = int(image.header["end_timestamp"][0])
+        self.sink(image)
+
+    def finish(self) -> None:
+        if self._open:
+            self._flush()
