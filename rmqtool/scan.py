@@ -371,10 +371,9 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
     inside = (owner_one >= 0) & (ones < p_end[np.maximum(owner_one, 0)])
     ones = ones[inside]
     # segments: start at the record start and after each 0x02; end at next 0x02 or record end
-    seg_start = np.concatenate([p_start, seps + 1])
-    seg_owner = np.concatenate([np.arange(len(rec)), owner_sep])
-    order = np.lexsort((seg_start, seg_owner))
-    seg_start, seg_owner = seg_start[order], seg_owner[order]
+    # records' property spans are disjoint and ascending, so position order is (owner, position) order
+    seg_start = np.sort(np.concatenate([p_start, seps + 1]))
+    seg_owner = np.searchsorted(p_start, seg_start, side="right") - 1
     seg_end = np.empty_like(seg_start)
     seg_end[:-1] = seg_start[1:] - 1
     last_of_owner = np.ones(len(seg_start), dtype=bool)
