@@ -1,0 +1,63 @@
+"""`rmqtool export STORE... --to DIR`: records to Parquet / JSON lines, partitioned by topic."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from rmqtool.cli.common import CommitlogDirsOpt, app, check_choice, emit, open_store, parse_time, stderr
+from rmqtool.dump import RecordFilter, check_range
+
+EngineOpt = typer.Option("local", "--engine", help="local (default) | spark")
+JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
+MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
+RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
+SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
+SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
+
+
+def make_engine(engine: str, jobs: int, master: Optional[str], remote: Optional[str],
+                spark_conf: Optional[List[str]]):
+    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf options."""
+    from rmqtool.engines import ENGINES, default_jobs, get_engine
+    check_choice(engine, ENGINES, "--engine")
+    return get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
+                      spark_conf=spark_conf or ())
+
+
+@app.command("export")
+def export_command(
+    stores: List[str] = typer.Argument(..., help="store roots (several paths or a quoted glob)"),
+    to: str = typer.Option(..., "--to", help="destination directory (shared storage for Spark)"),
+    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet | jsonl"),
+    topic: Optional[str] = typer.Option(None, "--topic"),
+    queue: Optional[int] = typer.Option(None, "--queue"),
+    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="commitlog offset, inclusive"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="commitlog offset, exclusive"),
+    begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
+    end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
+    body: str = typer.Option("none", "--body", help="none | raw (bytes) | text (UTF-8, inflated)"),
+    force: bool = typer.Option(False, "--force", help="replace a previous export in --to"),
+    engine: str = EngineOpt,
+    jobs: int = JobsOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Export every MESSAGE of one or many stores, one row each with its store name."""
+    from rmqtool.export import EXPORT_FORMATS, export, open_stores
+    check_choice(fmt, EXPORT_FORMATS, "--format")
+    check_choice(body, ("none", "raw", "text"), "--body")
+    flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
+                       parse_time(end, "--end"))
+    check_range(flt)
+    opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
+    with make_engine(engine, jobs, master, remote, spark_conf) as eng:
+        summary = export(opened, to, eng, fmt=fmt, body=body, flt=flt, split_size=split_size, force=force)
+    stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
+                 f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
+                 markup=False)
+    emit([{"topic": t, "rows": n} for t, n in sorted(summary["topics"].items())], "table",
+         ["topic", "rows"], title="exported")

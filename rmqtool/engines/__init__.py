@@ -1,0 +1,227 @@
+"""One pipeline, two engines: tasks over CommitLog byte ranges, run locally or on Spark.
+
+The unit of work is a ``Task``: the records whose start lies in ``[lo, hi)`` of one
+CommitLog file. A task with ``lo > 0`` finds its first record with the resync rule (a
+MESSAGE magic at p+4 and a stored PHYSICALOFFSET equal to file base + p). A stage is a
+function ``fn(task, batches) -> iterable of pyarrow.RecordBatch`` over the scanner's
+record batches; ``Engine.run(tasks, fn, schema)`` runs it for every task and returns
+the concatenated output in task order.
+
+After the tasks ran, the engine checks each file's chain: task k must start exactly
+where task k-1's walk left off (and nothing is reachable after a BLANK, a zero tail or a
+corrupt record). A task that resynced elsewhere (corruption, or a false MAGIC match
+inside a body) is discarded and re-run from the right place, so a split file gives
+exactly the records of one sequential walk of that file (``rmqtool.scan.FileScan``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from rmqtool.errors import FileChangedError, RmqError, UsageError
+
+#: default byte-range size of one task (a 1 GiB CommitLog file becomes 8 tasks)
+DEFAULT_SPLIT_SIZE = 128 << 20
+ENGINES = ("local", "spark")
+#: status columns appended to every stage's output while it travels through an engine
+STATUS_FIELDS = ("_task", "_seq", "_start", "_end_kind", "_end_pos")
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: int
+    store: str              # store (broker) name carried by every row
+    path: str               # CommitLog file, opened by the worker itself
+    file_base: int          # commitlog offset of the file's first byte
+    lo: int                 # first byte of the range (records starting here or later)
+    hi: int                 # end of the range (exclusive) for record starts
+    exact: bool = False     # lo is a known record start: no resync
+    skip: bool = False      # unreachable by the sequential walk: produce nothing
+
+    @property
+    def file_key(self) -> tuple[str, str]:
+        return self.store, self.path
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    task_id: int
+    start: int | None       # first position walked (None: no record start in range)
+    end_kind: str
+    end_pos: int
+
+
+def store_names(paths: Sequence[str | Path]) -> list[str]:
+    """A name per store: the directory name, or the full path where names collide."""
+    base = [Path(p).resolve().name or str(Path(p).resolve()) for p in paths]
+    return [b if base.count(b) == 1 else str(Path(p).resolve()) for b, p in zip(base, paths)]
+
+
+def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_SPLIT_SIZE,
+               offset_range: tuple[int | None, int | None] = (None, None)) -> list[Task]:
+    """Tasks over every CommitLog file of every ``(name, Store)``; files wholly outside
+    ``offset_range`` ([from, to) commitlog offsets) are left out."""
+    if split_size <= 0:
+        raise UsageError(f"split size must be positive, not {split_size}")
+    lo_off, hi_off = offset_range
+    tasks: list[Task] = []
+    for name, store in stores:
+        for seg in store.commitlog.files:
+            size = seg.size
+            if lo_off is not None and seg.start + max(size, 1) <= lo_off:
+                continue
+            if hi_off is not None and seg.start >= hi_off:
+                continue
+            for lo in range(0, max(size, 1), split_size):
+                tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo,
+                                  min(lo + split_size, size), exact=lo == 0))
+    return tasks
+
+
+def scan_task(task: Task, check_crc: bool = False) -> tuple[Iterator, Callable[[], TaskStatus]]:
+    """(record batches of the task, a function giving its status once they are consumed)."""
+    from rmqtool.scan import END_RANGE, END_TORN, FileScan, find_record_start
+    state: dict = {}
+
+    def batches():
+        if task.skip:
+            state["status"] = TaskStatus(task.task_id, None, "skipped", task.lo)
+            return
+        start = task.lo if task.exact else find_record_start(task.path, task.file_base, task.lo, task.hi)
+        if start is None or start >= task.hi:
+            state["status"] = TaskStatus(task.task_id, None, END_RANGE, task.hi)
+            return
+        scan = FileScan(task.path, task.file_base, lo=start, hi=task.hi, check_crc=check_crc)
+        try:
+            yield from scan
+        except FileChangedError as exc:
+            state["status"] = TaskStatus(task.task_id, start, END_TORN, exc.offset or start)
+            return
+        state["status"] = TaskStatus(task.task_id, start, scan.end.kind, scan.end.position)
+
+    def status() -> TaskStatus:
+        return state["status"]
+    return batches(), status
+
+
+def check_chains(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> tuple[list[Task], list[int]]:
+    """Compare each file's tasks with one sequential walk.
+
+    Returns (tasks to run again with a corrected start, ids of tasks whose output must be
+    discarded). Only the first wrong task of each file is corrected per round; the
+    tasks after it are judged again once it has been re-run.
+    """
+    from rmqtool.scan import END_RANGE
+    by_file: dict = {}
+    for t in tasks:
+        by_file.setdefault(t.file_key, []).append(t)
+    rerun, discard = [], []
+    for file_tasks in by_file.values():
+        file_tasks.sort(key=lambda t: t.lo)
+        first = file_tasks[0]
+        st0 = statuses[first.task_id]
+        # a file planned from its start begins at 0; otherwise trust the first resync
+        expected: int | None = 0 if first.lo == 0 else (st0.start if st0.start is not None else first.hi)
+        for t in file_tasks:
+            st = statuses[t.task_id]
+            if t.skip:
+                continue
+            if expected is None or expected >= t.hi:
+                # unreachable (the walk ended before), or inside one record spanning the range
+                if st.start is not None:
+                    discard.append(t.task_id)
+                    rerun.append(replace(t, skip=True))
+                continue
+            if st.start != expected:
+                discard.append(t.task_id)
+                rerun.append(replace(t, lo=expected, exact=True))
+                break
+            expected = st.end_pos if st.end_kind == END_RANGE else None
+    return rerun, discard
+
+
+class Engine:
+    """Runs a stage over tasks; subclasses provide ``_execute``."""
+
+    name = "engine"
+
+    def run(self, tasks: Sequence[Task], fn, schema, on_discard=None):
+        """Run ``fn`` for every task; returns a pyarrow Table (``schema``) in task order.
+
+        ``on_discard(table)`` is called with the output of a task that is thrown away (so a
+        stage that wrote files can remove them) before that task runs again.
+        """
+        import pyarrow as pa
+        tasks = list(tasks)
+        by_id = {t.task_id: t for t in tasks}
+        outputs: dict[int, pa.Table] = {}
+        statuses: dict[int, TaskStatus] = {}
+        todo = tasks
+        for _ in range(len(tasks) + 1):
+            if not todo:
+                break
+            for status, table in self._execute(todo, fn, schema):
+                statuses[status.task_id] = status
+                outputs[status.task_id] = table
+            current = [by_id[i] for i in sorted(by_id)]
+            rerun, discard = check_chains(current, statuses)
+            for tid in discard:
+                if on_discard is not None and outputs[tid].num_rows:
+                    on_discard(outputs[tid])
+                outputs[tid] = schema.empty_table()
+            for t in rerun:
+                by_id[t.task_id] = t
+            todo = rerun
+        tables = [outputs[i] for i in sorted(outputs)]
+        return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+
+    def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, object]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def run_one(task: Task, fn, check_crc: bool = False):
+    """Run ``fn`` over one task in this process: (status, list of pyarrow RecordBatches)."""
+    batches, status = scan_task(task, check_crc)
+    out = list(fn(task, batches))
+    for _ in batches:        # fn may stop early; the walk still has to reach the range end
+        pass
+    return status(), out
+
+
+def get_engine(name: str = "local", *, jobs: int | None = None, master: str | None = None,
+               remote: str | None = None, spark_conf: Sequence[str] = (), spark=None) -> Engine:
+    """The engine called ``name``: ``local`` (``jobs`` processes) or ``spark``."""
+    if name == "local":
+        from rmqtool.engines.local import LocalEngine
+        return LocalEngine(jobs=jobs)
+    if name == "spark":
+        from rmqtool.engines.spark import SparkEngine
+        return SparkEngine(master=master, remote=remote, conf=spark_conf, session=spark)
+    raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {name!r}")
+
+
+def run_tasks(tasks: Sequence[Task], fn, schema, engine: Engine | str = "local", **options):
+    """Convenience: run a stage on a named engine (or an Engine) and return its Table."""
+    if isinstance(engine, Engine):
+        return engine.run(tasks, fn, schema)
+    with get_engine(engine, **options) as eng:
+        return eng.run(tasks, fn, schema)
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+__all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "run_one",
+           "get_engine", "run_tasks", "store_names", "DEFAULT_SPLIT_SIZE", "RmqError"]

@@ -1,0 +1,41 @@
+"""The local engine: tasks run in this process, or in a pool of worker processes."""
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from typing import Iterable, Sequence
+
+import pyarrow as pa
+
+from rmqtool.engines import Engine, Task, TaskStatus, run_one
+
+
+def _run(task: Task, fn, schema) -> tuple[TaskStatus, pa.Table]:
+    status, batches = run_one(task, fn)
+    table = pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+    return status, table
+
+
+class LocalEngine(Engine):
+    """numpy in-process (``jobs`` = 1) or a process pool across tasks."""
+
+    name = "local"
+
+    def __init__(self, jobs: int | None = 1):
+        self.jobs = max(1, jobs or 1)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, pa.Table]]:
+        if self.jobs == 1 or len(tasks) == 1:
+            for t in tasks:
+                yield _run(t, fn, schema)
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+        futures = [self._pool.submit(_run, t, fn, schema) for t in tasks]
+        for f in futures:
+            yield f.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
