@@ -18,7 +18,7 @@ from formats.indexfile import KEY_JOINER
 from rmqtool.errors import RmqError, UsageError
 from rmqtool.javahash import index_key_hash
 from rmqtool.query.indexwalk import IndexSet
-from rmqtool.query.records import RecordReader, scan_batch
+from rmqtool.query.records import RecordReader, match_kind, scan_batch
 
 LONG_MAX = (1 << 63) - 1
 UPSTREAM_MAX_NUM = 64          # maxMsgsNumBatch: IndexService caps maxNum at this
@@ -89,7 +89,7 @@ def open_index(store, notes: list[str]) -> IndexSet | None:
 
 def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: int = LONG_MAX,
               max_num: int | None = None, raw: bool = False, scan: bool = False,
-              uniq_only: bool = False) -> KeyResult:
+              uniq_only: bool = False, rollback: bool = False) -> KeyResult:
     if not key:
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
@@ -117,8 +117,8 @@ def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: in
                     res.notes.append("falling back to a CommitLog scan")
                 gaps = uncovered_ranges(store, None)
             for lo, hi in gaps:
-                res.scanned_bytes += _scan_range(store, lo, hi, key, topic, begin, end, uniq_only,
-                                                 found, res)
+                res.scanned_bytes += _scan_range(store, lo, hi, key, topic, begin, end,
+                                                 (uniq_only, rollback), found, res)
         finally:
             reader.close()
     finally:
@@ -144,7 +144,6 @@ def _index_hits(index, reader, res, key, begin, end, uniq_only, found) -> None:
             if batch is None:
                 res.unconfirmed += 1
                 continue
-            from rmqtool.query.records import match_kind
             kind = match_kind(batch, 0, key, t, uniq_only)
             ts = int(batch.store_timestamp[0])
             if kind and begin <= ts <= end:
@@ -175,7 +174,7 @@ def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in gaps if lo < hi]
 
 
-def _scan_range(store, lo, hi, key, topic, begin, end, uniq_only, found, res) -> int:
+def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
     from rmqtool.scan import END_CORRUPT, FileScan, find_record_start
     scanned = 0
     cl = store.commitlog
@@ -186,22 +185,22 @@ def _scan_range(store, lo, hi, key, topic, begin, end, uniq_only, found, res) ->
         stop = min(hi - seg.start, cl.file_size)
         try:
             scan = FileScan(seg.path, seg.start, lo=start, hi=stop)
-            scanned += _consume(scan, key, topic, begin, end, uniq_only, found)
+            scanned += _consume(scan, key, topic, begin, end, how, found)
             if scan.end is not None and scan.end.kind == END_CORRUPT and scan.end.position == start:
                 again = find_record_start(seg.path, seg.start, start + 1, stop)
                 if again is not None:
                     res.notes.append(f"{seg.path}@{start}: no record starts there; resumed at {again}")
                     scan = FileScan(seg.path, seg.start, lo=again, hi=stop)
-                    scanned += _consume(scan, key, topic, begin, end, uniq_only, found)
+                    scanned += _consume(scan, key, topic, begin, end, how, found)
         except RmqError as exc:
             res.notes.append(f"scan stopped: {exc}")
     return scanned
 
 
-def _consume(scan, key, topic, begin, end, uniq_only, found) -> int:
+def _consume(scan, key, topic, begin, end, how, found) -> int:
     scanned = 0
     for batch in scan:
-        for row, kind in scan_batch(batch, key, topic, begin, end, uniq_only):
+        for row, kind in scan_batch(batch, key, topic, begin, end, *how):
             phy = int(batch.phy_offset[row])
             if phy not in found:
                 found[phy] = Hit(batch, row, phy, kind, False)

@@ -72,12 +72,13 @@ def is_rollback(batch: RecordBatch, i: int) -> bool:
     return cl.transaction_type(int(batch.sys_flag[i])) == cl.TRANSACTION_ROLLBACK_TYPE
 
 
-def match_kind(batch: RecordBatch, i: int, key: str, topic: str | None, uniq_only: bool = False) -> str | None:
+def match_kind(batch: RecordBatch, i: int, key: str, topic: str | None, uniq_only: bool = False,
+               rollback: bool = False) -> str | None:
     """How record ``i`` carries ``key`` as the broker indexes it: its UNIQ_KEY or a KEYS token.
 
-    ROLLBACK records are never indexed by the broker and never match.
+    ROLLBACK records are never indexed by the broker and match only with ``rollback``.
     """
-    if is_rollback(batch, i):
+    if not rollback and is_rollback(batch, i):
         return None
     if topic is not None and batch.topic(i) != topic:
         return None
@@ -92,7 +93,7 @@ def match_kind(batch: RecordBatch, i: int, key: str, topic: str | None, uniq_onl
 
 
 def scan_batch(batch: RecordBatch, key: str, topic: str | None, begin: int, end: int,
-               uniq_only: bool = False) -> list[tuple[int, str]]:
+               uniq_only: bool = False, rollback: bool = False) -> list[tuple[int, str]]:
     """(row, match kind) of every record of a batch that carries ``key`` in [begin, end].
 
     Vectorized prefilter on bytes (UNIQ_KEY equal, or the key as a space-delimited token
@@ -118,7 +119,7 @@ def scan_batch(batch: RecordBatch, key: str, topic: str | None, begin: int, end:
     rows = np.flatnonzero(cand)
     out = []
     for i in rows.tolist():
-        kind = match_kind(batch, i, key, topic, uniq_only)
+        kind = match_kind(batch, i, key, topic, uniq_only, rollback)
         if kind:
             out.append((i, kind))
     return out

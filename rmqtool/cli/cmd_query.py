@@ -1,0 +1,179 @@
+"""`query-key`, `query-id`, `query-queue`: find messages the way the broker does, offline."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
+                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time,
+                                open_store, parse_time, stderr, stdout)
+from rmqtool.errors import EXIT_FINDINGS, UsageError
+
+TABLE_COLUMNS = ["phy_offset", "topic", "queue_id", "queue_offset", "store_time", "keys", "uniq_key"]
+
+
+def _notes(notes) -> None:
+    for n in dict.fromkeys(notes):
+        stderr.print(f"note: {n}", markup=False)
+
+
+def _table_rows(records: list[dict], extra: list[str]) -> list[dict]:
+    rows = []
+    for r in records:
+        row = dict(r)
+        row["store_time"] = format_time(r.get("store_timestamp"))
+        rows.append(row)
+    return rows
+
+
+def _render(records: list[dict], fmt: str, extra: list[str], title: str) -> None:
+    if fmt == "table":
+        emit(_table_rows(records, extra), "table", TABLE_COLUMNS + extra, title=title)
+    else:
+        emit(records, fmt)
+
+
+@app.command("query-key")
+def query_key_command(
+    store: str = typer.Argument(..., help="store root"),
+    key: str = typer.Argument(..., help="message key (a KEYS token) or UNIQ_KEY"),
+    topic: Optional[str] = typer.Option(None, "--topic", "-t",
+                                        help="topic; default: every topic named by consumequeue/ "
+                                             "directories and config/topics.json"),
+    begin: Optional[str] = typer.Option(None, "--begin", help="earliest store time (epoch ms or ISO-8601, UTC default)"),
+    end: Optional[str] = typer.Option(None, "--end", help="latest store time (epoch ms or ISO-8601, UTC default)"),
+    max_num: Optional[int] = typer.Option(None, "--max", help="at most N results (no cap by default)"),
+    raw: bool = typer.Option(False, "--raw", help="upstream's unconfirmed hash hits in upstream's order "
+                                                   "(--max capped at 64 like the broker)"),
+    scan: bool = typer.Option(False, "--scan", help="ignore the index: scan the whole CommitLog"),
+    fmt: str = FormatOpt,
+    body: str = BodyOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+):
+    """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog."""
+    from rmqtool.query.bykey import LONG_MAX, query_key
+    check_choice(fmt, FORMATS, "--format")
+    check_choice(body, BODY_MODES, "--body")
+    if raw and scan:
+        raise UsageError("--raw reads the index only; it cannot be combined with --scan")
+    lo = parse_time(begin, "--begin")
+    hi = parse_time(end, "--end")
+    s = open_store(store, commitlog_dirs, index_slots, index_entries)
+    res = query_key(s, key, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
+                    max_num=max_num, raw=raw, scan=scan)
+    _notes(res.notes)
+    if raw:
+        rows = [dict(order=i, **r) for i, r in enumerate(res.raw)]
+        emit(rows, fmt, ["order", "topic", "phy_offset"], title="unconfirmed index hits")
+        found = bool(rows)
+    else:
+        records = [h.record(body) for h in res.hits]
+        _render(records, fmt, ["matched_by", "indexed"], f"messages with key {key!r}")
+        if res.unconfirmed:
+            stderr.print(f"note: {res.unconfirmed} index hash hit(s) were other keys or outside the "
+                         f"window (not reported; see --raw)", markup=False)
+        found = bool(records)
+    if not found:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("query-id")
+def query_id_command(
+    store: str = typer.Argument(..., help="store root"),
+    msg_id: str = typer.Argument(..., help="offsetMsgId or UNIQ_KEY (client message id)"),
+    scan: bool = typer.Option(False, "--scan", help="ignore the index for a UNIQ_KEY: scan the CommitLog"),
+    fmt: str = FormatOpt,
+    body: str = BodyOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+):
+    """Find a message by id: an offsetMsgId if a record from that store host starts at its
+    offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
+    from rmqtool.query.byid import query_id
+    check_choice(fmt, FORMATS, "--format")
+    check_choice(body, BODY_MODES, "--body")
+    s = open_store(store, commitlog_dirs, index_slots, index_entries)
+    res = query_id(s, msg_id, scan=scan)
+    _notes(res.notes)
+    records = [h.record(body) for h in res.hits]
+    for r in records:
+        r["id_kind"] = res.kind
+    if fmt == "json":
+        emit([{"id": msg_id, "kind": res.kind, "decoded": res.decoded, "records": records}], "json")
+    elif fmt == "jsonl":
+        emit(records, "jsonl")
+    else:
+        line = f"{msg_id}: {res.kind}"
+        d = res.decoded or {}
+        if res.kind == "uniqKey" and d:
+            line += f"  client ip {d.get('ip')}  pid {d.get('pid')}  time {format_time(d.get('timestamp'))}"
+        elif res.kind == "uniqKey":
+            line += "  (not in the Java client's format: not decodable)"
+        stdout.print(line, markup=False)
+        _render(records, "table", ["id_kind"], "messages")
+    if not records:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("query-queue")
+def query_queue_command(
+    store: str = typer.Argument(..., help="store root"),
+    topic: str = typer.Argument(..., help="topic"),
+    queue: int = typer.Argument(..., help="queue id"),
+    offset: Optional[int] = typer.Option(None, "--offset", help="first queue offset to read"),
+    count: Optional[int] = typer.Option(None, "--count", help="units to read (default 1 with --offset)"),
+    time: Optional[str] = typer.Option(None, "--time", help="queue offset for this store time "
+                                                           "(epoch ms or ISO-8601), as upstream HEAD"),
+    boundary: str = typer.Option("lower", "--boundary", help="lower | upper (with --time)"),
+    fmt: str = FormatOpt,
+    body: str = BodyOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """ConsumeQueue units from --offset and their records, or the queue offset for --time."""
+    from rmqtool.query.byqueue import BOUNDARIES, QueueView
+    from rmqtool.query.records import RecordReader
+    check_choice(fmt, FORMATS, "--format")
+    check_choice(body, BODY_MODES, "--body")
+    check_choice(boundary, BOUNDARIES, "--boundary")
+    if (offset is None) == (time is None):
+        raise UsageError("give exactly one of --offset N or --time T")
+    if count is not None and count <= 0:
+        raise UsageError(f"--count must be positive, not {count}")
+    s = open_store(store, commitlog_dirs)
+    view = QueueView(s, topic, queue)
+    try:
+        if time is not None:
+            ts = parse_time(time, "--time")
+            result = view.offset_by_time(ts, boundary)
+            row = {"topic": topic, "queue_id": queue, "timestamp": ts, "boundary": boundary,
+                   "queue_offset": result, "min_offset": view.min_offset, "max_offset": view.max_offset}
+            if count is None:
+                emit([row], fmt, list(row), title="offset by time")
+                return
+            stderr.print(f"note: {boundary} queue offset for {ts} is {result}", markup=False)
+            offset = result
+        reader = RecordReader(s)
+        records = []
+        for q, phy, size, tags in view.units(offset, count or 1):
+            batch = reader.read(phy)
+            rec = batch.record(0, body=body) if batch is not None else {
+                "phy_offset": phy, "note": "no complete record starts at this commitlog offset"}
+            rec.update(cq_queue_offset=q, cq_commitlog_offset=phy, cq_size=size, cq_tags_code=tags)
+            records.append(rec)
+        reader.close()
+        if not records:
+            stderr.print(f"note: {topic}/{queue} holds queue offsets [{view.min_offset}, "
+                         f"{view.max_offset})", markup=False)
+        if fmt == "table":
+            emit(_table_rows(records, []), "table", ["cq_queue_offset"] + TABLE_COLUMNS + ["tags"],
+                 title=f"{topic}/{queue}")
+        else:
+            emit(records, fmt)
+        if not records:
+            raise typer.Exit(EXIT_FINDINGS)
+    finally:
+        view.close()
