@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from formats import commitlog as cl
 from rmqtool.errors import FileChangedError
@@ -70,8 +71,11 @@ class FileEnd:
 def _gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """(n, width) uint8 matrix of the bytes at each position (positions clipped into buf)."""
     limit = len(buf) - width
-    pos = np.clip(pos, 0, max(limit, 0))
-    return buf[pos[:, None] + np.arange(width)]
+    if limit < 0:
+        buf = np.concatenate([buf, np.zeros(-limit, dtype=np.uint8)])
+        limit = 0
+    pos = np.clip(pos, 0, limit)
+    return sliding_window_view(buf, width)[pos]
 
 
 def _gather_int(buf: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
@@ -357,40 +361,38 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
     if not has.any():
         return out
     rec = np.flatnonzero(has)
-    p_start = props_start[rec]
-    p_end = p_start + props_len[rec]
-    lo, hi = int(p_start.min()), int(p_end.max())
-    region = buf[lo:hi]
-    # separator positions inside some record's properties
-    seps = np.flatnonzero(region == 2) + lo
-    ones = np.flatnonzero(region == 1) + lo
-    owner_sep = np.searchsorted(p_start, seps, side="right") - 1
-    inside = (owner_sep >= 0) & (seps < p_end[np.maximum(owner_sep, 0)])
-    seps, owner_sep = seps[inside], owner_sep[inside]
-    owner_one = np.searchsorted(p_start, ones, side="right") - 1
-    inside = (owner_one >= 0) & (ones < p_end[np.maximum(owner_one, 0)])
-    ones = ones[inside]
-    # segments: start at the record start and after each 0x02; end at next 0x02 or record end
-    # records' property spans are disjoint and ascending, so position order is (owner, position) order
-    seg_start = np.sort(np.concatenate([p_start, seps + 1]))
-    seg_owner = np.searchsorted(p_start, seg_start, side="right") - 1
-    seg_end = np.empty_like(seg_start)
-    seg_end[:-1] = seg_start[1:] - 1
-    last_of_owner = np.ones(len(seg_start), dtype=bool)
-    last_of_owner[:-1] = seg_owner[:-1] != seg_owner[1:]
-    seg_end[last_of_owner] = p_end[seg_owner[last_of_owner]]
-    valid_seg = seg_start < seg_end
-    # first 0x01 at or after the segment start, within the same record
+    lens = props_len[rec]
+    # work on a compact blob of just the properties bytes; blob_to_buf maps back
+    offs = np.cumsum(lens) - lens
+    total = int(lens.sum())
+    blob_to_buf = np.repeat(props_start[rec] - offs, lens) + np.arange(total)
+    blob = buf[blob_to_buf]
+    p_end = offs + lens
+    seps = np.flatnonzero(blob == 2)
+    ones = np.flatnonzero(blob == 1)
+    # segments start at each record's start and after each 0x02; they end at the next 0x02 or
+    # the record's end. Records are disjoint and ascending, so position order is segment order.
+    sep_owner = np.searchsorted(offs, seps, side="right") - 1
+    opening = seps[seps + 1 < p_end[sep_owner]]       # a trailing 0x02 opens no segment
+    seg_start = np.sort(np.concatenate([offs, opening + 1]))
+    seg_owner = np.searchsorted(offs, seg_start, side="right") - 1
+    # a segment ends at the next 0x02 inside its record, else at the record's end
+    nxt = np.searchsorted(seps, seg_start)
+    nxt_sep = seps[np.minimum(nxt, len(seps) - 1)] if len(seps) else np.zeros(len(seg_start), np.int64)
+    seg_end = np.where((nxt < len(seps)) & (nxt_sep < p_end[seg_owner]), nxt_sep, p_end[seg_owner])
+    # the key runs to the first 0x01 at or after the segment start, within the same record
     k = np.searchsorted(ones, seg_start)
-    kv = np.where(k < len(ones), ones[np.minimum(k, len(ones) - 1)] if len(ones) else 0, -1)
-    kv_ok = (kv >= 0) & (kv < p_end[seg_owner]) & (kv > seg_start) & (kv < seg_end - 1) & valid_seg
+    kv = ones[np.minimum(k, len(ones) - 1)] if len(ones) else np.full(len(seg_start), -1)
+    kv = np.where(k < len(ones), kv, -1)
+    kv_ok = (kv > seg_start) & (kv < seg_end - 1) & (kv < p_end[seg_owner])
     key_len = np.where(kv_ok, kv - seg_start, -1)
+    padded = np.concatenate([blob, np.zeros(16, dtype=np.uint8)])
     for name, key in EXTRACTED_PROPERTIES.items():
         kb = np.frombuffer(key.encode("ascii"), dtype=np.uint8)
         cand = np.flatnonzero(key_len == len(kb))
         if not len(cand):
             continue
-        match = (buf[seg_start[cand][:, None] + np.arange(len(kb))] == kb).all(axis=1)
+        match = (sliding_window_view(padded, len(kb))[seg_start[cand]] == kb).all(axis=1)
         cand = cand[match]
         if not len(cand):
             continue
@@ -399,7 +401,7 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
         last[:-1] = owners[:-1] != owners[1:]     # segments are in order: the last one wins
         cand, owners = cand[last], owners[last]
         target = rec[owners]
-        out[f"{name}_start"][target] = kv[cand] + 1
+        out[f"{name}_start"][target] = blob_to_buf[kv[cand] + 1]
         out[f"{name}_len"][target] = seg_end[cand] - kv[cand] - 1
     return out
 
