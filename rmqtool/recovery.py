@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from formats import commitlog as cl
 from rmqtool.consumequeue import read_units
+from rmqtool.errors import RmqError
 from rmqtool.scan import END_BLANK, FileEnd, FileScan, RecordBatch, walk_store
 
 
@@ -44,14 +45,20 @@ def first_record(seg) -> tuple[RecordBatch | None, FileEnd | None]:
     return None, scan.end
 
 
-def recovery_start(store) -> RecoveryStart:
+def recovery_start(store, mode: str | None = None, max_phy: int | None = None) -> RecoveryStart:
+    """The file recovery starts from.
+
+    ``mode`` ("normal"/"abnormal") overrides the abort-file test; ``max_phy`` is the
+    ConsumeQueues' max offset when the caller already knows it.
+    """
     files = store.commitlog.files
-    abnormal = store.abort_present()
+    abnormal = store.abort_present() if mode is None else mode == "abnormal"
     v49 = files[max(0, len(files) - 3)].name if files else None
     if not files:
         return RecoveryStart("abnormal" if abnormal else "normal", 0, None, 0, "no commitlog files", v49)
     if not abnormal:
-        max_phy = max_cq_phy_offset(store)
+        if max_phy is None:
+            max_phy = max_cq_phy_offset(store)
         idx = 0
         for i in range(len(files) - 1, 0, -1):
             if files[i].start <= max_phy:
@@ -59,7 +66,10 @@ def recovery_start(store) -> RecoveryStart:
                 break
         return RecoveryStart("normal", idx, files[idx].name, files[idx].start,
                              f"newest file starting at or below the ConsumeQueues' max offset {max_phy}", v49)
-    cp = store.checkpoint()
+    try:
+        cp = store.checkpoint()
+    except RmqError:          # an unreadable checkpoint reads as zeros, like a fresh one
+        cp = None
     min_ts = cp.min_timestamp if cp else 0
     for i in range(len(files) - 1, -1, -1):
         batch, _ = first_record(files[i])

@@ -1,0 +1,135 @@
+"""`rmqtool verify STORE`: findings with stable check names, a recovery forecast, exit codes."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import List, Optional
+
+import typer
+
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+                                check_choice, emit, emit_jsonl, escape_control, open_store, stderr, stdout)
+from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
+
+PROGRESS_AFTER_S = 1.0
+
+
+class Progress:
+    """A rich progress bar on stderr, shown only on a TTY and only once a run passes ~1 s."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self.done = 0
+        self.started = time.monotonic()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, nbytes: int) -> None:
+        self.done += nbytes
+        if not self.enabled:
+            return
+        if self.bar is None and time.monotonic() - self.started > PROGRESS_AFTER_S:
+            from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TransferSpeedColumn
+            self.bar = RichProgress("verify", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                    console=stderr, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("commitlog", total=self.total)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _split(values: Optional[List[str]]) -> tuple[str, ...]:
+    if not values:
+        return KINDS
+    out = []
+    for v in values:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return tuple(out)
+
+
+@app.command("verify")
+def verify_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    level: str = typer.Option("shallow", "--level", "-l", help="shallow | deep"),
+    only: Optional[List[str]] = typer.Option(None, "--only",
+                                             help="commitlog | consumequeue | index | checkpoint (repeat or comma-separate)"),
+    topic: Optional[str] = typer.Option(None, "--topic", help="limit record/queue checks to this topic"),
+    queue: Optional[int] = typer.Option(None, "--queue", help="limit to this queue id (needs --topic)"),
+    fail_on: str = typer.Option("error", "--fail-on", help="error | warning: which severity makes exit code 1"),
+    limit: int = typer.Option(1000, "--limit-per-check", help="list at most N findings per check (all are counted)"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+):
+    """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable."""
+    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(level, LEVELS, "--level")
+    check_choice(fail_on, FAIL_ON, "--fail-on")
+    options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
+                            limit_per_check=limit if limit >= 0 else None)
+    options.validate()
+    s = open_store(store, commitlog_dirs, index_slots, index_entries)
+    total = sum(seg.size for seg in s.commitlog.files)
+    progress = Progress(total, sys.stderr.isatty())
+    try:
+        report = verify(s, options, progress=progress)
+    finally:
+        progress.close()
+    code = report.exit_code(fail_on)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({**report.as_dict(), "exit_code": code}, ensure_ascii=False, indent=2) + "\n")
+    elif fmt == "jsonl":
+        emit_jsonl([{"type": "finding", **f.as_dict()} for f in report.findings]
+                   + [{"type": "summary", **report.summary, "exit_code": code},
+                      {"type": "forecast", **report.forecast}])
+    else:
+        _render_table(report, code)
+    return code
+
+
+def _render_table(report, code: int) -> None:
+    rows = [f.as_dict() for f in report.findings]
+    if rows:
+        emit(rows, "table", ["severity", "check", "file", "offset", "message", "excerpt"], title="findings")
+    s = report.summary
+    f = s["findings"]
+    stdout.print(f"[bold]verify[/bold] {escape_control(report.store)} ({report.options.level}): "
+                 f"{f['error']} error(s), {f['warning']} warning(s), {f['info']} info"
+                 + (f", {s['findings_not_listed']} not listed" if s["findings_not_listed"] else ""))
+    cl = s["commitlog"]
+    stdout.print(f"  commitlog: {cl['files']} files, {cl['records']} records"
+                 f" ({cl['carved_records']} carved), findings {cl.get('findings', {})}")
+    cq = s["consumequeue"]
+    stdout.print(f"  consumequeue: {cq['queues']} queues, {cq['units']} units, findings {cq.get('findings', {})}")
+    ix = s["index"]
+    stdout.print(f"  index: {ix['files']} files, {ix['entries']} entries, findings {ix.get('findings', {})}")
+    stdout.print(f"  checkpoint: {'present' if s['checkpoint']['present'] else 'missing'}, "
+                 f"findings {s['checkpoint'].get('findings', {})}")
+    fc = report.forecast
+    stdout.print(f"[bold]recovery forecast[/bold] ({fc['mode']} start"
+                 f"{', abort file present' if fc['abort_present'] else ''})")
+    stdout.print(f"  start file {fc['start_file']} ({fc['start_rule']}); normal start would use "
+                 f"{fc['normal_start_file']}, abnormal {fc['abnormal_start_file']}")
+    stdout.print(f"  valid end of the CommitLog: {fc['valid_end']} ({fc['end_kind']} at {fc['end_file']}"
+                 f"@{fc['end_position']}{': ' + fc['end_detail'] if fc['end_detail'] else ''})")
+    stdout.print(f"  commitlog files deleted: {', '.join(fc['commitlog_files_deleted']) or 'none'}")
+    stdout.print(f"  index files deleted: {', '.join(fc['index_files_deleted']) or 'none'}"
+                 + ("" if fc["mode"] == "abnormal" or not fc["index_files_deleted_on_abnormal_start"]
+                    else f" (on an abnormal start: {', '.join(fc['index_files_deleted_on_abnormal_start'])})"))
+    for t in fc["consume_queues_truncated"]:
+        stdout.print(f"  consume queue {escape_control(t['topic'])}/{t['queue_id']} truncated from queue offset "
+                     f"{t['from_queue_offset']} ({t['units']} units)")
+    stdout.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
+                 f"not indexed (past {fc['index_frontier']}): {fc['not_indexed_count']} record(s)")
+    for r in fc["not_dispatched"][:20]:
+        stdout.print(f"    not dispatched: {r['phy_offset']} {escape_control(r['topic'])}/{r['queue_id']} "
+                     f"queue offset {r['queue_offset']}")
+    if fc["not_dispatched_count"] > 20:
+        stdout.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format json lists them)")
+    stdout.print(f"exit code {code}")

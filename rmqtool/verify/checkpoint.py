@@ -1,0 +1,56 @@
+"""Checkpoint verification: file shape and its timestamps/offsets against what the data shows."""
+from __future__ import annotations
+
+import numpy as np
+
+from formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS
+from rmqtool.errors import RmqError
+from rmqtool.verify.findings import FindingSink
+from rmqtool.verify.records import RecordTable
+
+
+def check_checkpoint(store, table: RecordTable | None, valid_end: int, index_end_ts: int | None,
+                     sink: FindingSink) -> dict | None:
+    path = store.checkpoint_path
+    if not path.is_file():
+        sink.add("checkpoint.missing", path, None, "no checkpoint file", excerpt=False)
+        return None
+    try:
+        cp = store.checkpoint()
+    except RmqError as exc:
+        sink.add("checkpoint.size", path, exc.offset, exc.message)
+        return None
+    if cp.file_size != CHECKPOINT_FILE_SIZE:
+        sink.add("checkpoint.size", path, min(cp.file_size, CHECKPOINT_FILE_SIZE),
+                 f"checkpoint is {cp.file_size} bytes, expected {CHECKPOINT_FILE_SIZE}", excerpt=False)
+    if cp.nonzero_bytes_after_fields:
+        sink.add("checkpoint.trailing", path, None,
+                 f"{cp.nonzero_bytes_after_fields} non-zero byte(s) after the five checkpoint fields", excerpt=False)
+    if table is not None and len(table):
+        c = table.cols
+        trusted = ~c["carved"] & (c["phy"] + c["size"] <= valid_end)
+        max_ts = int(c["store_ts"][trusted].max()) if trusted.any() else 0
+        for name, value in (("physic_msg_timestamp", cp.physic_msg_timestamp),
+                            ("logics_msg_timestamp", cp.logics_msg_timestamp),
+                            ("index_msg_timestamp", cp.index_msg_timestamp)):
+            if value > max_ts:
+                sink.add("checkpoint.ahead", path, CHECKPOINT_OFFSETS[name],
+                         f"{name} {value} is later than the newest record before the valid end "
+                         f"({max_ts}): the checkpoint claims data the CommitLog does not hold", excerpt_len=8)
+        if cp.physic_msg_timestamp and max_ts > cp.physic_msg_timestamp:
+            newer = int(np.count_nonzero(trusted & (c["store_ts"] > cp.physic_msg_timestamp)))
+            sink.add("checkpoint.behind", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],
+                     f"{newer} record(s) are newer than physicMsgTimestamp {cp.physic_msg_timestamp} "
+                     "(flush not yet recorded)", excerpt=False)
+    elif table is not None and (cp.physic_msg_timestamp or cp.logics_msg_timestamp):
+        sink.add("checkpoint.ahead", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],
+                 "checkpoint has timestamps but the CommitLog holds no record", excerpt_len=8)
+    if index_end_ts is not None and cp.index_msg_timestamp > index_end_ts:
+        sink.add("checkpoint.ahead", path, CHECKPOINT_OFFSETS["index_msg_timestamp"],
+                 f"indexMsgTimestamp {cp.index_msg_timestamp} is later than every index file's endTimestamp "
+                 f"({index_end_ts})", excerpt_len=8)
+    if cp.confirm_phy_offset > valid_end:
+        sink.add("checkpoint.confirm-offset", path, CHECKPOINT_OFFSETS["confirm_phy_offset"],
+                 f"confirmPhyOffset {cp.confirm_phy_offset} is past the CommitLog's valid end {valid_end}",
+                 excerpt_len=8)
+    return cp.as_dict()

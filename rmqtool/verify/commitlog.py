@@ -1,0 +1,246 @@
+"""CommitLog verification: layout, the record walk with resync, per-record deep checks.
+
+Every file is walked like the broker's recovery (``FileScan``, no CRC stop so a body
+bit flip does not end the walk). A walk that stops on bad bytes is reported once, then
+resumed at the next plausible record (``find_record_start``); whatever is found there
+is marked carved. The walk's batches feed ``check_batch`` (deep) and ``batch_columns``
+(the record table the cross-checks use).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from formats import commitlog as cl
+from rmqtool.errors import FileChangedError, RmqError
+from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileScan,
+                          find_record_start)
+from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
+
+_MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
+
+
+def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
+    """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks."""
+    with ReadOnlyFile(path) as fh:
+        end = fh.size() if hi is None else min(hi, fh.size())
+        pos = lo
+        while pos < end:
+            raw = np.frombuffer(fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False), np.uint8)
+            if not len(raw):
+                return None
+            nz = np.flatnonzero(raw)
+            if len(nz):
+                return pos + int(nz[0])
+            pos += len(raw)
+    return None
+
+
+class CommitLogVerifier:
+    """Walk every commitlog file, report findings, build the record table."""
+
+    def __init__(self, store, sink: FindingSink, deep: bool, live: bool, progress=None,
+                 report_records: bool = True):
+        self.store = store
+        self.sink = sink
+        self.deep = deep
+        self.live = live
+        self.progress = progress
+        self.report_records = report_records   # False when --only excludes commitlog findings
+        self.topics = TopicTable()
+        self.parts: list[dict] = []
+        self.files: list[str] = []
+        self.data_end: dict[int, tuple[int, str]] = {}   # file index -> (in-file end of data, end kind)
+        self.records = 0
+        self.carved = 0
+        self.bytes = 0
+
+    def add(self, check, file, offset, message, severity=None, **kw):
+        if self.report_records:
+            self.sink.add(check, file, offset, message, severity, **kw)
+
+    # --- layout ------------------------------------------------------------------------------
+    def check_layout(self) -> None:
+        queue = self.store.commitlog
+        for p in queue.problems:
+            check = {"names": "commitlog.names", "file-size": "commitlog.file-size",
+                     "contiguity": "commitlog.contiguity"}.get(p.check, "commitlog.names")
+            offset = None
+            if p.check == "file-size":
+                offset = min(_size_of(p.path), queue.file_size)
+            elif p.check == "contiguity":
+                offset = 0
+            self.add(check, p.path, offset, p.message, p.severity, excerpt=False)
+
+    # --- walk --------------------------------------------------------------------------------
+    def walk(self) -> RecordTable:
+        files = self.store.commitlog.files
+        for idx, seg in enumerate(files):
+            self.files.append(str(seg.path))
+            if seg.size == 0:
+                self.data_end[idx] = (0, END_ZERO)
+                continue
+            try:
+                self._walk_file(idx, seg)
+            except FileChangedError as exc:
+                self.add("commitlog.file-changed", seg.path, exc.offset, exc.message,
+                         INFO if self.live else WARNING, excerpt=False)
+                self.data_end.setdefault(idx, (exc.offset or 0, END_TORN))
+            if self.progress:
+                self.progress(seg.size)
+        self._check_ends(files)
+        return RecordTable.from_parts(self.parts, self.topics, self.files)
+
+    def _consume(self, idx: int, batch) -> None:
+        if self.deep and self.report_records:
+            for f in check_batch(batch, deep=True):
+                self.sink.put(f)
+        cols = batch_columns(batch, self.topics, self.deep)
+        cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)
+        self.parts.append(cols)
+        self.records += len(batch)
+        if batch.carved:
+            self.carved += len(batch)
+
+    def _walk_file(self, idx: int, seg) -> None:
+        lo, carved = 0, False
+        last_file = idx == len(self.store.commitlog.files) - 1
+        while True:
+            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved)
+            first_carved = None
+            count_before = self.records
+            for batch in scan:
+                if carved and first_carved is None and len(batch):
+                    first_carved = int(batch.position[0])
+                self._consume(idx, batch)
+            end = scan.end
+            if carved and first_carved is not None:
+                n = self.records - count_before
+                self.add("commitlog.carved", seg.path, first_carved,
+                         f"{n} record(s) carved at [{first_carved}, {end.position}) after resync; "
+                         "the broker would not reach them")
+            self.bytes += end.position - lo
+            resume = self._handle_end(idx, seg, end, carved, last_file)
+            if resume is None:
+                return
+            lo, carved = resume, True
+
+    def _handle_end(self, idx, seg, end, carved, last_file) -> int | None:
+        """Report how a walk stopped; return a resync position to carve from, or None."""
+        path, pos, size = seg.path, end.position, end.file_size
+        if not carved:
+            self.data_end[idx] = (pos, end.kind)
+        if end.kind == END_BLANK:
+            left = size - pos
+            if end.blank_size != left:
+                self.add("commitlog.blank-size", path, pos,
+                         f"BLANK at {pos} has TOTALSIZE {end.blank_size}, but {left} bytes are left in the file")
+            after = pos + cl.RECORD_PREFIX_SIZE
+            nz = first_nonzero(path, after)
+            if nz is not None:
+                self.add("commitlog.after-blank", path, nz,
+                         f"non-zero bytes at {nz} after the BLANK at {pos} (padding is normally zero; "
+                         "transientStorePool/writeWithoutMmap leave stale bytes)")
+            return None
+        if end.kind == END_EOF:
+            if not last_file:
+                self.add("commitlog.early-end", path, pos,
+                         "file ends right after a record without a BLANK record", excerpt=False)
+            return None
+        if end.kind == END_ZERO:
+            nz = first_nonzero(path, pos)
+            if nz is None:
+                return None
+            nxt = find_record_start(path, seg.start, nz)
+            if nxt is None:
+                self.add("commitlog.stale-tail", path, nz,
+                         f"non-zero bytes at {nz} after the end of the data at {pos}, no record found in them")
+                return None
+            return nxt
+        # torn or corrupt: classify, report, resync
+        check, message, severity = self._classify(seg, end, last_file)
+        nxt = find_record_start(path, seg.start, pos + 1)
+        tail = f"; resync found a plausible record at {nxt}" if nxt is not None else "; no record found after it"
+        self.add(check, path, pos, message + tail, severity)
+        return nxt
+
+    def _classify(self, seg, end, last_file) -> tuple[str, str, str | None]:
+        pos, size, total = end.position, end.file_size, end.total_size
+        detail = end.detail or end.kind
+        if end.magic in cl.MESSAGE_MAGICS and total is not None and (total < _MIN_MESSAGE or total > size):
+            return "commitlog.total-size", f"TOTALSIZE {total} at {pos}: {detail}", None
+        if end.kind in (END_TORN, END_CORRUPT) and end.magic in cl.MESSAGE_MAGICS and total and total > 0:
+            claimed_end = min(pos + total, size)
+            nz_after = first_nonzero(seg.path, claimed_end)
+            zero_from = _last_nonzero_end(seg.path, pos, claimed_end)
+            if nz_after is None and (zero_from < claimed_end or end.kind == END_TORN):
+                severity = INFO if (self.live and last_file) else None
+                check = "commitlog.live-tail" if severity == INFO else "commitlog.torn-tail"
+                return check, (f"incomplete record at {pos} (TOTALSIZE {total}): {detail}; "
+                               f"only zeros follow"), severity
+        if end.check == "commitlog.torn-tail":
+            return "commitlog.total-size", f"TOTALSIZE {total} at {pos}: {detail}", None
+        return end.check or "commitlog.magic", f"walk stopped at {pos}: {detail}", None
+
+    def _check_ends(self, files) -> None:
+        """Files before the last data file must end in a BLANK; only one all-zero file may follow."""
+        last_data = -1
+        for idx in range(len(files)):
+            pos, kind = self.data_end.get(idx, (0, END_ZERO))
+            if pos > 0 or kind not in (END_ZERO,):
+                last_data = idx
+        for idx in range(last_data):
+            pos, kind = self.data_end.get(idx, (0, END_ZERO))
+            if kind == END_ZERO:
+                self.add("commitlog.early-end", files[idx].path, pos,
+                         f"data ends at {pos} with zeros instead of a BLANK, but later files hold data; "
+                         "the broker's recovery would stop here")
+        empties = [files[i] for i in range(last_data + 1, len(files))]
+        if len(empties) > 1:
+            for seg in empties[1:]:
+                self.add("commitlog.extra-empty", seg.path, 0,
+                         "more than one empty pre-allocated file after the last data", excerpt=False)
+
+
+def _size_of(path) -> int:
+    try:
+        with ReadOnlyFile(path) as fh:
+            return fh.size()
+    except RmqError:
+        return 0
+
+
+def _last_nonzero_end(path, lo: int, hi: int) -> int:
+    """Position just past the last non-zero byte in [lo, hi) (lo when all zero)."""
+    with ReadOnlyFile(path) as fh:
+        raw = np.frombuffer(fh.read(lo, max(0, hi - lo), exact=False), np.uint8)
+    nz = np.flatnonzero(raw)
+    return lo + (int(nz[-1]) + 1 if len(nz) else 0)
+
+
+def queue_offset_findings(table: RecordTable, sink: FindingSink, topic_id: int | None = None,
+                          queue_id: int | None = None) -> None:
+    """QUEUEOFFSET continuity per topic/queue over NOT/COMMIT records (carved ones excluded)."""
+    c = table.cols
+    if not len(table):
+        return
+    sel = ((c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)) & ~c["carved"]
+    if topic_id is not None:
+        sel &= c["topic_id"] == topic_id
+    if queue_id is not None:
+        sel &= c["queue_id"] == queue_id
+    idx = np.flatnonzero(sel)
+    if len(idx) < 2:
+        return
+    order = idx[np.lexsort((c["phy"][idx], c["queue_id"][idx], c["topic_id"][idx]))]
+    t, q, o = c["topic_id"][order], c["queue_id"][order], c["queue_offset"][order]
+    same = (t[1:] == t[:-1]) & (q[1:] == q[:-1])
+    bad = np.flatnonzero(same & (o[1:] != o[:-1] + 1))
+    at = cl.MESSAGE_HEAD_OFFSETS["queue_offset"]
+    for b in bad:
+        i = int(order[b + 1])
+        path, pos = table.where(i)
+        sink.add("commitlog.queue-offset", path, pos + at,
+                 f"record at {pos} ({table.topics.names[int(t[b + 1])]}/{int(q[b + 1])}) has QUEUEOFFSET "
+                 f"{int(o[b + 1])}, the previous record of the queue has {int(o[b])}", excerpt_len=8)

@@ -1,0 +1,237 @@
+"""ConsumeQueue verification: layout and unit validity (shallow), units <-> records (deep).
+
+All units of the selected queues are read once into flat arrays; the deep join with
+the record table is one ``np.searchsorted`` over the records' commitlog offsets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from formats import commitlog as cl
+from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
+                                  PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from rmqtool.fileio import ReadOnlyFile
+from rmqtool.verify.findings import FindingSink
+from rmqtool.verify.records import RecordTable
+
+_MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
+
+
+@dataclass
+class QueueUnits:
+    """Valid units of one queue (pre-blank sentinels excluded) with where each lives."""
+    topic: str
+    queue_id: int
+    paths: list[str]
+    offset: np.ndarray        # commitlog offset
+    size: np.ndarray
+    tags: np.ndarray
+    qoff: np.ndarray          # queue offset (unit index)
+    file_idx: np.ndarray
+    position: np.ndarray      # byte position in its file
+    min_qoff: int             # first queue offset the queue holds (after pre-blank / expiry)
+    end_qoff: int             # next queue offset to be written
+
+    def where(self, j: int) -> tuple[str, int]:
+        return self.paths[int(self.file_idx[j])], int(self.position[j])
+
+
+def read_queue(store, ref, sink: FindingSink) -> QueueUnits:
+    """Read every unit of a queue, report layout, gaps and misplaced sentinels."""
+    q = store.queue(ref.topic, ref.queue_id)
+    for p in q.problems:
+        check = {"file-size": "cq.file-size", "contiguity": "cq.contiguity"}.get(p.check, "cq.names")
+        sink.add(check, p.path, 0 if p.check == "contiguity" else None, p.message, p.severity, excerpt=False)
+    parts, paths = [], []
+    for i, seg in enumerate(q.files):
+        paths.append(str(seg.path))
+        with ReadOnlyFile(seg.path) as fh:
+            raw = fh.read(0, fh.size(), exact=False)
+        usable = len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+        if usable != len(raw):
+            sink.add("cq.file-size", seg.path, usable,
+                     f"{len(raw)} bytes is not a whole number of {CQ_UNIT_SIZE}-byte units")
+        units = np.frombuffer(raw[:usable], CQ_UNIT_DTYPE)
+        parts.append((i, seg.start, units))
+    empty = np.zeros(0, np.int64)
+    if not parts:
+        return QueueUnits(ref.topic, ref.queue_id, paths, empty, empty, empty, empty, empty, empty, 0, 0)
+    offs = np.concatenate([u["commitlog_offset"].astype(np.int64) for _, _, u in parts])
+    sizes = np.concatenate([u["size"].astype(np.int64) for _, _, u in parts])
+    tags = np.concatenate([u["tags_code"].astype(np.int64) for _, _, u in parts])
+    fidx = np.concatenate([np.full(len(u), i, np.int32) for i, _, u in parts])
+    pos = np.concatenate([np.arange(len(u), dtype=np.int64) * CQ_UNIT_SIZE for _, _, u in parts])
+    qoff = np.concatenate([(start + np.arange(len(u), dtype=np.int64) * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+                           for _, start, u in parts])
+    valid = (offs >= 0) & (sizes > 0)
+    invalid = np.flatnonzero(~valid)
+    end = int(invalid[0]) if len(invalid) else len(offs)
+    if end < len(offs) and valid[end:].any():
+        later = end + int(np.flatnonzero(valid[end:])[0])
+        n_later = int(valid[end:].sum())
+        sink.add("cq.gap", paths[fidx[end]], int(pos[end]),
+                 f"{ref.topic}/{ref.queue_id}: unit at queue offset {int(qoff[end])} is invalid (offset "
+                 f"{int(offs[end])}, size {int(sizes[end])}) but {n_later} valid unit(s) follow, the next at "
+                 f"queue offset {int(qoff[later])}; the broker stops reading at the hole", excerpt_len=CQ_UNIT_SIZE)
+    sentinel = ((offs == PRE_BLANK_COMMITLOG_OFFSET) & (sizes == PRE_BLANK_SIZE) & (tags == PRE_BLANK_TAGS_CODE))
+    sentinel[end:] = False
+    # sentinels are legal only as a prefix of the first file
+    first_real = np.flatnonzero(~sentinel[:end])
+    prefix = int(first_real[0]) if len(first_real) else end
+    misplaced = np.flatnonzero(sentinel[:end] & ((np.arange(end) >= prefix) | (fidx[:end] != 0)))
+    for j in misplaced:
+        sink.add("cq.pre-blank", paths[fidx[j]], int(pos[j]),
+                 f"{ref.topic}/{ref.queue_id}: pre-blank sentinel at queue offset {int(qoff[j])} after real units",
+                 excerpt_len=CQ_UNIT_SIZE)
+    keep = np.arange(end)
+    keep = keep[~sentinel[:end]]
+    end_qoff = int(qoff[end - 1]) + 1 if end else (q.files[0].start // CQ_UNIT_SIZE)
+    min_qoff = int(qoff[prefix]) if prefix < end else end_qoff
+    return QueueUnits(ref.topic, ref.queue_id, paths, offs[keep], sizes[keep], tags[keep], qoff[keep],
+                      fidx[keep], pos[keep], min_qoff, end_qoff)
+
+
+def shallow_unit_checks(qu: QueueUnits, store, valid_end: int, sink: FindingSink, live: bool) -> int:
+    """Unit sizes, order, targets inside the CommitLog; returns the number of expired units."""
+    name = f"{qu.topic}/{qu.queue_id}"
+    cl_min = store.commitlog.min_offset
+    file_size = store.commitlog.file_size or (1 << 62)
+    bad_size = np.flatnonzero((qu.size < _MIN_MESSAGE) | (qu.size > file_size))
+    for j in bad_size:
+        path, pos = qu.where(j)
+        sink.add("cq.unit-size", path, pos, f"{name}: unit at queue offset {int(qu.qoff[j])} has size "
+                 f"{int(qu.size[j])}, outside [{_MIN_MESSAGE}, {file_size}]", excerpt_len=CQ_UNIT_SIZE)
+    if len(qu.offset) > 1:
+        for j in np.flatnonzero(qu.offset[1:] <= qu.offset[:-1]) + 1:
+            path, pos = qu.where(j)
+            sink.add("cq.order", path, pos, f"{name}: unit at queue offset {int(qu.qoff[j])} points at "
+                     f"{int(qu.offset[j])}, not after the previous unit's {int(qu.offset[j - 1])}",
+                     excerpt_len=CQ_UNIT_SIZE)
+    expired = qu.offset < cl_min
+    n_expired = int(expired.sum())
+    if n_expired:
+        j = int(np.flatnonzero(expired)[-1])
+        path, pos = qu.where(j)
+        sink.add("cq.expired", path, pos, f"{name}: {n_expired} unit(s) point below the CommitLog min "
+                 f"offset {cl_min} (expired data)", excerpt=False)
+    beyond = np.flatnonzero(qu.offset + qu.size > valid_end)
+    if len(beyond):
+        j = int(beyond[0])
+        path, pos = qu.where(j)
+        sink.add("cq.beyond-end", path, pos,
+                 f"{name}: {len(beyond)} unit(s) from queue offset {int(qu.qoff[j])} point at or past the "
+                 f"CommitLog's valid end {valid_end} (first: {int(qu.offset[j])})",
+                 "info" if live else None, excerpt_len=CQ_UNIT_SIZE)
+    # records never straddle files
+    if store.commitlog.file_size:
+        straddle = np.flatnonzero((qu.offset // file_size) != ((qu.offset + qu.size - 1) // file_size))
+        straddle = straddle[qu.offset[straddle] >= cl_min]
+        for j in straddle:
+            path, pos = qu.where(j)
+            sink.add("cq.unit-target", path, pos, f"{name}: unit at queue offset {int(qu.qoff[j])} "
+                     f"({int(qu.offset[j])}+{int(qu.size[j])}) crosses a CommitLog file boundary",
+                     excerpt_len=CQ_UNIT_SIZE)
+    return n_expired
+
+
+def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, sink: FindingSink,
+                     found: np.ndarray) -> None:
+    """Every unit -> a record start with this size/topic/queue/offset/tagsCode; marks ``found``."""
+    name = f"{qu.topic}/{qu.queue_id}"
+    live_units = np.flatnonzero(qu.offset >= store.commitlog.min_offset)
+    if not len(live_units):
+        return
+    offs = qu.offset[live_units]
+    exact, inside = table.locate(offs)
+    c = table.cols
+    tid = table.topics.lookup(qu.topic)
+    for k in np.flatnonzero(exact < 0):
+        j = int(live_units[k])
+        path, pos = qu.where(j)
+        if qu.offset[j] + qu.size[j] > valid_end and inside[k] < 0:
+            continue              # past the valid end: reported once as cq.beyond-end
+        if inside[k] >= 0:
+            r = int(inside[k])
+            what = (f"points into the middle of the record at {int(c['phy'][r])} "
+                    f"(+{int(qu.offset[j] - c['phy'][r])} bytes)")
+        elif store.commitlog.locate(int(qu.offset[j])) is None:
+            what = "points at an offset no CommitLog file holds"
+        else:
+            what = "points where no record was found"
+        sink.add("cq.unit-target", path, pos, f"{name}: unit at queue offset {int(qu.qoff[j])} "
+                 f"(commitlog offset {int(qu.offset[j])}) {what}", excerpt_len=CQ_UNIT_SIZE)
+    hit = np.flatnonzero(exact >= 0)
+    if not len(hit):
+        return
+    j = live_units[hit]
+    r = exact[hit]
+    size_ok = c["size"][r] == qu.size[j]
+    topic_ok = c["topic_id"][r] == tid
+    qid_ok = c["queue_id"][r] == qu.queue_id
+    qoff_ok = c["queue_offset"][r] == qu.qoff[j]
+    tx = c["tx"][r]
+    type_ok = (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+    good = size_ok & topic_ok & qid_ok & qoff_ok & type_ok
+    found[r[good]] = True
+    for k in np.flatnonzero(~good):
+        jj, rr = int(j[k]), int(r[k])
+        path, pos = qu.where(jj)
+        why = []
+        if not size_ok[k]:
+            why.append(f"size {int(qu.size[jj])} != TOTALSIZE {int(c['size'][rr])}")
+        if not topic_ok[k] or not qid_ok[k]:
+            why.append(f"record is in {table.topics.names[int(c['topic_id'][rr])]}/{int(c['queue_id'][rr])}")
+        if not qoff_ok[k]:
+            why.append(f"record QUEUEOFFSET {int(c['queue_offset'][rr])} != {int(qu.qoff[jj])}")
+        if not type_ok[k]:
+            why.append(f"record transaction type {int(tx[k])} is never dispatched")
+        sink.add("cq.unit-record", path, pos, f"{name}: unit at queue offset {int(qu.qoff[jj])} -> record at "
+                 f"{int(c['phy'][rr])}: " + "; ".join(why), excerpt_len=CQ_UNIT_SIZE)
+    if "tags_code" in c:
+        t_unit = qu.tags[j]
+        t_rec = c["tags_code"][r]
+        bad = np.flatnonzero(good & (t_unit != t_rec) & (t_unit > EXT_ADDRESS_MAX))
+        for k in bad:
+            jj, rr = int(j[k]), int(r[k])
+            path, pos = qu.where(jj)
+            sink.add("cq.tags-code", path, pos + 12, f"{name}: unit at queue offset {int(qu.qoff[jj])} has "
+                     f"tagsCode {int(t_unit[k])}, the record at {int(c['phy'][rr])} gives {int(t_rec[k])}",
+                     excerpt_len=8)
+
+
+def missing_units(table: RecordTable, found: np.ndarray, queues: dict, dispatch_from: int, valid_end: int,
+                  sink: FindingSink, selected) -> list[int]:
+    """Dispatchable records without a unit: holes (error) and not-yet-dispatched (info). Returns the latter."""
+    c = table.cols
+    if not len(table):
+        return []
+    tx = c["tx"]
+    dispatchable = (((tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)) & ~c["carved"]
+                    & (c["phy"] + c["size"] <= valid_end) & selected)
+    miss = np.flatnonzero(dispatchable & ~found)
+    pending = []
+    at = 0
+    for i in miss:
+        i = int(i)
+        topic = table.topics.names[int(c["topic_id"][i])]
+        qid = int(c["queue_id"][i])
+        qoff = int(c["queue_offset"][i])
+        path, pos = table.where(i)
+        if int(c["phy"][i]) >= dispatch_from:
+            pending.append(i)
+            continue
+        qu = queues.get((topic, qid))
+        if qu is not None and qoff < qu.min_qoff:
+            continue          # the queue's older files expired
+        sink.add("cq.missing", path, pos + at,
+                 f"record at {pos} ({topic}/{qid} queue offset {qoff}) is below the dispatch frontier "
+                 f"{dispatch_from} but its ConsumeQueue has no unit for it")
+    for i in pending[:1]:
+        path, pos = table.where(i)
+        sink.add("cq.not-dispatched", path, pos,
+                 f"{len(pending)} record(s) from commitlog offset {int(c['phy'][i])} are past the dispatch "
+                 f"frontier {dispatch_from}: not dispatched yet (the broker dispatches them at restart)",
+                 excerpt=False)
+    return pending

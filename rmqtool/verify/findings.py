@@ -1,0 +1,155 @@
+"""Findings: what verify reports instead of raising, and the registry of stable check names.
+
+Every check name ``verify`` can emit is declared once in ``CHECKS`` with its usual
+severity and meaning; the README table is generated from it and a test proves that
+nothing outside it is ever emitted.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from rmqtool.errors import RmqError
+from rmqtool.fileio import ReadOnlyFile
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+_RANK = {ERROR: 2, WARNING: 1, INFO: 0}
+
+# check name -> (usual severity, level, meaning)
+CHECKS: dict[str, tuple[str, str, str]] = {
+    # commitlog: layout and record structure
+    "commitlog.names": (ERROR, "shallow", "file name is not 20 digits or not a multiple of the file size"),
+    "commitlog.file-size": (ERROR, "shallow", "file size differs from the mapped-file size"),
+    "commitlog.contiguity": (ERROR, "shallow", "a file is missing: names do not step by the file size"),
+    "commitlog.extra-empty": (WARNING, "shallow", "more than one all-zero pre-allocated file after the data"),
+    "commitlog.magic": (ERROR, "shallow", "illegal magic code where a record should start"),
+    "commitlog.total-size": (ERROR, "shallow", "TOTALSIZE negative, below the smallest record or above the file size"),
+    "commitlog.length": (ERROR, "shallow", "computed record length != TOTALSIZE (or negative topic length)"),
+    "commitlog.torn-tail": (ERROR, "shallow", "the last record of the data is incomplete (rest of the file is zero)"),
+    "commitlog.blank-size": (ERROR, "shallow", "BLANK TOTALSIZE != bytes left in the file"),
+    "commitlog.after-blank": (WARNING, "shallow", "non-zero bytes after a BLANK header (stale pool bytes or garbage)"),
+    "commitlog.early-end": (ERROR, "shallow", "a file's data ends without a BLANK although later files hold data"),
+    "commitlog.stale-tail": (WARNING, "shallow", "non-zero bytes after the end of the data with no record in them"),
+    "commitlog.carved": (WARNING, "shallow", "records found by resync past a corruption (not trusted)"),
+    "commitlog.file-changed": (WARNING, "shallow", "a file shrank or vanished while being read (live store)"),
+    "commitlog.live-tail": (INFO, "shallow", "incomplete record at the live tail of a store a broker holds"),
+    # commitlog: deep record checks
+    "commitlog.body-crc": (ERROR, "deep", "crc32(body) & 0x7FFFFFFF != BODYCRC (non-empty bodies only)"),
+    "commitlog.prop-crc": (ERROR, "deep", "__CRC32# property != crc32 of the record without its 20-byte tail"),
+    "commitlog.phy-offset": (ERROR, "deep", "stored PHYSICALOFFSET != file base + position"),
+    "commitlog.queue-offset": (ERROR, "deep", "QUEUEOFFSET of NOT/COMMIT records not continuous per topic/queue"),
+    # consume queues
+    "cq.names": (ERROR, "shallow", "CQ file name is not 20 digits or not a multiple of the file size"),
+    "cq.file-size": (ERROR, "shallow", "CQ file size differs from the queue's file size or is not whole units"),
+    "cq.contiguity": (ERROR, "shallow", "a CQ file is missing in the middle of a queue"),
+    "cq.gap": (ERROR, "shallow", "an invalid (zero) unit followed by valid units: a hole in the queue"),
+    "cq.pre-blank": (ERROR, "shallow", "pre-blank sentinel unit anywhere but the start of the first file"),
+    "cq.unit-size": (ERROR, "shallow", "unit size outside what a record can be"),
+    "cq.order": (ERROR, "shallow", "unit commitlog offsets not increasing within the queue"),
+    "cq.beyond-end": (WARNING, "shallow", "unit points past the CommitLog's valid end (recovery truncates it)"),
+    "cq.expired": (INFO, "shallow", "units pointing below the CommitLog's min offset (expired data)"),
+    "cq.unit-target": (ERROR, "deep", "unit does not point at a record start (middle of a record, or no record)"),
+    "cq.unit-record": (ERROR, "deep", "unit size / topic / queue id / queue offset / type disagree with its record"),
+    "cq.tags-code": (ERROR, "deep", "unit tagsCode != the dispatcher's tagsCode of its record"),
+    "cq.missing": (ERROR, "deep", "dispatchable record below the dispatch frontier has no unit in its queue"),
+    "cq.not-dispatched": (INFO, "deep", "record past the dispatch frontier: the broker dispatches it at restart"),
+    # index
+    "index.file-size": (ERROR, "shallow", "index file size != 40 + 4*slots + 20*entries (truncated file)"),
+    "index.header": (ERROR, "shallow", "header indexCount out of range or begin/end fields disagree with entries"),
+    "index.header-count": (ERROR, "shallow", "hashSlotCount != used slots, or entries past indexCount"),
+    "index.slot-range": (ERROR, "shallow", "slot value negative or > indexCount"),
+    "index.chain-loop": (ERROR, "shallow", "prevIndex not strictly smaller than the entry (chains must decrease)"),
+    "index.chain": (ERROR, "shallow", "chain/slot structure differs from the bucket order (wrong slot or prev)"),
+    "index.time-diff": (ERROR, "shallow", "negative timeDiff"),
+    "index.entry-target": (ERROR, "deep", "entry does not point at a record start"),
+    "index.entry-key": (ERROR, "deep", "no key of the entry's record hashes to the entry's keyHash"),
+    "index.entry-time": (WARNING, "deep", "entry time (begin + timeDiff s) disagrees with the record's store time"),
+    "index.missing": (ERROR, "deep", "key of a record inside the indexed range is not in the index"),
+    "index.not-indexed": (INFO, "deep", "record past the index frontier: the broker indexes it at restart"),
+    # checkpoint
+    "checkpoint.missing": (WARNING, "shallow", "no checkpoint file"),
+    "checkpoint.size": (WARNING, "shallow", "checkpoint is not 4096 bytes"),
+    "checkpoint.trailing": (WARNING, "shallow", "non-zero bytes after the checkpoint fields"),
+    "checkpoint.ahead": (ERROR, "shallow", "a checkpoint timestamp is later than any record in the CommitLog"),
+    "checkpoint.confirm-offset": (ERROR, "shallow", "confirmPhyOffset past the CommitLog's valid end"),
+    "checkpoint.behind": (INFO, "shallow", "checkpoint older than the data (normal after a crash: recovery re-dispatches)"),
+}
+
+
+@dataclass
+class Finding:
+    severity: str
+    check: str
+    file: str | None
+    offset: int | None
+    message: str
+    excerpt: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"severity": self.severity, "check": self.check, "file": self.file,
+                "offset": self.offset, "message": self.message, "excerpt": self.excerpt}
+
+
+def hex_excerpt(path, offset: int | None, length: int = 16, before: int = 16) -> str | None:
+    """``<start>: <hex before> [<hex from offset>]`` read from the file (None when unreadable)."""
+    if path is None or offset is None or offset < 0:
+        return None
+    try:
+        with ReadOnlyFile(path) as fh:
+            size = fh.size()
+            start = max(0, offset - before)
+            raw = fh.read(start, max(0, min(offset + length, size) - start), exact=False)
+    except RmqError:
+        return None
+    cut = offset - start
+    return f"{start}: {raw[:cut].hex()} [{raw[cut:].hex()}]"
+
+
+@dataclass
+class FindingSink:
+    """Collects findings; keeps at most ``limit`` per check but counts all of them."""
+    limit: int | None = 1000
+    findings: list[Finding] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)          # (check, severity) -> n
+    by_kind: dict = field(default_factory=lambda: defaultdict(Counter))   # kind -> severity -> n
+
+    def add(self, check: str, file, offset: int | None, message: str, severity: str | None = None,
+            excerpt: str | bool | None = True, excerpt_len: int = 16) -> None:
+        if check not in CHECKS:
+            raise KeyError(f"undeclared check name {check!r}")
+        severity = severity or CHECKS[check][0]
+        self.counts[(check, severity)] += 1
+        self.by_kind[check.split(".")[0]][severity] += 1
+        if self.limit is not None and self.counts[(check, severity)] > self.limit:
+            return
+        if excerpt is True:
+            excerpt = hex_excerpt(file, offset, excerpt_len)
+        elif excerpt is False:
+            excerpt = None
+        self.findings.append(Finding(severity, check, None if file is None else str(file),
+                                     None if offset is None else int(offset), message, excerpt))
+
+    def put(self, finding: Finding) -> None:
+        """Add a finding built elsewhere (e.g. by a batch check)."""
+        if finding.check not in CHECKS:
+            raise KeyError(f"undeclared check name {finding.check!r}")
+        key = (finding.check, finding.severity)
+        self.counts[key] += 1
+        self.by_kind[finding.check.split(".")[0]][finding.severity] += 1
+        if self.limit is None or self.counts[key] <= self.limit:
+            self.findings.append(finding)
+
+    def total(self, severity: str) -> int:
+        return sum(n for (_, sev), n in self.counts.items() if sev == severity)
+
+    def suppressed(self) -> int:
+        return max(0, sum(self.counts.values()) - len(self.findings))
+
+    def worst(self) -> str | None:
+        present = [sev for (_, sev), n in self.counts.items() if n]
+        return max(present, key=_RANK.get) if present else None
+
+    def sorted(self) -> list[Finding]:
+        return sorted(self.findings, key=lambda f: (f.file or "", f.offset if f.offset is not None else -1,
+                                                    f.check))

@@ -1,0 +1,80 @@
+"""Recovery forecast: what the broker would do with this store at its next start (format.md §3).
+
+The valid end comes from the broker's own walk (``recovery.valid_end``: from the start
+file, CRC on, BLANK moves to the next file, first failure stops). From it follow the
+CommitLog files deleted (wholly past the end), the ConsumeQueue tails truncated (units
+at or past the end), and on an abnormal start the index files deleted (endTimestamp >
+checkpoint indexMsgTimestamp). Records past the dispatch and index frontiers are the
+ones the broker has not dispatched / indexed yet.
+"""
+from __future__ import annotations
+
+from rmqtool.recovery import RecoveryStart, recovery_start, valid_end
+from rmqtool.verify.records import RecordTable
+
+LIST_LIMIT = 10_000
+
+
+def recovery_walk(store, dispatch_from: int) -> dict:
+    """Start files for both modes and the valid end of the mode the abort file selects."""
+    mode = "abnormal" if store.abort_present() else "normal"
+    starts: dict[str, RecoveryStart] = {
+        "normal": recovery_start(store, "normal", max_phy=dispatch_from),
+        "abnormal": recovery_start(store, "abnormal"),
+    }
+    start = starts[mode]
+    end, stop, messages = valid_end(store, start)
+    return {"mode": mode, "starts": starts, "start": start, "valid_end": end, "stop": stop,
+            "messages_walked": messages}
+
+
+def forecast(store, walk: dict, queues: dict, index_states: list, checkpoint: dict | None,
+             table: RecordTable | None, dispatch_from: int, index_frontier: int | None,
+             not_dispatched: list[int], not_indexed: list[int]) -> dict:
+    end = walk["valid_end"]
+    stop = walk["stop"]
+    files = store.commitlog.files
+    deleted_cl = [seg.name for seg in files if seg.start > end]
+    truncated = []
+    for (topic, qid), qu in sorted(queues.items()):
+        past = qu.offset >= end
+        if past.any():
+            first = int(qu.qoff[past][0])
+            truncated.append({"topic": topic, "queue_id": qid, "from_queue_offset": first,
+                              "units": int(past.sum()), "to_queue_offset": int(qu.end_qoff)})
+    index_deleted = []
+    if checkpoint is not None:
+        limit = checkpoint["index_msg_timestamp"]
+        index_deleted = [s.path.rsplit("/", 1)[-1] for s in index_states
+                         if s.header is not None and s.header.end_timestamp > limit]
+
+    def listing(rows):
+        if table is None:
+            return []
+        return [table.describe(i) for i in rows[:LIST_LIMIT]]
+
+    return {
+        "mode": walk["mode"],
+        "abort_present": store.abort_present(),
+        "start_file": walk["start"].file_name,
+        "start_rule": walk["start"].rule,
+        "normal_start_file": walk["starts"]["normal"].file_name,
+        "abnormal_start_file": walk["starts"]["abnormal"].file_name,
+        "v4_9_normal_start_file": walk["start"].v4_9_normal_file,
+        "valid_end": end,
+        "end_kind": stop.kind if stop else None,
+        "end_file": stop.path if stop else None,
+        "end_position": stop.position if stop else None,
+        "end_detail": (stop.detail or None) if stop else None,
+        "messages_walked_from_start": walk["messages_walked"],
+        "commitlog_files_deleted": deleted_cl,
+        "consume_queues_truncated": truncated,
+        "index_files_deleted": index_deleted if walk["mode"] == "abnormal" else [],
+        "index_files_deleted_on_abnormal_start": index_deleted,
+        "dispatch_from": dispatch_from,
+        "not_dispatched_count": len(not_dispatched),
+        "not_dispatched": listing(not_dispatched),
+        "index_frontier": index_frontier,
+        "not_indexed_count": len(not_indexed),
+        "not_indexed": listing(not_indexed),
+    }

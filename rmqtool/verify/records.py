@@ -1,0 +1,307 @@
+"""Per-record work on scanner batches: deep checks and the columns the cross-checks join on.
+
+``check_batch`` is a pure function from one ``RecordBatch`` to findings (body CRC,
+``__CRC32#`` property CRC, stored PHYSICALOFFSET); ``batch_columns`` turns a batch into
+the per-record arrays (topic id, tagsCode, index key hashes, ...) that the ConsumeQueue
+and index cross-checks join with ``np.searchsorted``. Both run on numpy columns; only
+the CRCs and non-ASCII strings take a per-record path. Another engine can call them on
+its own batches and concatenate the results with ``RecordTable.from_parts``.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from formats import commitlog as cl
+from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
+from rmqtool.scan import body_crc_matches
+from rmqtool.schema import dispatch_tags_code
+from rmqtool.verify.findings import Finding, ERROR
+
+CRC_MASK = 0x7FFFFFFF
+_CRC_PREFIX = np.frombuffer((cl.PROPERTY_CRC32 + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
+
+
+def buf_excerpt(batch, position: int, length: int = 16, before: int = 16) -> str:
+    """Hex excerpt from the batch window (same format as ``findings.hex_excerpt``)."""
+    rel = position - batch.buf_base
+    start = max(0, rel - before)
+    raw = batch.buf[start:rel + length].tobytes()
+    cut = rel - start
+    return f"{start + batch.buf_base}: {raw[:cut].hex()} [{raw[cut:].hex()}]"
+
+
+def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Java hashCode of ASCII byte spans and whether each span is pure ASCII.
+
+    Spans that are not ASCII get a meaningless hash; callers recompute those from
+    the decoded string.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(starts)
+    out = np.zeros(n, dtype=np.uint32)
+    ascii_ok = np.ones(n, dtype=bool)
+    nonempty = lengths > 0
+    if not nonempty.any():
+        return out.view(np.int32), ascii_ok
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos_in_span = np.arange(total) - first[owner]
+    data = blob[starts[owner] + pos_in_span]
+    with np.errstate(over="ignore"):
+        contrib = data.astype(np.uint32) * pow31(lengths[owner] - 1 - pos_in_span)
+    out[nonempty] = np.add.reduceat(contrib, first[nonempty]).astype(np.uint32)
+    ascii_ok[nonempty] = np.maximum.reduceat(data, first[nonempty]) < 0x80
+    return out.view(np.int32), ascii_ok
+
+
+def split_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sep: int):
+    """Split disjoint, ordered spans on a separator byte: (owner, token start, token length), empties dropped."""
+    rec = np.flatnonzero(lengths > 0)
+    if not len(rec):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    s = starts[rec]
+    e = s + lengths[rec]
+    lo, hi = int(s.min()), int(e.max())
+    seps = np.flatnonzero(blob[lo:hi] == sep) + lo
+    own = np.searchsorted(s, seps, side="right") - 1
+    inside = (own >= 0) & (seps < e[np.maximum(own, 0)])
+    seps, own = seps[inside], own[inside]
+    tok_start = np.concatenate([s, seps + 1])
+    tok_owner = np.concatenate([np.arange(len(rec)), own])
+    order = np.argsort(tok_start, kind="stable")
+    tok_start, tok_owner = tok_start[order], tok_owner[order]
+    tok_end = np.empty_like(tok_start)
+    tok_end[:-1] = tok_start[1:] - 1
+    last = np.ones(len(tok_start), dtype=bool)
+    last[:-1] = tok_owner[:-1] != tok_owner[1:]
+    tok_end[last] = e[tok_owner[last]]
+    length = tok_end - tok_start
+    keep = length > 0
+    return rec[tok_owner[keep]], tok_start[keep], length[keep]
+
+
+@dataclass
+class TopicTable:
+    """Topic strings seen in the scan, as small integer ids."""
+    names: list[str] = field(default_factory=list)
+    ids: dict[bytes, int] = field(default_factory=dict)
+    by_name: dict[str, int] = field(default_factory=dict)
+    prefix_hash: list[int] = field(default_factory=list)      # hashCode(topic + "#")
+
+    def intern(self, raw: bytes) -> int:
+        tid = self.ids.get(raw)
+        if tid is None:
+            tid = len(self.names)
+            name = raw.decode("utf-8", "replace")
+            self.ids[raw] = tid
+            self.names.append(name)
+            self.by_name.setdefault(name, tid)
+            self.prefix_hash.append(java_string_hash(name + "#"))
+        return tid
+
+    def lookup(self, name: str) -> int:
+        return self.by_name.get(name, -1)
+
+    def topic_ids(self, batch) -> np.ndarray:
+        """Topic id of every record of a batch (grouped by byte hash + length, then verified)."""
+        buf = batch.buf
+        starts, lens = batch.topic_start, batch.topic_len
+        h, _ = span_hash(buf, starts, lens)
+        key = (h.astype(np.int64) & 0xFFFFFFFF) << 16 | (lens & 0xFFFF)
+        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        out = np.empty(len(starts), dtype=np.int32)
+        for g in range(len(uniq)):
+            members = np.flatnonzero(inv == g) if len(uniq) > 1 else np.arange(len(starts))
+            i0 = int(first[g])
+            n = int(lens[i0])
+            raw0 = buf[starts[i0]:starts[i0] + n]
+            if n and len(members) > 1:
+                mat = buf[starts[members][:, None] + np.arange(n)]
+                same = (mat == raw0).all(axis=1)
+            else:
+                same = np.ones(len(members), dtype=bool)
+            out[members[same]] = self.intern(raw0.tobytes())
+            for i in members[~same]:      # a byte-hash collision between two topics: exact path
+                out[i] = self.intern(buf[starts[i]:starts[i] + lens[i]].tobytes())
+        return out
+
+
+def tags_codes(batch, topic_id: np.ndarray, topics: TopicTable) -> np.ndarray:
+    """The dispatcher's tagsCode for every record (TAGS hashCode; deliver time for delayed)."""
+    buf = batch.buf
+    n = len(batch)
+    codes = np.zeros(n, dtype=np.int64)
+    has = np.flatnonzero(batch.tags_len > 0)
+    if len(has):
+        h, ok = span_hash(buf, batch.tags_start[has], batch.tags_len[has])
+        codes[has] = h.astype(np.int64)
+        for j in np.flatnonzero(~ok):
+            i = int(has[j])
+            codes[i] = java_string_hash(batch.text("tags", i))
+    sched = topics.lookup(cl.SCHEDULE_TOPIC)
+    if sched >= 0:
+        for i in np.flatnonzero((topic_id == sched) & (batch.delay_len > 0)):
+            i = int(i)
+            codes[i] = dispatch_tags_code(cl.SCHEDULE_TOPIC, batch.properties(i), int(batch.store_timestamp[i]))
+    return codes
+
+
+def key_hashes(batch, topic_id: np.ndarray, topics: TopicTable, tx: np.ndarray):
+    """(record index, keyHash) of every index key: topic#UNIQ_KEY and topic#token for each KEYS token."""
+    buf = batch.buf
+    indexable = tx != cl.TRANSACTION_ROLLBACK_TYPE
+    u_len = np.where(indexable, batch.uniq_len, -1)
+    k_len = np.where(indexable, batch.keys_len, -1)
+    u_rec = np.flatnonzero(u_len > 0)
+    u_start, u_l = batch.uniq_start[u_rec], u_len[u_rec]
+    k_rec, k_start, k_l = split_spans(buf, batch.keys_start, k_len, ord(cl.KEY_SEPARATOR))
+    rec = np.concatenate([u_rec, k_rec]).astype(np.int64)
+    start = np.concatenate([u_start, k_start]).astype(np.int64)
+    length = np.concatenate([u_l, k_l]).astype(np.int64)
+    if not len(rec):
+        return rec, np.zeros(0, np.int32)
+    tok_hash, ok = span_hash(buf, start, length)
+    prefix = np.asarray(topics.prefix_hash, dtype=np.int64)[topic_id[rec]]
+    full = combine_hash(prefix, tok_hash, length)
+    for j in np.flatnonzero(~ok):
+        token = buf[start[j]:start[j] + length[j]].tobytes().decode("utf-8", "replace")
+        full[j] = java_string_hash(topics.names[topic_id[rec[j]]] + "#" + token)
+    return rec, index_key_hash_array(full)
+
+
+def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
+    """Per-record arrays the cross-checks need (``key_rec`` indexes this batch's records)."""
+    tx = (batch.sys_flag & cl.TRANSACTION_MASK).astype(np.int8)
+    topic_id = topics.topic_ids(batch)
+    cols = {
+        "phy": batch.phy_offset.astype(np.int64),
+        "position": batch.position.astype(np.int64),
+        "size": batch.size.astype(np.int64),
+        "queue_id": batch.queue_id.astype(np.int32),
+        "queue_offset": batch.queue_offset.astype(np.int64),
+        "tx": tx,
+        "store_ts": batch.store_timestamp.astype(np.int64),
+        "topic_id": topic_id,
+        "carved": np.full(len(batch), bool(batch.carved)),
+    }
+    if deep:
+        cols["tags_code"] = tags_codes(batch, topic_id, topics)
+        cols["key_rec"], cols["key_hash"] = key_hashes(batch, topic_id, topics, tx)
+    return cols
+
+
+def check_batch(batch, deep: bool = True) -> list[Finding]:
+    """Deep per-record checks of one batch: body CRC, __CRC32# property CRC, stored offset."""
+    if not deep or not len(batch):
+        return []
+    out: list[Finding] = []
+    cols = batch.columns
+    buf = batch.buf
+    base = batch.buf_base
+    carved = " (carved record)" if batch.carved else ""
+    # stored PHYSICALOFFSET
+    bad = np.flatnonzero(batch.stored_phy_offset != batch.phy_offset)
+    field_at = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
+    for i in bad:
+        pos = int(batch.position[i])
+        out.append(Finding(ERROR, "commitlog.phy-offset", batch.path, pos + field_at,
+                           f"record at position {pos} stores PHYSICALOFFSET {int(batch.stored_phy_offset[i])}, "
+                           f"expected {int(batch.phy_offset[i])}{carved}",
+                           buf_excerpt(batch, pos + field_at, 8)))
+    # body CRC (the scanner's helper: & 0x7FFFFFFF, no check for an empty body)
+    local = {"body_start": batch.body_start, "body_len": batch.body_len, "body_crc": batch.body_crc}
+    crc_ok = body_crc_matches(buf, local)
+    for i in np.flatnonzero(~crc_ok):
+        pos = int(batch.position[i])
+        s, n = int(batch.body_start[i]), int(batch.body_len[i])
+        got = zlib.crc32(buf[s:s + n]) & CRC_MASK
+        out.append(Finding(ERROR, "commitlog.body-crc", batch.path, pos,
+                           f"record at position {pos}: body CRC {got} (crc32 of {n} body bytes at "
+                           f"{s + base}) != stored BODYCRC {int(batch.body_crc[i])}{carved}",
+                           buf_excerpt(batch, pos)))
+    # __CRC32# property tail (5.2.0+ enabledAppendPropCRC)
+    plen = cols["props_len"]
+    cand = np.flatnonzero(plen >= cl.CRC32_RESERVED_LENGTH)
+    if len(cand):
+        tail = cols["props_start"][cand] + plen[cand] - cl.CRC32_RESERVED_LENGTH
+        mat = buf[tail[:, None] + np.arange(len(_CRC_PREFIX))]
+        hit = (mat == _CRC_PREFIX).all(axis=1)
+        for j in np.flatnonzero(hit):
+            i = int(cand[j])
+            rel = int(batch.position[i]) - base
+            size = int(batch.size[i])
+            want = cl.crc32_property_digits(zlib.crc32(buf[rel:rel + size - cl.CRC32_RESERVED_LENGTH]) & CRC_MASK)
+            d0 = int(tail[j]) + len(_CRC_PREFIX)
+            stored = buf[d0:d0 + 10].tobytes().decode("ascii", "replace")
+            if stored != want:
+                out.append(Finding(ERROR, "commitlog.prop-crc", batch.path, d0 + base,
+                                   f"record at position {rel + base}: __CRC32# digits {stored!r} != {want!r} "
+                                   f"computed over its first {size - cl.CRC32_RESERVED_LENGTH} bytes{carved}",
+                                   buf_excerpt(batch, d0 + base, 10)))
+    return out
+
+
+@dataclass
+class RecordTable:
+    """Every record of the walk as columns, in commitlog order, plus its index keys."""
+    cols: dict
+    topics: TopicTable
+    files: list[str]
+
+    @classmethod
+    def from_parts(cls, parts: list[dict], topics: TopicTable, files: list[str]) -> "RecordTable":
+        """Concatenate per-batch columns (each part carries ``file_idx``; key_rec is rebased)."""
+        names = ("phy", "position", "size", "queue_id", "queue_offset", "tx", "store_ts", "topic_id",
+                 "carved", "file_idx", "tags_code")
+        cols: dict = {}
+        for name in names:
+            arrays = [p[name] for p in parts if name in p]
+            if arrays and len(arrays) == len(parts):
+                cols[name] = np.concatenate(arrays)
+            elif not parts:
+                cols[name] = np.zeros(0, dtype=np.int64)
+        rebased, hashes, count = [], [], 0
+        for p in parts:
+            if "key_rec" in p:
+                rebased.append(p["key_rec"] + count)
+                hashes.append(p["key_hash"])
+            count += len(p["phy"])
+        if rebased:
+            cols["key_rec"] = np.concatenate(rebased).astype(np.int64)
+            cols["key_hash"] = np.concatenate(hashes).astype(np.int32)
+        order = cols["phy"]
+        if len(order) > 1 and not (np.diff(order) > 0).all():
+            raise ValueError("record batches are not in commitlog order")
+        return cls(cols, topics, files)
+
+    def __len__(self) -> int:
+        return len(self.cols["phy"])
+
+    @property
+    def has_keys(self) -> bool:
+        return "key_rec" in self.cols
+
+    def where(self, i: int) -> tuple[str, int]:
+        return self.files[int(self.cols["file_idx"][i])], int(self.cols["position"][i])
+
+    def describe(self, i: int) -> dict:
+        c = self.cols
+        return {"phy_offset": int(c["phy"][i]), "size": int(c["size"][i]),
+                "topic": self.topics.names[int(c["topic_id"][i])], "queue_id": int(c["queue_id"][i]),
+                "queue_offset": int(c["queue_offset"][i]), "store_timestamp": int(c["store_ts"][i])}
+
+    def locate(self, offsets: np.ndarray):
+        """For each commitlog offset: (record index or -1 when none starts there, containing index or -1)."""
+        phy = self.cols["phy"]
+        idx = np.searchsorted(phy, offsets, side="right") - 1
+        ok = idx >= 0
+        safe = np.maximum(idx, 0)
+        exact = ok & (phy[safe] == offsets) if len(phy) else np.zeros(len(offsets), bool)
+        inside = ok & ~exact & (offsets < phy[safe] + self.cols["size"][safe]) if len(phy) else exact
+        return np.where(exact, idx, -1), np.where(inside, idx, -1)

@@ -1,0 +1,201 @@
+"""``verify``: run every check over a store, read-only, and assemble the report.
+
+Order: CommitLog walk (record table) -> every ConsumeQueue (dispatch frontier) ->
+the broker's recovery walk (valid end) -> CQ checks -> index checks -> checkpoint ->
+forecast. ``--only`` limits which kinds *report* findings; the CommitLog walk and the
+queues are still read because the cross-checks and the forecast need them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
+from rmqtool.indexfile import IndexGeometry
+from rmqtool.verify.checkpoint import check_checkpoint
+from rmqtool.verify.commitlog import CommitLogVerifier, queue_offset_findings
+from rmqtool.verify.consumequeue import deep_unit_checks, missing_units, read_queue, shallow_unit_checks
+from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.verify.forecast import forecast, recovery_walk
+from rmqtool.verify.index import check_index_file, deep_index_checks, missing_keys
+
+KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
+LEVELS = ("shallow", "deep")
+FAIL_ON = ("error", "warning")
+_SEVERITY_KIND = {"commitlog": "commitlog", "cq": "consumequeue", "index": "index", "checkpoint": "checkpoint"}
+
+
+@dataclass
+class VerifyOptions:
+    level: str = "shallow"
+    only: tuple[str, ...] = KINDS
+    topic: str | None = None
+    queue_id: int | None = None
+    limit_per_check: int | None = 1000
+
+    def validate(self) -> None:
+        if self.level not in LEVELS:
+            raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not {self.level!r}")
+        for kind in self.only:
+            if kind not in KINDS:
+                raise UsageError(f"--only takes {', '.join(KINDS)}, not {kind!r}")
+        if self.queue_id is not None and self.topic is None:
+            raise UsageError("--queue needs --topic")
+
+
+@dataclass
+class VerifyReport:
+    store: str
+    options: VerifyOptions
+    sink: FindingSink
+    summary: dict = field(default_factory=dict)
+    forecast: dict = field(default_factory=dict)
+
+    @property
+    def findings(self):
+        return self.sink.sorted()
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        if self.sink.total(ERROR):
+            return EXIT_FINDINGS
+        if fail_on == "warning" and self.sink.total(WARNING):
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def as_dict(self) -> dict:
+        return {"store": self.store, "level": self.options.level, "only": list(self.options.only),
+                "topic": self.options.topic, "queue_id": self.options.queue_id,
+                "summary": self.summary, "forecast": self.forecast,
+                "findings": [f.as_dict() for f in self.findings]}
+
+
+def _geometry(store, sink: FindingSink):
+    try:
+        return store.index_geometry
+    except StoreLayoutError as exc:
+        if store._index_slots and store._index_entries:
+            return IndexGeometry(store._index_slots, store._index_entries)
+        sink.add("index.file-size", exc.path, None, exc.message + "; index files not checked", excerpt=False)
+        return None
+
+
+def verify(store, options: VerifyOptions | None = None, progress=None) -> VerifyReport:
+    """Verify a store without writing anything; findings go into the report, never raised."""
+    options = options or VerifyOptions()
+    options.validate()
+    deep = options.level == "deep"
+    live = store.is_live()
+    sink = FindingSink(options.limit_per_check)
+    muted = FindingSink(0)
+    want = set(options.only)
+
+    def out(kind):
+        return sink if kind in want else muted
+
+    # 1. CommitLog
+    clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
+                            report_records="commitlog" in want)
+    clv.check_layout()
+    table = clv.walk()
+    c = table.cols
+    selected = np.ones(len(table), dtype=bool)
+    tid = None
+    if options.topic is not None:
+        tid = table.topics.lookup(options.topic)
+        selected &= c["topic_id"] == tid
+        if options.queue_id is not None:
+            selected &= c["queue_id"] == options.queue_id
+    if deep and "commitlog" in want:
+        queue_offset_findings(table, sink, tid if options.topic is not None else None, options.queue_id)
+
+    # 2. every ConsumeQueue (the dispatch frontier is global)
+    queues = {}
+    for ref in store.queues():
+        chosen = (options.topic is None or ref.topic == options.topic) and (
+            options.queue_id is None or ref.queue_id == options.queue_id)
+        queues[(ref.topic, ref.queue_id)] = (read_queue(store, ref, out("consumequeue") if chosen else muted),
+                                             chosen)
+    dispatch_from = 0
+    for qu, _ in queues.values():
+        if len(qu.offset):
+            dispatch_from = max(dispatch_from, int((qu.offset + qu.size).max()))
+
+    # 3. the broker's recovery walk
+    walk = recovery_walk(store, dispatch_from)
+    end = walk["valid_end"]
+
+    # 4. ConsumeQueue checks
+    found = np.zeros(len(table), dtype=bool)
+    units = expired = 0
+    cq_sink = out("consumequeue")
+    for qu, chosen in queues.values():
+        if not chosen:
+            continue
+        units += len(qu.offset)
+        expired += shallow_unit_checks(qu, store, end, cq_sink, live)
+        if deep:
+            deep_unit_checks(qu, table, store, end, cq_sink, found)
+    not_dispatched = []
+    if deep:
+        not_dispatched = missing_units(table, found, {k: v[0] for k, v in queues.items()}, dispatch_from, end,
+                                       cq_sink, selected)
+    else:
+        not_dispatched = _past(table, dispatch_from, end, selected, dispatchable=True)
+
+    # 5. index files
+    ix_sink = out("index")
+    states = []
+    geometry = _geometry(store, ix_sink) if store.index_files() else None
+    if geometry is not None:
+        for path in store.index_files():
+            states.append(check_index_file(path, geometry, ix_sink, live))
+    usable = [s for s in states if s.usable]
+    frontier = max((s.header.end_phy_offset for s in usable), default=None)
+    lo = min((s.header.begin_phy_offset for s in usable), default=0)
+    not_indexed = []
+    if usable:
+        if deep:
+            pairs = [deep_index_checks(s, geometry, table, store, end, ix_sink, selected) for s in usable]
+            indexed = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
+            not_indexed = missing_keys(table, indexed, lo, frontier, end, ix_sink, selected)
+        else:
+            not_indexed = _past(table, frontier + 1, end, selected, dispatchable=False)
+    entries = sum(len(s.entries) for s in states)
+
+    # 6. checkpoint
+    index_end_ts = max((s.header.end_timestamp for s in usable), default=None)
+    cp = check_checkpoint(store, table, end, index_end_ts, out("checkpoint"))
+
+    # 7. forecast and summary
+    qmap = {k: v[0] for k, v in queues.items()}
+    fc = forecast(store, walk, qmap, states, cp, table, dispatch_from, frontier, not_dispatched, not_indexed)
+    summary = {
+        "live": live,
+        "commitlog": {"files": len(store.commitlog.files), "bytes": clv.bytes, "records": clv.records,
+                      "carved_records": clv.carved, "valid_end": end},
+        "consumequeue": {"queues": sum(1 for _, ch in queues.values() if ch), "units": units,
+                         "expired_units": expired},
+        "index": {"files": len(states), "entries": entries},
+        "checkpoint": {"present": cp is not None},
+        "findings": {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)},
+        "findings_not_listed": sink.suppressed(),
+        "checks": {f"{check}:{sev}": n for (check, sev), n in sorted(sink.counts.items())},
+    }
+    for prefix, kind in _SEVERITY_KIND.items():
+        summary[kind]["findings"] = dict(sink.by_kind.get(prefix, {}))
+    return VerifyReport(str(store.root), options, sink, summary, fc)
+
+
+def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:
+    """Shallow-level listing of records in [frontier, end) (no per-key join)."""
+    from formats import commitlog as cl
+    c = table.cols
+    if not len(table):
+        return []
+    mask = selected & ~c["carved"] & (c["phy"] >= frontier) & (c["phy"] + c["size"] <= end)
+    if dispatchable:
+        mask &= (c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)
+    else:
+        mask &= c["tx"] != cl.TRANSACTION_ROLLBACK_TYPE
+    return [int(i) for i in np.flatnonzero(mask)]
