@@ -378,14 +378,44 @@ def _selected(key: tuple[str, int], only: set) -> bool:
 
 
 @dataclass
+class CqLayout:
+    """A queue's units placed in its logical byte space: ``units[i]`` sits at
+    ``first_file + i * 20`` (leading pre-blank units included)."""
+    first_file: int
+    units: np.ndarray                 # CQ_UNIT_DTYPE
+    file_size: int
+    real_units: int
+    warnings: list[str] = field(default_factory=list)
+
+    def file_starts(self) -> list[int]:
+        span = len(self.units) * CQ_UNIT_SIZE
+        return list(range(self.first_file, self.first_file + span, self.file_size))
+
+    def file_data(self, start: int) -> bytes:
+        """The non-zero prefix of the file at ``start`` (the rest of the file is zeros)."""
+        per_file = self.file_size // CQ_UNIT_SIZE
+        i = (start - self.first_file) // CQ_UNIT_SIZE
+        return self.units[i:i + per_file].tobytes()
+
+
+@dataclass
 class CqFiles:
-    """File start offset -> file bytes, plus what placement noticed."""
+    """File start offset -> whole file bytes (tests and small queues)."""
     files: dict[int, bytes]
     units: int
     warnings: list[str] = field(default_factory=list)
 
 
 def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
+    layout = layout_cq(q, file_size)
+    files = {}
+    for start in layout.file_starts():
+        data = layout.file_data(start)
+        files[start] = data + bytes(file_size - len(data))
+    return CqFiles(files, layout.real_units, layout.warnings)
+
+
+def layout_cq(q: QueueUnits, file_size: int) -> CqLayout:
     """Place a queue's units like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3).
 
     The first unit creates the first file at its aligned offset; if it is not at the file
@@ -397,12 +427,11 @@ def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
         raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
     n = len(q)
     if n == 0:
-        return CqFiles({}, 0)
+        return CqLayout(0, np.zeros(0, CQ_UNIT_DTYPE), file_size, 0)
     qoff, phy, size, tags = q.queue_offset, q.phy_offset, q.size, q.tags_code
     warnings: list[str] = []
     start = int(qoff[0]) * CQ_UNIT_SIZE
-    contiguous = bool((np.diff(qoff) == 1).all()) and bool(
-        (np.diff(phy + size) > 0).all() if n > 1 else True)
+    contiguous = bool((np.diff(qoff) == 1).all()) and bool((np.diff(phy + size) > 0).all())
     if contiguous:
         keep = np.arange(n)
     else:
@@ -420,24 +449,17 @@ def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
             written_end += CQ_UNIT_SIZE
             max_phy = end_phy
         keep = np.asarray(keep_list, dtype=np.int64)
-    units = np.zeros(len(keep), dtype=CQ_UNIT_DTYPE)
-    units["commitlog_offset"] = phy[keep]
-    units["size"] = size[keep]
-    units["tags_code"] = tags[keep]
     first_file = start - start % file_size
     lead = (start - first_file) // CQ_UNIT_SIZE
-    logical = np.zeros(lead + len(units), dtype=CQ_UNIT_DTYPE)
+    logical = np.zeros(lead + len(keep), dtype=CQ_UNIT_DTYPE)
     if lead:
         logical["commitlog_offset"][:lead] = PRE_BLANK_COMMITLOG_OFFSET
         logical["size"][:lead] = PRE_BLANK_SIZE
         logical["tags_code"][:lead] = PRE_BLANK_TAGS_CODE
-    logical[lead:] = units
-    raw = logical.tobytes()
-    files = {}
-    for off in range(0, len(raw), file_size):
-        chunk = raw[off:off + file_size]
-        files[first_file + off] = chunk + bytes(file_size - len(chunk))
-    return CqFiles(files, len(units), warnings)
+    logical["commitlog_offset"][lead:] = phy[keep]
+    logical["size"][lead:] = size[keep]
+    logical["tags_code"][lead:] = tags[keep]
+    return CqLayout(first_file, logical, file_size, len(keep), warnings)
 
 
 # --- IndexFile -------------------------------------------------------------------------------
@@ -486,54 +508,91 @@ def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
         view, pos = view[done:], pos + done
 
 
-def build_index_image(key_hash: np.ndarray, phy: np.ndarray, ts: np.ndarray, hash_slots: int,
-                      index_entries: int, seed_phy: int = 0, seed_ts: int = 0) -> IndexFileImage:
-    """One index file holding these keys (at most index_entries - 1), as IndexFile.putKey builds it.
-
-    ``seed_phy``/``seed_ts`` are the previous file's end (0 for the first file); the first
-    entry's timeDiff is computed against ``seed_ts`` (format.md §5.4).
-    """
-    n = len(key_hash)
-    if n > index_entries - 1:
-        raise ValueError(f"{n} keys do not fit an index file of {index_entries} entries")
+def empty_index_image(hash_slots: int, index_entries: int, seed_phy: int = 0,
+                      seed_ts: int = 0) -> IndexFileImage:
+    """A new file: header seeded with the previous file's end (only values > 0)."""
     header = np.zeros(1, dtype=INDEX_HEADER_DTYPE)
-    slots = np.zeros(hash_slots, dtype=np.int32)
-    entries = np.zeros(n, dtype=INDEX_ENTRY_DTYPE)
     if seed_phy > 0:
         header["begin_phy_offset"] = header["end_phy_offset"] = seed_phy
     if seed_ts > 0:
         header["begin_timestamp"] = header["end_timestamp"] = seed_ts
-    header["index_count"] = FIRST_INDEX       # written by the clean-shutdown flush
+    header["index_count"] = FIRST_INDEX       # in-memory start value, written by the flush
+    return IndexFileImage(header, np.zeros(hash_slots, dtype=np.int32),
+                          np.zeros(0, dtype=INDEX_ENTRY_DTYPE), hash_slots, index_entries)
+
+
+def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileImage:
+    """Append keys to a file exactly as successive IndexFile.putKey calls would (format.md §5.4)."""
+    n = len(key_hash)
+    h = image.header
+    count = int(h["index_count"][0])
+    count = FIRST_INDEX if count <= 0 else count
+    if count - 1 + n > image.index_entries - 1:
+        raise ValueError(f"{n} more keys do not fit an index file of {image.index_entries} entries")
     if n == 0:
-        return IndexFileImage(header, slots, entries, hash_slots, index_entries)
+        return image
     key_hash = np.asarray(key_hash, dtype=np.int64)
+    phy = np.asarray(phy, dtype=np.int64)
     ts = np.asarray(ts, dtype=np.int64)
-    number = np.arange(FIRST_INDEX, FIRST_INDEX + n, dtype=np.int64)
-    slot = key_hash % hash_slots
+    slots = image.slots.copy()
+    number = np.arange(count, count + n, dtype=np.int64)
+    slot = key_hash % image.hash_slots
     order = np.argsort(slot, kind="stable")
     s_sorted = slot[order]
-    prev = np.zeros(n, dtype=np.int64)
     same = s_sorted[1:] == s_sorted[:-1]
+    prev = np.zeros(n, dtype=np.int64)
     prev[order[1:][same]] = number[order[:-1][same]]
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same
+    old = slots[s_sorted[first]].astype(np.int64)
+    old_valid = (old > 0) & (old <= count)         # putKey: invalid slot values count as empty
+    prev[order[first]] = np.where(old_valid, old, INVALID_INDEX)
     last = np.ones(n, dtype=bool)
     last[:-1] = ~same
     slots[s_sorted[last]] = number[order[last]]
-    begin = np.full(n, int(ts[0]), dtype=np.int64)
-    begin[0] = seed_ts
+    begin_ts = int(h["begin_timestamp"][0])
+    begin = np.full(n, begin_ts if count > FIRST_INDEX else int(ts[0]), dtype=np.int64)
+    if count <= FIRST_INDEX:
+        begin[0] = begin_ts                        # the first-entry timeDiff quirk
     diff = ts - begin
-    time_diff = np.where(diff < 0, 0, diff // 1000)
-    time_diff = np.minimum(time_diff, INT_MAX)
+    time_diff = np.minimum(np.where(diff < 0, 0, diff // 1000), INT_MAX)
     time_diff[begin <= 0] = 0
-    entries["key_hash"] = key_hash
-    entries["phy_offset"] = phy
-    entries["time_diff"] = time_diff
-    entries["prev_index"] = np.where(prev > 0, prev, INVALID_INDEX)
-    header["begin_timestamp"] = ts[0]
+    new = np.zeros(n, dtype=INDEX_ENTRY_DTYPE)
+    new["key_hash"] = key_hash
+    new["phy_offset"] = phy
+    new["time_diff"] = time_diff
+    new["prev_index"] = prev
+    header = h.copy()
+    if count <= FIRST_INDEX:
+        header["begin_timestamp"] = ts[0]
+        header["begin_phy_offset"] = phy[0]
     header["end_timestamp"] = ts[-1]
-    header["begin_phy_offset"] = phy[0]
     header["end_phy_offset"] = phy[-1]
-    header["hash_slot_count"] = int(last.sum())
-    header["index_count"] = FIRST_INDEX + n
+    header["hash_slot_count"] = int(h["hash_slot_count"][0]) + int((~old_valid).sum())
+    header["index_count"] = count + n
+    entries = np.concatenate([image.entries, new]) if len(image.entries) else new
+    return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
+
+
+def build_index_image(key_hash: np.ndarray, phy: np.ndarray, ts: np.ndarray, hash_slots: int,
+                      index_entries: int, seed_phy: int = 0, seed_ts: int = 0) -> IndexFileImage:
+    """One new index file holding these keys (at most index_entries - 1)."""
+    return extend_index_image(empty_index_image(hash_slots, index_entries, seed_phy, seed_ts),
+                              key_hash, phy, ts)
+
+
+def read_index_image(path, hash_slots: int, index_entries: int) -> IndexFileImage:
+    """Load an existing file's header, slots and used entries (to continue appending)."""
+    from rmqtool.fileio import ReadOnlyFile
+    with ReadOnlyFile(path) as fh:
+        header = np.frombuffer(fh.read(0, INDEX_HEADER_DTYPE.itemsize), INDEX_HEADER_DTYPE).copy()
+        count = max(int(header["index_count"][0]), FIRST_INDEX)
+        header["index_count"] = count
+        slots = np.frombuffer(fh.read(slot_position(hash_slots, 0), 4 * hash_slots),
+                              INDEX_SLOT_DTYPE).astype(np.int32)
+        entries = np.frombuffer(fh.read(entry_position(hash_slots, FIRST_INDEX),
+                                        (count - FIRST_INDEX) * INDEX_ENTRY_DTYPE.itemsize),
+                                INDEX_ENTRY_DTYPE).copy()
     return IndexFileImage(header, slots, entries, hash_slots, index_entries)
 
 
@@ -548,8 +607,10 @@ class IndexBuilder:
     """
 
     def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
-                 seed_ts: int = 0, skip_keys_at_seed: int = 0):
+                 seed_ts: int = 0, skip_keys_at_seed: int = 0,
+                 open_image: IndexFileImage | None = None):
         self.hash_slots, self.index_entries = hash_slots, index_entries
+        self.open_image = open_image
         self.capacity = index_entries - 1
         if self.capacity < 1:
             raise ValueError("an index file needs at least 2 entries (entry 0 is never used)")
@@ -559,6 +620,10 @@ class IndexBuilder:
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_n = 0
         self._open = False
+        if open_image is not None:
+            self._pending_n = int(open_image.header["index_count"][0]) - FIRST_INDEX
+            self._open = True
+            self.seed_phy = int(open_image.header["end_phy_offset"][0])
         self._filled_at: int | None = seed_phy if (seed_phy or seed_ts) else None
         self.files = 0
         self.entries = 0
@@ -600,8 +665,12 @@ class IndexBuilder:
         kh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int32)
         ph = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
         tt = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-        image = build_index_image(kh, ph, tt, self.hash_slots, self.index_entries,
-                                  self.seed_phy, self.seed_ts)
+        if self.open_image is not None:
+            image = extend_index_image(self.open_image, kh, ph, tt)
+            self.open_image = None
+        else:
+            image = build_index_image(kh, ph, tt, self.hash_slots, self.index_entries,
+                                      self.seed_phy, self.seed_ts)
         self._pending, self._pending_n = [], 0
         self._open = False
         self.files += 1

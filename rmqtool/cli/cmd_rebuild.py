@@ -1,0 +1,163 @@
+"""`rmqtool rebuild consumequeue|index STORE`: rebuild from the CommitLog, install crash-safely."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+                                check_choice, emit, stderr, stdout)
+from rmqtool.errors import RefusedError, UsageError
+
+rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
+app.add_typer(rebuild_app, name="rebuild")
+
+
+class LazyProgress:
+    """A rich progress bar on stderr that appears only once the work has taken > 1 s."""
+
+    def __init__(self, label: str, delay: float = 1.0):
+        self.label, self.delay = label, delay
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < self.delay or not stderr.is_terminal:
+                return
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                       TimeRemainingColumn)
+            self.bar = Progress(TextColumn(self.label), BarColumn(), DownloadColumn(),
+                                TimeRemainingColumn(), console=stderr, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        self.bar.update(self.task, completed=min(done, total), total=total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _confirm_factory(yes: bool):
+    def confirm(result) -> bool:
+        if yes:
+            return True
+        _print_plan(result)
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to replace files without confirmation: pass --yes "
+                             "(or --dry-run to see the plan)")
+        if not typer.confirm("replace these files?", default=False):
+            raise RefusedError("not confirmed; nothing was changed")
+        return True
+    return confirm
+
+
+def _print_plan(r) -> None:
+    stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
+    stderr.print(f"  replace {len(r.files_replaced)} files in {r.target}; keep {len(r.files_kept)} "
+                 f"(carried over as hard links); originals go to {Path(r.target).name}.backup-<UTC time>",
+                 markup=False)
+
+
+def _render(r, fmt: str, dry_run: bool) -> None:
+    if fmt == "json":
+        emit([r.as_dict()], "json")
+        return
+    d = r.as_dict()
+    head = "plan (dry run)" if dry_run else "rebuilt"
+    stdout.print(f"{head}: {r.kind} of {r.store}", markup=False)
+    stdout.print(f"  commitlog read [{r.range_start}, {r.range_end}) ({r.end_kind}), "
+                 f"{r.records} records", markup=False)
+    written = sum(f["size"] for f in r.files_written)
+    what = f"{r.units} units" if r.kind == "consumequeue" else f"{r.entries} entries"
+    stdout.print(f"  {'would write' if dry_run else 'wrote'} {len(r.files_written)} files "
+                 f"({written} bytes), {what}; replaced {len(r.files_replaced)}, kept {len(r.files_kept)}",
+                 markup=False)
+    if r.output:
+        stdout.print(f"  output: {r.output} (store untouched)", markup=False)
+    elif not dry_run:
+        stdout.print(f"  originals moved to: {r.backup or '(nothing to back up)'}", markup=False)
+    for note in r.recovered:
+        stdout.print(f"  recovered: {note}", markup=False)
+    for w in r.warnings[:20]:
+        stderr.print(f"warning: {w}", markup=False)
+    if dry_run:
+        for f in r.files_written[:50]:
+            stdout.print(f"  + {f['path']} ({f['size']} bytes)", markup=False)
+        for f in r.files_replaced[:50]:
+            stdout.print(f"  - {f}", markup=False)
+    stdout.print(f"  {r.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
+
+
+def _open(store: str, commitlog_dirs, slots=None, entries=None):
+    from rmqtool.store import Store
+    return Store(store, commitlog_dirs=commitlog_dirs)
+
+
+@rebuild_app.command("consumequeue")
+def rebuild_consumequeue_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this topic (repeatable)"),
+    queue: Optional[List[int]] = typer.Option(None, "--queue", help="only this queue id (repeatable; needs --topic)"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
+    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size",
+                                               help="mappedFileSizeConsumeQueue (default: from existing files, else 6,000,000)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="build the new consumequeue tree here instead"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
+    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
+    from rmqtool.rebuild import rebuild_consumequeue
+    check_choice(fmt, ("table", "json"), "--format")
+    s = _open(store, commitlog_dirs)
+    bar = LazyProgress("rebuild consumequeue")
+    try:
+        r = rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
+                                 dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes))
+    finally:
+        bar.close()
+    _render(r, fmt, dry_run)
+    return 0
+
+
+@rebuild_app.command("index")
+def rebuild_index_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    from_offset: Optional[int] = typer.Option(None, "--from-offset",
+                                              help="keep the index files wholly below this CommitLog offset"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop indexing here"),
+    output: Optional[Path] = typer.Option(None, "--output", help="build the new index directory here instead"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
+    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Rebuild IndexFiles from the CommitLog (headers, slots and entries as the broker writes them)."""
+    from rmqtool.indexfile import IndexGeometry
+    from rmqtool.rebuild import rebuild_index
+    check_choice(fmt, ("table", "json"), "--format")
+    s = _open(store, commitlog_dirs)
+    if index_slots and index_entries:
+        geometry = IndexGeometry(index_slots, index_entries)
+    elif index_slots or index_entries:
+        raise UsageError("pass both --index-slots and --index-entries")
+    else:
+        geometry = s.index_geometry
+    bar = LazyProgress("rebuild index")
+    try:
+        r = rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
+                          progress=bar, confirm=_confirm_factory(yes))
+    finally:
+        bar.close()
+    _render(r, fmt, dry_run)
+    return 0

@@ -1,0 +1,321 @@
+"""`rebuild consumequeue|index`: re-dispatch the CommitLog offline, install crash-safely.
+
+The CommitLog is only read, never past its valid end (the broker's recovery walk:
+stop at the first record that fails, BLANK moves to the next file). The new tree is
+built beside the old one and swapped in by ``rmqtool.install``; files that are not
+rebuilt (other queues, index files kept before ``--from-offset``) are carried over as
+hard links. ``--output`` builds the replacement tree elsewhere and touches nothing.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+from rmqtool import install as inst
+from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
+                              dispatch_batch, layout_cq)
+from rmqtool.errors import RefusedError, UsageError
+from rmqtool.indexfile import IndexFileReader, IndexGeometry
+from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
+
+Progress = Callable[[int, int], None]      # (bytes done, bytes total)
+
+
+@dataclass
+class RebuildResult:
+    kind: str
+    store: str
+    target: str
+    output: str | None
+    dry_run: bool
+    range_start: int
+    range_end: int                      # commitlog offset where reading stopped
+    end_kind: str                       # why: blank/zero/torn/corrupt/to-offset
+    records: int = 0
+    units: int = 0                      # CQ units written (pre-blank excluded)
+    entries: int = 0                    # index entries written
+    files_written: list[dict] = field(default_factory=list)    # {path, size}
+    files_replaced: list[str] = field(default_factory=list)
+    files_kept: list[str] = field(default_factory=list)
+    backup: str | None = None
+    recovered: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    geometry: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
+        return d
+
+
+# --- reading the commitlog ------------------------------------------------------------------
+def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: Progress | None,
+          on_batch) -> tuple[int, int, str]:
+    """Feed every valid record in [start, to_offset) to ``on_batch``; (records, end, end kind)."""
+    files = store.commitlog.files
+    total_end = store.commitlog.end_offset if files else 0
+    if to_offset is not None:
+        total_end = min(total_end, to_offset)
+    total = max(total_end - start, 1)
+    records, end, kind = 0, start, "empty"
+    for item in walk_store(store, check_crc=check_crc, start_offset=start, stop_at_break=True):
+        if isinstance(item, FileEnd):
+            end, kind = item.phy_offset, item.kind
+            if item.kind == END_BLANK:
+                end = item.file_base + store.commitlog.file_size
+            if to_offset is not None and end >= to_offset:
+                return records, to_offset, "to-offset"
+            continue
+        batch: RecordBatch = item
+        if to_offset is not None:
+            keep = batch.phy_offset < to_offset
+            if not keep.all():
+                batch = _subset(batch, keep)
+                if len(batch):
+                    records += len(batch)
+                    on_batch(batch)
+                return records, to_offset, "to-offset"
+        records += len(batch)
+        on_batch(batch)
+        if progress:
+            progress(int(batch.phy_offset[-1] + batch.size[-1]) - start, total)
+    return records, end, kind
+
+
+def _subset(batch: RecordBatch, keep: np.ndarray) -> RecordBatch:
+    cols = {k: v[keep] if isinstance(v, np.ndarray) and len(v) == len(keep) else v
+            for k, v in batch.columns.items()}
+    return RecordBatch(batch.path, batch.file_base, batch.buf, batch.buf_base, cols, batch.carved)
+
+
+def _guard(store, output: Path | None) -> None:
+    if output is None and store.is_live():
+        raise RefusedError(f"a running broker (pid {store.lock_holder()}) holds the store lock; "
+                           "stop it, or build elsewhere with --output", store.lock_path)
+
+
+# --- consumequeue ---------------------------------------------------------------------------
+def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[int] | None = None,
+                         cq_file_size: int | None = None, to_offset: int | None = None,
+                         output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
+                         config: DispatchConfig | None = None, progress: Progress | None = None,
+                         confirm: Callable[[RebuildResult], bool] | None = None) -> RebuildResult:
+    t0 = time.perf_counter()
+    if queues and not topics:
+        raise UsageError("--queue needs --topic")
+    _guard(store, output)
+    file_size = cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE
+    if file_size % CQ_UNIT_SIZE:
+        raise UsageError(f"--cq-file-size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+    target = store.consumequeue_dir
+    result = RebuildResult("consumequeue", str(store.root), str(target),
+                           str(output) if output else None, dry_run,
+                           store.commitlog.min_offset, 0, "", geometry={"cq_file_size": file_size})
+    if not dry_run and output is None:
+        result.recovered = inst.recover_leftovers(target)
+    only = None
+    if topics:
+        only = {(t, q) for t in topics for q in queues} if queues else {(t, None) for t in topics}
+    collector = CqCollector()
+    config = config or DispatchConfig()
+    stops: list[str] = []
+
+    def on_batch(batch):
+        d = dispatch_batch(batch, config)
+        if d.stop:
+            stops.append(d.stop)
+        collector.add(d, only)
+
+    result.records, result.range_end, result.end_kind = _walk(
+        store, store.commitlog.min_offset, to_offset, check_crc, progress, on_batch)
+    result.warnings += stops
+    layouts = {}
+    for q in collector.queues():
+        layout = layout_cq(q, file_size)
+        layouts[(q.topic, q.queue_id)] = layout
+        result.units += layout.real_units
+        result.warnings += layout.warnings
+        for start in layout.file_starts():
+            result.files_written.append({"path": f"{q.topic}/{q.queue_id}/{start:020d}", "size": file_size})
+
+    def selected(topic: str, qid: str) -> bool:
+        if only is None:
+            return True
+        try:
+            q = int(qid)
+        except ValueError:
+            return False
+        return (topic, q) in only or (topic, None) in only
+
+    carried = []
+    if target.is_dir():
+        for dirpath, _, filenames in os.walk(target):
+            rel_dir = Path(dirpath).relative_to(target)
+            parts = rel_dir.parts
+            for f in filenames:
+                rel = str(rel_dir / f)
+                if len(parts) == 2 and selected(parts[0], parts[1]):
+                    result.files_replaced.append(rel)
+                else:
+                    carried.append(rel)
+    result.files_kept = carried
+    if dry_run or (confirm and not confirm(result)):
+        result.seconds = time.perf_counter() - t0
+        return result
+    build = inst.prepare_output(output) if output else inst.new_build_dir(target)
+    for (topic, qid), layout in layouts.items():
+        qdir = build / topic / str(qid)
+        qdir.mkdir(parents=True, exist_ok=True)
+        for start in layout.file_starts():
+            _write_sparse(qdir / f"{start:020d}", layout.file_data(start), file_size)
+            inst.crash_point("build")
+    for rel in carried:
+        inst.link_or_copy(target / rel, build / rel)
+    _finish(result, store, target, build, output)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _finish(result: RebuildResult, store, target: Path, build: Path, output: Path | None) -> None:
+    if output is not None:
+        inst.fsync_tree(build)
+        return
+    done = inst.install(target, build)
+    result.backup = done.backup
+
+
+def _write_sparse(path: Path, data: bytes, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        view, pos = memoryview(data), 0
+        while view:
+            n = os.pwrite(fd, view, pos)
+            view, pos = view[n:], pos + n
+    finally:
+        os.close(fd)
+
+
+# --- index ----------------------------------------------------------------------------------
+def index_file_name(when_ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time, as the broker names index files."""
+    t = dt.datetime.fromtimestamp(when_ms / 1000)
+    return t.strftime("%Y%m%d%H%M%S") + f"{when_ms % 1000:03d}"
+
+
+@dataclass
+class _Kept:
+    files: list[Path]
+    seed_phy: int = 0
+    seed_ts: int = 0
+    skip: int = 0
+
+
+def _kept_index_files(store, geometry: IndexGeometry, from_offset: int | None) -> _Kept:
+    """Leading index files entirely below ``from_offset`` that are full and sane."""
+    kept = _Kept([])
+    if not from_offset:
+        return kept
+    for path in store.index_files():
+        try:
+            if path.stat().st_size != geometry.file_size:
+                break
+            with IndexFileReader(path, geometry) as r:
+                h = r.header()
+                if h.index_count < geometry.index_entries or h.end_phy_offset >= from_offset:
+                    break
+                skip, number = 0, h.index_count - 1
+                while number >= 1 and int(r.entry(number)["phy_offset"]) == h.end_phy_offset:
+                    skip, number = skip + 1, number - 1
+        except Exception:          # unreadable: not kept, it will be rebuilt
+            break
+        kept.files.append(path)
+        kept.seed_phy, kept.seed_ts, kept.skip = h.end_phy_offset, h.end_timestamp, skip
+    return kept
+
+
+def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None,
+                  to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
+                  check_crc: bool = True, config: DispatchConfig | None = None,
+                  progress: Progress | None = None,
+                  confirm: Callable[[RebuildResult], bool] | None = None) -> RebuildResult:
+    t0 = time.perf_counter()
+    _guard(store, output)
+    target = store.index_dir
+    result = RebuildResult("index", str(store.root), str(target), str(output) if output else None,
+                           dry_run, 0, 0, "", geometry={"hash_slots": geometry.hash_slots,
+                                                         "index_entries": geometry.index_entries})
+    if not dry_run and output is None:
+        result.recovered = inst.recover_leftovers(target)
+    kept = _kept_index_files(store, geometry, from_offset)
+    start = kept.seed_phy if kept.files else store.commitlog.min_offset
+    result.range_start = start
+    existing = set(store.index_files())
+    result.files_kept = [p.name for p in kept.files]
+    result.files_replaced = sorted(p.name for p in existing - set(kept.files))
+    others = [p for p in target.iterdir() if p.is_file() and p not in existing] if target.is_dir() else []
+    result.files_kept += [p.name for p in others]
+
+    names = _name_source([p.name for p in kept.files])
+    build: Path | None = None
+    if not dry_run and not (confirm and not confirm(result)):
+        build = inst.prepare_output(output) if output else inst.new_build_dir(target)
+    images: list[tuple[str, int]] = []
+
+    def sink(image: IndexFileImage) -> None:
+        name = next(names)
+        images.append((name, int(image.header["index_count"][0]) - 1))
+        result.files_written.append({"path": name, "size": geometry.file_size})
+        if build is not None:
+            fd = os.open(build / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                image.write_to(fd)
+            finally:
+                os.close(fd)
+            inst.crash_point("build")
+
+    builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, sink,
+                           kept.seed_phy, kept.seed_ts, kept.skip)
+    config = config or DispatchConfig()
+
+    def on_batch(batch):
+        d = dispatch_batch(batch, config)
+        if d.stop:
+            result.warnings.append(d.stop)
+        builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
+
+    if dry_run or build is not None:
+        result.records, result.range_end, result.end_kind = _walk(
+            store, start, to_offset, check_crc, progress, on_batch)
+        builder.finish()
+    result.entries = builder.entries
+    if to_offset is not None and result.end_kind == "to-offset":
+        result.warnings.append(f"records from {to_offset} on are not indexed (--to-offset)")
+    if build is None:
+        result.seconds = time.perf_counter() - t0
+        return result
+    for p in kept.files + others:
+        inst.link_or_copy(p, build / p.name)
+    _finish(result, store, target, build, output)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _name_source(kept_names: list[str]):
+    """Fresh index file names: now (local time), strictly after every kept name."""
+    now = int(time.time() * 1000)
+    floor = max((int(n) for n in kept_names), default=0)
+    while True:
+        name = index_file_name(now)
+        if int(name) > floor:
+            floor = int(name)
+            yield name
+        now += 1

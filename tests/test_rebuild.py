@@ -1,0 +1,209 @@
+"""`rebuild consumequeue|index` on copies of upstream's stores: byte identity, selection,
+--output, --dry-run, refusal on a live store, and SIGKILL at every install step."""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import load_answers, reference_store
+from formats.consumequeue import CQ_UNIT_DTYPE
+from rmqtool.errors import RefusedError
+from rmqtool.indexfile import IndexGeometry
+from rmqtool.install import CRASH_ENV, CRASH_STEPS
+from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
+from rmqtool.store import Store
+
+GEOMETRY = IndexGeometry(61, 350)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tree(path: Path) -> dict[str, str]:
+    """relative path -> sha1 of every file below path."""
+    if not path.exists():
+        return {}
+    return {str(p.relative_to(path)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def index_contents(path: Path) -> list[str]:
+    """sha1 of each index file in name order (names are creation times and may differ)."""
+    return [hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()]
+
+
+def run_cli(*args, env=None, check=True):
+    e = dict(os.environ)
+    e.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args)], capture_output=True,
+                          text=True, env=e, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed"])
+def test_rebuild_consumequeue_after_delete_is_byte_identical(store_copy, name):
+    root = store_copy(name)
+    want = tree(reference_store(name) / "consumequeue")
+    commitlog = tree(root / "commitlog")
+    import shutil
+    shutil.rmtree(root / "consumequeue")
+    r = rebuild_consumequeue(Store(root), cq_file_size=800)
+    assert tree(root / "consumequeue") == want
+    assert r.units == sum(1 for m in load_answers(name)["messages"] if m["inConsumeQueue"])
+    assert tree(root / "commitlog") == commitlog
+    assert not [p for p in root.iterdir() if ".rmqtool-tmp-" in p.name]
+
+
+def test_rebuild_one_corrupted_queue_keeps_the_others(store_copy):
+    root = store_copy("basic")
+    want = tree(reference_store("basic") / "consumequeue")
+    victim = root / "consumequeue" / "TopicTest" / "2" / "00000000000000000800"
+    victim.write_bytes(b"\xff" * 800)
+    r = rebuild_consumequeue(Store(root), topics=["TopicTest"], queues=[2])
+    assert tree(root / "consumequeue") == want
+    assert all(f.startswith("TopicTest/2/") for f in r.files_replaced)
+    assert len(r.files_kept) == len(want) - len(r.files_replaced)
+    backup = Path(r.backup)
+    assert (backup / "TopicTest" / "2" / "00000000000000000800").read_bytes() == b"\xff" * 800
+    # untouched queues are the same inodes (carried as hard links)
+    assert os.stat(root / "consumequeue/OrderTopic/0/00000000000000000000").st_ino == \
+        os.stat(backup / "OrderTopic/0/00000000000000000000").st_ino
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed"])
+def test_rebuild_index_after_corruption_is_byte_identical(store_copy, name):
+    root = store_copy(name)
+    want = index_contents(reference_store(name) / "index")
+    files = sorted((root / "index").iterdir())
+    files[1].write_bytes(bytes(len(files[1].read_bytes())))
+    files[-1].unlink()
+    r = rebuild_index(Store(root), GEOMETRY)
+    assert index_contents(root / "index") == want
+    assert r.entries == sum(a["indexCount"] - 1 for a in load_answers(name)["indexFiles"])
+    assert len(list(Path(r.backup).iterdir())) == len(files) - 1
+
+
+def test_rebuild_index_from_offset_keeps_earlier_files(store_copy):
+    root = store_copy("basic")
+    ref = sorted((reference_store("basic") / "index").iterdir())
+    ans = load_answers("basic")["indexFiles"]
+    cut = ans[10]["endPhyOffset"] + 1       # files 0..10 lie wholly below
+    victim = sorted((root / "index").iterdir())[15]
+    victim.write_bytes(os.urandom(victim.stat().st_size))
+    r = rebuild_index(Store(root), GEOMETRY, from_offset=cut)
+    assert r.files_kept[:11] == [p.name for p in ref[:11]]
+    assert len(r.files_replaced) == len(ref) - 11
+    now = sorted((root / "index").iterdir())
+    assert [p.name for p in now[:11]] == [p.name for p in ref[:11]]
+    assert index_contents(root / "index") == index_contents(reference_store("basic") / "index")
+    assert r.range_start == ans[10]["endPhyOffset"]
+
+
+def test_output_dir_leaves_store_untouched(store_copy, tmp_path):
+    root = store_copy("mixed")
+    before = tree(root)
+    out = tmp_path / "out"
+    rebuild_consumequeue(Store(root), output=out)
+    rebuild_index(Store(root), GEOMETRY, output=tmp_path / "idx")
+    assert tree(root) == before
+    assert tree(out) == tree(reference_store("mixed") / "consumequeue")
+    assert index_contents(tmp_path / "idx") == index_contents(reference_store("mixed") / "index")
+    with pytest.raises(RefusedError):
+        rebuild_consumequeue(Store(root), output=out)        # not empty
+
+
+def test_dry_run_writes_nothing(store_copy):
+    root = store_copy("basic")
+    before = tree(root)
+    proc = run_cli("rebuild", "index", root, "--dry-run", "--format", "json")
+    assert tree(root) == before
+    assert '"dry_run": true' in proc.stdout and '"entries"' in proc.stdout
+
+
+def test_crashed_store_reads_only_to_the_valid_end(store_copy):
+    """CQ rebuilt from the crashed log equals what upstream's own recovery dispatched."""
+    root = store_copy("crashed")
+    r = rebuild_consumequeue(Store(root), cq_file_size=800)
+    valid_end = load_answers("crashed")["commitlog"]["maxPhyOffset"]
+    assert r.range_end == valid_end
+    st = Store(root)
+    for q in load_answers("crashed")["consumeQueues"]:
+        qdir = root / "consumequeue" / q["topic"] / str(q["queueId"])
+        raw = b"".join(p.read_bytes() for p in sorted(qdir.iterdir()))
+        units = np.frombuffer(raw, CQ_UNIT_DTYPE)
+        got = [[i, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])]
+               for i, u in enumerate(units) if u["size"] > 0]
+        assert got == q["entries"], (q["topic"], q["queueId"])
+    assert st.commitlog.files  # commitlog still there
+
+
+LOCKER = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+    print("locked", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_refuses_a_live_store_unless_output_elsewhere(store_copy, tmp_path):
+    root = store_copy("basic")
+    holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(root / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = tree(root)
+        proc = run_cli("rebuild", "consumequeue", root, "--yes", check=False)
+        assert proc.returncode == 3 and "lock" in proc.stderr
+        proc = run_cli("rebuild", "index", root, "--yes", check=False)
+        assert proc.returncode == 3
+        assert tree(root) == before
+        run_cli("rebuild", "consumequeue", root, "--yes", "--output", tmp_path / "elsewhere")
+        assert tree(tmp_path / "elsewhere") == tree(reference_store("basic") / "consumequeue")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("kind", ["consumequeue", "index"])
+@pytest.mark.parametrize("step", CRASH_STEPS)
+def test_sigkill_at_every_install_step_leaves_old_or_new(store_copy, kind, step):
+    root = store_copy("basic")
+    target = root / kind
+    if kind == "consumequeue":
+        victim = target / "TopicTest" / "1" / "00000000000000000000"
+        victim.write_bytes(b"\x00" * 800)
+        old, new = tree(target), tree(reference_store("basic") / kind)
+        state = lambda: tree(target)                                    # noqa: E731
+    else:
+        victim = sorted(target.iterdir())[3]
+        victim.write_bytes(b"\x01" * victim.stat().st_size)
+        old, new = index_contents(target), index_contents(reference_store("basic") / kind)
+        state = lambda: index_contents(target)                          # noqa: E731
+    commitlog = tree(root / "commitlog")
+    proc = run_cli("rebuild", kind, root, "--yes", env={CRASH_ENV: step}, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    now = state()
+    assert now in (old, new)
+    assert tree(root / "commitlog") == commitlog
+    # the next run reports and cleans up what the crash left, then completes
+    proc = run_cli("rebuild", kind, root, "--yes")
+    assert state() == new
+    assert tree(root / "commitlog") == commitlog
+    leftovers = [p.name for p in root.iterdir() if ".rmqtool-tmp-" in p.name or "rmqtool-install" in p.name]
+    assert leftovers == []
+    assert "recovered:" in proc.stdout
+    backups = [p for p in root.iterdir() if p.name.startswith(f"{kind}.backup-")]
+    # the original (damaged) tree is never deleted: it is in one of the backups
+    if kind == "consumequeue":
+        assert any(tree(b) == old for b in backups)
+    else:
+        assert any(index_contents(b) == old for b in backups)
