@@ -12,11 +12,13 @@ from rmqtool.cli.common import (BODY_MODES, BodyOpt, CommitlogDirsOpt, FormatOpt
 from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
 from rmqtool.errors import UsageError
+from rmqtool.simplified import use_simplified
 
 dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
 app.add_typer(dump_app, name="dump")
 
 LimitOpt = typer.Option(None, "--limit", help="stop after this many rows")
+LayoutOpt = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)")
 COMMITLOG_TABLE = ["phy_offset", "size", "kind", "topic", "queue_id", "queue_offset", "store_time",
                    "tags", "keys", "uniq_key", "body"]
 
@@ -40,10 +42,16 @@ def dump_commitlog(
     limit: Optional[int] = LimitOpt,
     body: str = BodyOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
+    layout: str = LayoutOpt,
 ):
     """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
     check_choice(body, BODY_MODES, "--body")
+    if use_simplified(target, layout):
+        from rmqtool.simplified import ops
+        rows = ops.commitlog_rows(target, body, from_offset, to_offset, topic)
+        emit(_limited(rows, limit), fmt, ops.COMMITLOG_COLUMNS if fmt == "table" else None)
+        return
     flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
                        parse_time(end, "--end"))
     check_range(flt)
@@ -65,9 +73,14 @@ def dump_consumequeue(
     queue: Optional[int] = typer.Option(None, "--queue"),
     limit: Optional[int] = LimitOpt,
     cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
+    layout: str = LayoutOpt,
 ):
     """Every unit of every ConsumeQueue (or of one file), up to its logical end."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    if use_simplified(target, layout):
+        from rmqtool.simplified import ops
+        emit(_limited(ops.consumer_queue_rows(target), limit), fmt, ops.CQ_COLUMNS if fmt == "table" else None)
+        return
     p = Path(target)
     rows = consumequeue_file_rows(p, cq_file_size) if p.is_file() else consumequeue_rows(
         open_store(target), topic, queue)
@@ -85,9 +98,15 @@ def dump_index(
     limit: Optional[int] = LimitOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    layout: str = LayoutOpt,
 ):
     """Index file headers and entries (1 .. indexCount-1), with each entry's slot and time."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    if use_simplified(target, layout):
+        from rmqtool.simplified import ops
+        rows = ops.index_rows(target, header_only, from_offset, to_offset)
+        emit(_limited(rows, limit), fmt, ops.INDEX_COLUMNS if fmt == "table" else None)
+        return
     files, geometry = index_target(target, lambda p: open_store(p, None, index_slots, index_entries),
                                    index_slots, index_entries)
     flt = RecordFilter(from_offset=from_offset, to_offset=to_offset)

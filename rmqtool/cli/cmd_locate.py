@@ -9,6 +9,7 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.locate import locate_offset, locate_queue_offset
+from rmqtool.simplified import use_simplified
 
 
 @app.command("locate")
@@ -20,13 +21,21 @@ def locate_command(
     queue_offset: Optional[int] = typer.Option(None, "--queue-offset"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
+    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Which file and position hold OFFSET (and the record containing it), or a queue offset."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
-    s = open_store(store, commitlog_dirs)
     if offset is not None and (topic or queue is not None or queue_offset is not None):
         raise UsageError("give either OFFSET or --topic/--queue/--queue-offset, not both")
-    if offset is not None:
+    simplified = use_simplified(store, layout)
+    s = None if simplified else open_store(store, commitlog_dirs)
+    if simplified:
+        from rmqtool.simplified import ops
+        if offset is None and queue_offset is None:
+            raise UsageError("give a commitlog OFFSET or --queue-offset (the simplified store has one queue)")
+        result = ops.locate_offset(store, offset) if offset is not None else ops.locate_queue_offset(
+            store, queue_offset)
+    elif offset is not None:
         result = locate_offset(s, offset)
     elif topic is not None and queue is not None and queue_offset is not None:
         result = locate_queue_offset(s, topic, queue, queue_offset)

@@ -16,7 +16,7 @@ COMMITLOG_COLUMNS = ["file", "position", "kind", "size", "msg_id", "topic", "que
                      "transaction_id", "stored_commit_log_offset", "gap", "body"]
 CQ_COLUMNS = ["file", "position", "kind", "queue_offset", "commit_log_offset", "msg_length", "tag_code"]
 INDEX_COLUMNS = ["file", "position", "kind", "entry", "key_hash", "slot", "slot_holds", "phy_offset",
-                 "time_diff", "prev_index", "begin_timestamp", "end_timestamp", "begin_phy_offset",
+                 "time_diff", "time", "prev_index", "begin_timestamp", "end_timestamp", "begin_phy_offset",
                  "end_phy_offset", "hash_slot_count", "index_count"]
 QUERY_COLUMNS = ["msg_id", "file", "position", "size", "topic", "queue_offset", "body_size", "via",
                  "entry", "index_points_at", "body"]
