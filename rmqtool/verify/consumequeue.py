@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import commitlog as cl
-from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
+from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
 from rmqtool.fileio import ReadOnlyFile
 from rmqtool.verify.findings import FindingSink
@@ -180,15 +180,18 @@ def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, 
         path, pos = qu.where(jj)
         why = []
         if not size_ok[k]:
-            why.append(f"size {int(qu.size[jj])} != TOTALSIZE {int(c['size'][rr])}")
+            sink.add("cq.unit-size", path, pos + CQ_UNIT_OFFSETS["size"], f"{name}: unit at queue offset {int(qu.qoff[jj])} has size "
+                     f"{int(qu.size[jj])}, the record at {int(c['phy'][rr])} has TOTALSIZE {int(c['size'][rr])}",
+                     excerpt_len=4)
         if not topic_ok[k] or not qid_ok[k]:
             why.append(f"record is in {table.topics.names[int(c['topic_id'][rr])]}/{int(c['queue_id'][rr])}")
         if not qoff_ok[k]:
             why.append(f"record QUEUEOFFSET {int(c['queue_offset'][rr])} != {int(qu.qoff[jj])}")
         if not type_ok[k]:
             why.append(f"record transaction type {int(tx[k])} is never dispatched")
-        sink.add("cq.unit-record", path, pos, f"{name}: unit at queue offset {int(qu.qoff[jj])} -> record at "
-                 f"{int(c['phy'][rr])}: " + "; ".join(why), excerpt_len=CQ_UNIT_SIZE)
+        if why:
+            sink.add("cq.unit-record", path, pos, f"{name}: unit at queue offset {int(qu.qoff[jj])} -> record "
+                     f"at {int(c['phy'][rr])}: " + "; ".join(why), excerpt_len=CQ_UNIT_SIZE)
     if "tags_code" in c:
         t_unit = qu.tags[j]
         t_rec = c["tags_code"][r]
@@ -196,7 +199,7 @@ def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, 
         for k in bad:
             jj, rr = int(j[k]), int(r[k])
             path, pos = qu.where(jj)
-            sink.add("cq.tags-code", path, pos + 12, f"{name}: unit at queue offset {int(qu.qoff[jj])} has "
+            sink.add("cq.tags-code", path, pos + CQ_UNIT_OFFSETS["tags_code"], f"{name}: unit at queue offset {int(qu.qoff[jj])} has "
                      f"tagsCode {int(t_unit[k])}, the record at {int(c['phy'][rr])} gives {int(t_rec[k])}",
                      excerpt_len=8)
 
