@@ -111,6 +111,8 @@ def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: in
             found: dict[int, Hit] = {}
             if index is not None:
                 _index_hits(index, reader, res, key, begin, end, uniq_only, found)
+                for name, why in index.damaged.items():
+                    res.notes.append(f"index file {name} is damaged ({why}); scanning its range")
                 gaps = uncovered_ranges(store, index)
             else:
                 if not scan:
@@ -153,7 +155,7 @@ def _index_hits(index, reader, res, key, begin, end, uniq_only, found) -> None:
 
 
 def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
-    """CommitLog [lo, hi) ranges whose records no usable index file covers.
+    """CommitLog [lo, hi) ranges whose records no usable (undamaged) index file covers.
 
     A file covers [beginPhyOffset, endPhyOffset]; the record at endPhyOffset is scanned
     again (a record's keys can still be going in), and duplicates are merged.
@@ -163,7 +165,7 @@ def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
         return []
     lo_all, hi_all = cl.min_offset, cl.end_offset
     covered = sorted((f.begin_phy_offset, f.end_phy_offset) for f in (index.files if index else [])
-                     if f.has_entries)
+                     if f.has_entries and f.name not in index.damaged)
     gaps, cursor = [], lo_all
     for b, e in covered:
         if b > cursor:

@@ -54,6 +54,7 @@ class IndexSet:
     def __init__(self, paths: list[Path], hash_slots: int, index_entries: int):
         self.hash_slots, self.index_entries = hash_slots, index_entries
         self.files: list[IndexSnapshot] = []
+        self.damaged: dict[str, str] = {}      # file name -> first broken chain seen (protected walk)
         full = entry_position(hash_slots, index_entries)
         for path in paths:
             snap = IndexSnapshot(Path(path), 0)
@@ -151,26 +152,32 @@ class IndexSet:
         return out
 
     def _protected_select(self, f, key_hash, begin, end, out) -> None:
+        """Walk one chain; a broken chain marks the file damaged (its range is then scanned)."""
         count = min(f.index_count, self.index_entries)
+        # only the newest file is being written: elsewhere a link at or past indexCount is damage
+        limit = self.index_entries if f is self.files[-1] else count
         i = self._slot(f, key_hash % self.hash_slots)
-        if i is None or i <= INVALID_INDEX or i >= self.index_entries:
-            return
+        if i is None or i < INVALID_INDEX or i >= limit:
+            return self._damage(f, f"slot {key_hash % self.hash_slots} holds {i}")
         while i > INVALID_INDEX:
             entry = self._entry(f, i)
             if entry is None:
-                return
+                return self._damage(f, f"entry {i} is past the end of the file")
             hash_read, phy, time_diff, prev = entry
             if i < count:
                 if time_diff < 0:
-                    return
+                    return self._damage(f, f"entry {i} has a negative time difference")
                 t = f.begin_timestamp + time_diff * SECOND_MS
                 if hash_read == key_hash and (i == FIRST_INDEX or begin - SECOND_MS < t <= end):
                     out.append((phy, f, i))
                 if t < begin - SECOND_MS and i != FIRST_INDEX:
                     return
-            if prev >= i:
-                return
+            if prev >= i or prev < INVALID_INDEX:
+                return self._damage(f, f"entry {i} links forward to {prev}")
             i = prev
+
+    def _damage(self, f: IndexSnapshot, why: str) -> None:
+        self.damaged.setdefault(f.name, why)
 
 
 def _header_problem(f: IndexSnapshot, full_size: int, index_entries: int) -> str | None:
