@@ -90,7 +90,7 @@ def verify_command(
                       {"type": "forecast", **report.forecast}])
     else:
         _render_table(report, code)
-    return code
+    raise typer.Exit(code)
 
 
 def _render_table(report, code: int) -> None:

@@ -1,0 +1,156 @@
+"""verify on the upstream reference stores: clean stores are clean, the crashed store's forecast
+matches upstream's own recovery, nothing is ever written, the CLI's exit codes and formats."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT, load_answers, reference_store
+from formats import commitlog as cl
+from rmqtool.cli import app
+from rmqtool.errors import RmqError
+from rmqtool.store import Store
+from rmqtool.verify import CHECKS, VerifyOptions, verify
+
+runner = CliRunner()
+
+
+class Result:
+    def __init__(self, res):
+        self.stdout = res.stdout
+        # RmqError reaches the one error boundary (run_app) in real use: take its exit code
+        self.exit_code = res.exception.exit_code if isinstance(res.exception, RmqError) else res.exit_code
+        if res.exception is not None and not isinstance(res.exception, (RmqError, SystemExit)):
+            raise res.exception
+
+
+def run_cli(*args):
+    return Result(runner.invoke(app, ["verify", *map(str, args)]))
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed"])
+@pytest.mark.parametrize("level", ["shallow", "deep"])
+def test_upstream_clean_stores_verify_clean(name, level):
+    rep = verify(Store(reference_store(name)), VerifyOptions(level=level))
+    bad = [(f.check, f.file, f.offset, f.message) for f in rep.findings if f.severity != "info"]
+    assert bad == []
+    assert rep.exit_code() == 0 and rep.exit_code("warning") == 0
+    answers = load_answers(name)
+    assert rep.summary["commitlog"]["records"] == answers["commitlog"]["messageCount"]
+    assert rep.forecast["valid_end"] == answers["commitlog"]["maxPhyOffset"]
+    assert rep.forecast["not_dispatched_count"] == 0 and rep.forecast["commitlog_files_deleted"] == [
+        f["name"] for f in answers["files"] if False]
+    assert rep.summary["consumequeue"]["units"] == sum(len(q["entries"]) for q in answers["consumeQueues"])
+
+
+def test_crashed_forecast_matches_upstream_recovery():
+    answers = load_answers("crashed")
+    rec = answers["recovery"]
+    rep = verify(Store(reference_store("crashed")), VerifyOptions(level="deep"))
+    fc = rep.forecast
+    assert rep.exit_code() == 0
+    assert fc["mode"] == "abnormal" and fc["abort_present"] is rec["abortFilePresent"]
+    assert fc["valid_end"] == rec["afterRecovery"]["maxPhyOffset"] == 2349532
+    assert fc["index_files_deleted"] == rec["indexFilesDeletedByRecovery"]
+    assert fc["commitlog_files_deleted"] == rec["commitlogFilesDeletedByRecovery"]
+    assert fc["dispatch_from"] == rec["maxPhyOffsetInConsumeQueueBefore"]
+    # upstream logged which file its recovery started from
+    logged = [re.search(r"recover from this mapped file .*/(\d{20})", line) for line in rec["upstreamLog"]]
+    assert fc["start_file"] == next(m.group(1) for m in logged if m)
+    assert fc["consume_queues_truncated"] == []
+    # the messages that were in the CommitLog but not dispatched: past the CQs' max offset
+    lag = [m for m in answers["messages"] if m["phyOffset"] >= rec["maxPhyOffsetInConsumeQueueBefore"]
+           and m["transactionType"] in (cl.TRANSACTION_NOT_TYPE, cl.TRANSACTION_COMMIT_TYPE)]
+    assert len(lag) > 0
+    assert [(r["phy_offset"], r["topic"], r["queue_id"], r["queue_offset"]) for r in fc["not_dispatched"]] == [
+        (m["phyOffset"], m["topic"], m["queueId"], m["queueOffset"]) for m in lag]
+    before = {(q["topic"], q["queueId"]): q["maxOffsetInQueue"] for q in rec["consumeQueuesBefore"]}
+    for r in fc["not_dispatched"]:
+        assert r["queue_offset"] >= before[(r["topic"], r["queue_id"])]
+    # not indexed: every lagging record with keys, plus the frontier record whose keys were cut off
+    assert {r["phy_offset"] for r in fc["not_indexed"]} >= {m["phyOffset"] for m in lag if m["keys"] or m["uniqKey"]}
+    assert fc["not_indexed_count"] == len(fc["not_indexed"])
+
+
+def _checksums(root: Path) -> dict:
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            p = Path(dirpath) / n
+            st = p.stat()
+            out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("name", ["crashed", "mixed"])
+def test_verify_never_writes(name, store_copy):
+    root = store_copy(name)
+    before = _checksums(root)
+    listing = sorted(os.listdir(root))
+    for level in ("shallow", "deep"):
+        for fmt in ("table", "json", "jsonl"):
+            run_cli(root, "--level", level, "--format", fmt)
+    assert _checksums(root) == before
+    assert sorted(os.listdir(root)) == listing
+
+
+def test_cli_json_report_and_exit_codes(store_copy):
+    res = run_cli(reference_store("basic"), "--level", "deep", "--format", "json")
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 0 and doc["level"] == "deep"
+    assert set(doc["summary"]) >= {"commitlog", "consumequeue", "index", "checkpoint", "findings"}
+    assert doc["forecast"]["valid_end"] == 3728338
+    # a corrupt store: exit 1, findings in jsonl with every field
+    root = store_copy("basic")
+    m = load_answers("basic")["messages"][100]
+    base = m["phyOffset"] // 98304 * 98304
+    with open(root / "commitlog" / f"{base:020d}", "r+b") as fh:
+        fh.seek(m["phyOffset"] - base + cl.MESSAGE_HEAD_OFFSETS["magic"])
+        fh.write(struct.pack(">I", 0xDEADBEEF))
+    res = run_cli(root, "--format", "jsonl")
+    assert res.exit_code == 1
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    findings = [x for x in lines if x["type"] == "finding"]
+    assert {"severity", "check", "file", "offset", "message", "excerpt"} <= set(findings[0])
+    magic = [f for f in findings if f["check"] == "commitlog.magic"]
+    assert magic and magic[0]["offset"] == m["phyOffset"] - base and "deadbeef" in magic[0]["excerpt"]
+    assert lines[-2]["type"] == "summary" and lines[-1]["type"] == "forecast"
+    # --only checkpoint does not report the commitlog finding
+    assert run_cli(root, "--only", "checkpoint").exit_code == 0
+    assert run_cli(root, "--only", "index,commitlog").exit_code == 1
+
+
+def test_cli_usage_errors_exit_2(tmp_path):
+    assert run_cli(reference_store("basic"), "--level", "deeper").exit_code == 2
+    assert run_cli(reference_store("basic"), "--only", "nothing").exit_code == 2
+    assert run_cli(reference_store("basic"), "--queue", "1").exit_code == 2
+    assert run_cli(tmp_path / "missing").exit_code == 2
+    assert run_cli(reference_store("basic"), "--fail-on", "info").exit_code == 2
+
+
+def test_topic_and_queue_filter():
+    rep = verify(Store(reference_store("crashed")), VerifyOptions(level="deep", topic="OrderTopic", queue_id=1))
+    assert rep.summary["consumequeue"]["queues"] == 1
+    nd = rep.forecast["not_dispatched"]
+    assert nd and all(r["topic"] == "OrderTopic" and r["queue_id"] == 1 for r in nd)
+
+
+def test_table_output_names_the_forecast():
+    res = run_cli(reference_store("crashed"), "--level", "deep")
+    assert res.exit_code == 0
+    assert "valid end of the CommitLog: 2349532" in res.stdout
+    assert "20261121131340681" in res.stdout and "not dispatched" in res.stdout
+
+
+def test_every_check_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in CHECKS if f"`{name}`" not in readme]
+    assert missing == []
