@@ -1,0 +1,327 @@
+"""The simplified store of the "file storage with code" article: layout, writer, readers, CLI, fuzz."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import reference_store, run_cli
+from formats import simplified as fmt
+from formats._derive import field_offsets
+from rmqtool.errors import RmqError
+from rmqtool.javahash import java_string_hash
+from rmqtool.simplified import handles, ops, use_simplified
+from rmqtool.simplified.reader import END_CORRUPT, END_TORN, END_ZERO, read_commitlog, read_index
+from rmqtool.simplified.verify import CHECKS, verify
+from rmqtool.simplified.writer import build, write_store
+
+# The article's example: 10 messages, topic Topic-test, body "消息内容" + the first k characters
+# of "msgmsg…msg" (k = random 1..48); it prints these record offsets (the 10th length it leaves open).
+ARTICLE_OFFSETS = [0, 338, 676, 972, 1271, 1577, 1890, 2211, 2529, 2834]
+PREFIX = "消息内容"
+MSGS = "msg" * 17
+LAST_K = 33                     # the 10th record's k: any 1..48 fits the printed table
+
+
+def article_counts() -> list[int]:
+    """k per message, solved from the offsets: msgTotalLen = 280 + bodyLen, bodyLen = 12 + k."""
+    lens = np.diff(ARTICLE_OFFSETS)
+    ks = [int(n) - fmt.article_total_len(0) - len(PREFIX.encode()) for n in lens]
+    return ks + [LAST_K]
+
+
+def article_messages() -> list[dict]:
+    return [{"topic": "Topic-test", "body": PREFIX + MSGS[:k], "msg_id": f"0b7c3f4e-0000-4000-8000-{i:012d}",
+             "transaction_id": f"tx-{i}", "store_timestamp": 1_700_000_000_000 + 7 * i}
+            for i, k in enumerate(article_counts())]
+
+
+@pytest.fixture
+def article_store(tmp_path) -> Path:
+    out = tmp_path / "article"
+    write_store(out, article_messages())
+    return out
+
+
+# --- declarations --------------------------------------------------------------------------------
+@pytest.mark.parametrize("struct_,dtype,size", [
+    (fmt.RecordHead, fmt.RECORD_HEAD_DTYPE, 152), (fmt.RecordTail, fmt.RECORD_TAIL_DTYPE, 72),
+    (fmt.ConsumerQueueUnit, fmt.CQ_UNIT_DTYPE, 20), (fmt.IndexHeader, fmt.INDEX_HEADER_DTYPE, 40),
+    (fmt.IndexEntry, fmt.INDEX_ENTRY_DTYPE, 20)])
+def test_dtypes_match_declarations(struct_, dtype, size):
+    assert struct_.sizeof() == dtype.itemsize == size
+    assert list(field_offsets(struct_).values()) == [dtype.fields[n][1] for n in dtype.names]
+
+
+def test_article_constants():
+    assert fmt.article_total_len(0) == 8 + 64 + 64 + 8 + 8 + 64 + 64
+    assert fmt.ARTICLE_GAP_SIZE == 56
+    assert fmt.entry_position(0) == 440 and fmt.index_capacity(409_600) == (409_600 - 440) // 20
+
+
+def test_article_counts_are_the_only_solution():
+    ks = article_counts()
+    assert ks[:9] == [46, 46, 4, 7, 14, 21, 29, 26, 13]
+    assert all(1 <= k <= 48 for k in ks)      # random.nextInt(48) + 1
+
+
+# --- writer against an independent hand packing of the article's layout -------------------------
+def _hand_pack(messages, index_points_at="end"):
+    cl, cq, ix = bytearray(409_600), bytearray(4096), bytearray(409_600)
+    pos, entries = 0, []
+    for i, m in enumerate(messages):
+        body = m["body"].encode("utf-8")
+        total = 8 + 64 + 64 + 8 + 8 + len(body) + 64 + 64
+        rec = (struct.pack(">q", total) + m["msg_id"].encode().ljust(64, b"\0") + m["topic"].encode().ljust(64, b"\0")
+               + struct.pack(">qq", i, len(body)) + body + m["transaction_id"].encode().ljust(64, b"\0")
+               + struct.pack(">q", pos))
+        cl[pos:pos + len(rec)] = rec
+        cq[i * 20:i * 20 + 20] = struct.pack(">qiq", pos, total, 100)
+        pos += total
+        entries.append((java_string_hash(m["msg_id"]), pos if index_points_at == "end" else pos - total,
+                        m["store_timestamp"]))
+    begin = entries[0][2]
+    for n, (h, phy, ts) in enumerate(entries):
+        struct.pack_into(">i", ix, 40 + (abs(h) % 100) * 4, n)
+        struct.pack_into(">iqii", ix, 440 + n * 20, h, phy, ts - begin, 0)
+    struct.pack_into(">qqqqii", ix, 0, begin, entries[-1][2], entries[0][1], entries[-1][1], len(entries),
+                     len(entries))
+    return bytes(cl), bytes(cq), bytes(ix)
+
+
+@pytest.mark.parametrize("points_at", ["end", "start"])
+def test_writer_bytes_equal_hand_packing(points_at):
+    got = build(article_messages(), index_points_at=points_at)[:3]
+    assert got == _hand_pack(article_messages(), points_at)
+
+
+def test_writer_refuses_oversized_strings_and_existing_files(tmp_path):
+    with pytest.raises(RmqError, match="UTF-8 bytes"):
+        build([{"topic": "t" * 65, "body": "x"}])
+    write_store(tmp_path / "s", article_messages())
+    with pytest.raises(RmqError, match="already exist"):
+        write_store(tmp_path / "s", article_messages())
+    write_store(tmp_path / "s", article_messages()[:2], force=True)
+    assert len(read_commitlog(tmp_path / "s" / fmt.COMMITLOG_NAME)) == 2
+
+
+# --- the article's example round trip ----------------------------------------------------------------
+def test_article_example_dump(article_store):
+    rows = list(ops.commitlog_rows(article_store, body="text"))
+    msgs = [r for r in rows if r["kind"] == "MESSAGE"]
+    assert [r["position"] for r in msgs] == ARTICLE_OFFSETS
+    assert [r["size"] for r in msgs[:9]] == list(np.diff(ARTICLE_OFFSETS))
+    assert all(r["gap"] == 56 and r["topic"] == "Topic-test" for r in msgs)
+    assert [r["body"] for r in msgs] == [m["body"] for m in article_messages()]
+    assert [r["stored_commit_log_offset"] for r in msgs] == ARTICLE_OFFSETS
+    assert rows[-1]["kind"] == "END" and rows[-1]["end"] == END_ZERO
+    assert rows[-1]["position"] == ARTICLE_OFFSETS[-1] + msgs[-1]["size"]
+    units = [r for r in ops.consumer_queue_rows(article_store) if r["kind"] == "UNIT"]
+    assert [(u["commit_log_offset"], u["msg_length"], u["tag_code"]) for u in units] == \
+        [(r["position"], r["size"], 100) for r in msgs]
+    assert (units[0]["msg_length"], units[0]["commit_log_offset"], units[0]["tag_code"]) == (338, 0, 100)
+
+
+def test_article_example_construct_reference_equals_reader(article_store):
+    raw = (article_store / fmt.COMMITLOG_NAME).read_bytes()
+    cl = read_commitlog(article_store / fmt.COMMITLOG_NAME)
+    for i, pos in enumerate(cl.position):
+        rec = fmt.Record.parse(raw[int(pos):])
+        row = cl.row(i, "text")
+        assert rec.msg_total_len == row["size"] and rec.queue_offset == row["queue_offset"]
+        assert rec.body.decode() == row["body"] and rec.commit_log_offset == row["stored_commit_log_offset"]
+        assert rec.msg_id.rstrip(b"\0").decode() == row["msg_id"]
+
+
+def test_article_example_query_and_verify(article_store):
+    for i, m in enumerate(article_messages()):
+        rows, notes = ops.query_msg_id(article_store, m["msg_id"])
+        assert [(r["position"], r["size"]) for r in rows] == [(ARTICLE_OFFSETS[i], fmt.article_total_len(
+            len(m["body"].encode())))]
+        assert rows[0]["index_points_at"] == "end" and rows[0]["via"] in ("index-slot", "index-entry-scan")
+    findings, summary = verify(article_store)
+    assert summary["errors"] == summary["warnings"] == 0          # the 56-byte gaps are not findings
+    assert all(f.check == "simplified.slot-overwritten" for f in findings)
+
+
+def test_article_example_cli(tmp_path, article_store):
+    out = run_cli("dump", "commitlog", article_store, "-f", "jsonl")
+    assert out.code == 0, out.err
+    assert [r["position"] for r in out.jsonl() if r["kind"] == "MESSAGE"] == ARTICLE_OFFSETS
+    out = run_cli("dump", "consumequeue", article_store / fmt.CONSUMER_QUEUE_NAME, "-f", "jsonl")
+    assert [r.get("msg_length") for r in out.jsonl()][:2] == [338, 338] and out.jsonl()[-1]["kind"] == "END"
+    out = run_cli("dump", "index", article_store, "-f", "jsonl", "--layout", "simplified")
+    assert out.jsonl()[0]["index_count"] == 10 and len(out.jsonl()) == 11
+    out = run_cli("locate", article_store, "1300", "-f", "jsonl")
+    rec = out.jsonl()[0]["record"]
+    assert (rec["start"], rec["offset_in_record"]) == (1271, 29)
+    out = run_cli("locate", article_store, "--queue-offset", "4", "-f", "jsonl")
+    assert out.jsonl()[0]["unit"]["commit_log_offset"] == 1271 and out.jsonl()[0]["length_matches"]
+    assert run_cli("locate", article_store, "999999", "-f", "jsonl").code == 1
+
+
+# --- slots hold only the last key ------------------------------------------------------------------
+def _colliding_ids(n=2):
+    seen: dict[int, list[str]] = {}
+    i = 0
+    while True:
+        mid = f"key-{i}"
+        group = seen.setdefault(abs(java_string_hash(mid)) % 100, [])
+        group.append(mid)
+        if len(group) == n:
+            return group
+        i += 1
+
+
+def test_overwritten_slot_is_reported_and_still_found(tmp_path):
+    a, b = _colliding_ids()
+    write_store(tmp_path, [{"topic": "T", "body": "one", "msg_id": a}, {"topic": "T", "body": "two", "msg_id": b}],
+                index_points_at="start")
+    rows, notes = ops.query_msg_id(tmp_path, a)
+    assert [r["position"] for r in rows] == [0] and rows[0]["via"] == "index-entry-scan"
+    assert any("overwritten" in n for n in notes)
+    rows, notes = ops.query_msg_id(tmp_path, b)
+    assert rows[0]["via"] == "index-slot" and rows[0]["index_points_at"] == "start" and not notes
+    findings, summary = verify(tmp_path)
+    assert [f.check for f in findings] == ["simplified.slot-overwritten"] and summary["errors"] == 0
+    assert ops.query_msg_id(tmp_path, "absent")[0] == []
+
+
+# --- verify findings on damaged stores ---------------------------------------------------------------
+def _patch(path: Path, offset: int, data: bytes) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset:offset + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+TAIL_OFF = fmt.RECORD_TAIL_OFFSETS["commit_log_offset"]
+
+
+@pytest.mark.parametrize("file,offset,data,check", [
+    (fmt.CONSUMER_QUEUE_NAME, 20 + 8, struct.pack(">i", 339), "simplified.cq-length"),
+    (fmt.CONSUMER_QUEUE_NAME, 20, struct.pack(">q", 5), "simplified.cq-target"),
+    (fmt.CONSUMER_QUEUE_NAME, 300, b"\x01", "simplified.cq-stale"),
+    (fmt.INDEX_NAME, fmt.entry_position(3) + 4, struct.pack(">q", 7), "simplified.entry-target"),
+    (fmt.INDEX_NAME, fmt.entry_position(3), struct.pack(">i", 12345), "simplified.entry-key"),
+    (fmt.INDEX_NAME, fmt.entry_position(3) + 16, struct.pack(">i", 1), "simplified.prev-index"),
+    (fmt.INDEX_NAME, fmt.INDEX_HEADER_OFFSETS["index_count"], struct.pack(">i", 99999), "simplified.index-header"),
+    (fmt.COMMITLOG_NAME, 338 + 152 + 58 + 72 + 3, b"\x07", "simplified.gap"),
+    (fmt.COMMITLOG_NAME, 676 + 152 + 16 + TAIL_OFF, struct.pack(">q", 1), "simplified.commit-log-offset"),
+    (fmt.COMMITLOG_NAME, 972, struct.pack(">q", 100), "simplified.total-len"),
+    (fmt.COMMITLOG_NAME, 972, struct.pack(">q", 10 ** 9), "simplified.torn"),
+    (fmt.COMMITLOG_NAME, 200_000, b"\x09", "simplified.stale-tail"),
+])
+def test_verify_findings(article_store, file, offset, data, check):
+    _patch(article_store / file, offset, data)
+    findings, summary = verify(article_store)
+    assert check in {f.check for f in findings}
+    assert {f.check for f in findings} <= set(CHECKS)
+    out = run_cli("dump", "commitlog", article_store, "-f", "jsonl")
+    assert out.code == 0, out.err
+
+
+def test_unit_length_disagreeing_and_msg_total_len_followed(article_store):
+    """A record with a larger msgTotalLen is followed (not the field sizes) and flagged only by formula."""
+    path = article_store / fmt.COMMITLOG_NAME
+    _patch(path, 0, struct.pack(">q", 338 + 338))        # swallow record 1 into record 0's gap
+    cl = read_commitlog(path)
+    assert list(cl.position) == [0] + ARTICLE_OFFSETS[2:]
+    checks = {f.check for f in verify(article_store)[0]}
+    assert {"simplified.length-formula", "simplified.gap", "simplified.cq-target", "simplified.cq-length"} <= checks
+
+
+def test_truncated_and_short_files(tmp_path, article_store):
+    path = article_store / fmt.COMMITLOG_NAME
+    path.write_bytes(path.read_bytes()[:900])
+    cl = read_commitlog(path)
+    assert list(cl.position) == [0, 338] and cl.end.kind == END_TORN and cl.end.position == 676
+    (article_store / fmt.INDEX_NAME).write_bytes(b"\0" * 30)
+    with pytest.raises(RmqError) as exc:
+        read_index(article_store / fmt.INDEX_NAME)
+    assert exc.value.path.endswith(fmt.INDEX_NAME) and exc.value.offset == 30
+    out = run_cli("dump", "index", article_store)
+    assert out.code == 2 and "index.txt@30" in out.err
+    assert "simplified.unreadable" in {f.check for f in verify(article_store)[0]}
+
+
+# --- detection ----------------------------------------------------------------------------------------
+def test_detection(tmp_path, article_store):
+    assert handles(article_store) and handles(article_store / fmt.INDEX_NAME)
+    assert not handles(reference_store("basic")) and not handles(tmp_path / "nothing")
+    assert use_simplified(reference_store("basic"), "simplified") and not use_simplified(article_store, "rocketmq")
+    with pytest.raises(RmqError):
+        use_simplified(article_store, "bogus")
+    out = run_cli("dump", "commitlog", reference_store("basic"), "-f", "jsonl", "--limit", "1")
+    assert out.code == 0 and "magic" in out.jsonl()[0]
+
+
+# --- round trip and fuzz --------------------------------------------------------------------------------
+_text64 = st.text(st.characters(min_codepoint=1, max_codepoint=0x2FFF, blacklist_categories=("Cs",)),
+                  min_size=1, max_size=20)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_text64, _text64, st.binary(max_size=300)), min_size=1, max_size=12))
+def test_round_trip(tmp_path_factory, msgs):
+    out = tmp_path_factory.mktemp("rt")
+    given_rows = [{"topic": t, "msg_id": m, "body": b} for t, m, b in msgs]
+    write_store(out, given_rows, index_points_at="start")
+    rows = [r for r in ops.commitlog_rows(out, body="hex") if r["kind"] == "MESSAGE"]
+    assert [(r["topic"], r["msg_id"], bytes.fromhex(r["body"])) for r in rows] == list(msgs)
+    assert verify(out)[1]["errors"] == 0
+    rows, _ = ops.query_msg_id(out, msgs[-1][1], body="hex")
+    assert bytes.fromhex(rows[-1]["body"]) == msgs[-1][2]
+
+
+def _exercise(store: Path) -> None:
+    for fn in (lambda: list(ops.commitlog_rows(store, "text")), lambda: list(ops.consumer_queue_rows(store)),
+               lambda: list(ops.index_rows(store)), lambda: ops.query_msg_id(store, article_messages()[3]["msg_id"]),
+               lambda: ops.locate_offset(store, 1300), lambda: ops.locate_queue_offset(store, 3),
+               lambda: verify(store)):
+        try:
+            fn()
+        except RmqError:
+            pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(file=st.sampled_from(fmt.FILE_NAMES), edits=st.lists(
+    st.tuples(st.integers(0, 4000), st.binary(min_size=1, max_size=9)), min_size=1, max_size=6),
+    cut=st.one_of(st.none(), st.integers(0, 4000)))
+def test_fuzz_mutations_give_only_rmqerror_or_findings(tmp_path_factory, file, edits, cut):
+    base = tmp_path_factory.mktemp("fz")
+    store = base / "s"
+    if not (base / "pristine").exists():
+        write_store(base / "pristine", article_messages())
+    shutil.copytree(base / "pristine", store)
+    path = store / file
+    raw = bytearray(path.read_bytes())
+    for off, data in edits:
+        raw[off:off + len(data)] = data
+    if cut is not None:
+        raw = raw[:cut]
+    path.write_bytes(bytes(raw))
+    started = time.monotonic()
+    _exercise(store)
+    assert time.monotonic() - started < 10
+
+
+def test_fuzz_hostile_lengths(tmp_path, article_store):
+    """Lengths at the extremes of a long never hang or allocate wildly."""
+    path = article_store / fmt.COMMITLOG_NAME
+    for value in (-1, 1, 223, 2 ** 63 - 1, -(2 ** 63)):
+        _patch(path, 338, struct.pack(">q", value))
+        cl = read_commitlog(path)
+        assert list(cl.position) == [0] and cl.end.kind in (END_CORRUPT, END_TORN)
+    _patch(path, 338, struct.pack(">q", 338))
+    _patch(path, 338 + fmt.RECORD_HEAD_OFFSETS["body_size"], struct.pack(">q", 2 ** 62))
+    assert read_commitlog(path).end.kind == END_CORRUPT
+    _patch(article_store / fmt.INDEX_NAME, fmt.INDEX_HEADER_OFFSETS["index_count"], struct.pack(">i", -5))
+    assert len(read_index(article_store / fmt.INDEX_NAME)) == 0
+    assert json.dumps(list(ops.index_rows(article_store)))
