@@ -1,0 +1,256 @@
+"""Engine core without Spark: Arrow batches vs the reference decoder, byte-range tasks and
+their chain check, the local process pool, export layout and topic-name safety."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import STORE_NAMES, reference_store
+from formats import commitlog as cl
+from rmqtool.engines import Task, check_chains, get_engine, plan_tasks, TaskStatus
+from rmqtool.engines.arrow import arrow_schema, batch_to_arrow, rows_for_json
+from rmqtool.errors import MissingDependencyError, RefusedError
+from rmqtool.export import NULL_PARTITION, encode_topic, export, open_stores
+from rmqtool.scan import RecordBatch, walk_store
+from rmqtool.store import Store
+
+
+def scan_stage(task, batches):
+    """A stage giving every record as Arrow (with its store name)."""
+    for b in batches:
+        yield batch_to_arrow(b, task.store, "raw")
+
+
+def scan_all(stores, split_size, engine="local", jobs=1):
+    tasks = plan_tasks(stores, split_size)
+    with get_engine(engine, jobs=jobs) as eng:
+        return eng.run(tasks, scan_stage, arrow_schema("raw"))
+
+
+def reference_rows(store: Store, name: str, body: str = "raw") -> list[dict]:
+    rows = []
+    for item in walk_store(store):
+        if isinstance(item, RecordBatch):
+            for i in range(len(item)):
+                r = item.record(i, body=body)
+                r["store"] = name
+                rows.append(r)
+    return rows
+
+
+@pytest.mark.parametrize("body", ["none", "raw", "text"])
+def test_arrow_batches_equal_reference_decoder(store_name, body):
+    store = Store(reference_store(store_name))
+    rows = []
+    for item in walk_store(store):
+        if isinstance(item, RecordBatch):
+            rows.extend(rows_for_json(batch_to_arrow(item, store_name, body)))
+    assert rows == reference_rows(store, store_name, body)
+    assert len(rows) > 100
+
+
+def test_reference_stores_exercise_the_odd_paths():
+    """The equality above covers IPv6 hosts, V2 magic, compression, delay and duplicates."""
+    rows = [r for n in STORE_NAMES for r in reference_rows(Store(reference_store(n)), n)]
+    assert any(r["sys_flag"] & cl.BORNHOST_V6_FLAG for r in rows)
+    assert any(r["version"] == 2 for r in rows)
+    assert any(r["compression"] for r in rows)
+    assert any(r["topic"] == cl.SCHEDULE_TOPIC for r in rows)
+    assert any(r["uniq_key_info"] and ":" in r["uniq_key_info"]["ip"] for r in rows)
+
+
+def test_arrow_schema_derives_from_record_schema():
+    from rmqtool.schema import FIELD_NAMES
+    assert arrow_schema().names == list(FIELD_NAMES)
+    assert arrow_schema("raw").field("body").type == pa.binary()
+    assert arrow_schema("text").field("properties").type == pa.map_(pa.string(), pa.string())
+
+
+@pytest.mark.parametrize("split", [4096, 1000, 777])
+def test_split_ranges_equal_one_range(split):
+    stores = [(n, Store(reference_store(n))) for n in STORE_NAMES]
+    whole = scan_all(stores, 1 << 40)
+    parts = scan_all(stores, split)
+    assert len(plan_tasks(stores, split)) > 10 * len(plan_tasks(stores, 1 << 40))
+    assert parts.equals(whole)
+    assert whole.num_rows == sum(len(reference_rows(s, n)) for n, s in stores)
+
+
+def test_process_pool_equals_in_process():
+    stores = [(n, Store(reference_store(n))) for n in STORE_NAMES]
+    assert scan_all(stores, 8192, jobs=2).equals(scan_all(stores, 8192, jobs=1))
+
+
+def _first_records(path: Path, count: int):
+    store = Store(path.parent.parent)
+    seg = store.commitlog.files[0]
+    for item in walk_store(store, files=[seg]):
+        if isinstance(item, RecordBatch):
+            return seg, item
+    raise AssertionError("no records")
+
+
+def test_false_magic_inside_a_body_is_rerun_from_the_chain(store_copy):
+    """A body that looks like a record start at a range boundary does not fool the split."""
+    root = store_copy("basic")
+    seg = Store(root).commitlog.files[0]
+    batch = next(b for b in walk_store(Store(root), files=[seg]) if isinstance(b, RecordBatch))
+    i = int(np.argmax(batch.body_len >= 40))
+    q = int(batch.body_start[i]) + int(batch.buf_base) + 4
+    raw = bytearray(seg.path.read_bytes())
+    raw[q + cl.MESSAGE_HEAD_OFFSETS["magic"]:q + cl.MESSAGE_HEAD_OFFSETS["magic"] + 4] = \
+        struct.pack(">I", cl.MESSAGE_MAGIC_V1)
+    at = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
+    raw[q + at:q + at + 8] = struct.pack(">q", seg.start + q)
+    seg.path.write_bytes(bytes(raw))
+    store = Store(root)
+    stores = [("basic", store)]
+    whole = scan_all(stores, 1 << 40)
+    tasks = plan_tasks(stores, q - 1)
+    assert any(t.lo == q - 1 for t in tasks)
+    parts = scan_all(stores, q - 1)
+    assert parts.equals(whole)
+
+
+def test_nothing_after_a_corrupt_record_is_reachable(store_copy):
+    root = store_copy("basic")
+    seg = Store(root).commitlog.files[0]
+    batch = next(b for b in walk_store(Store(root), files=[seg]) if isinstance(b, RecordBatch))
+    bad = int(batch.position[len(batch) // 3])
+    raw = bytearray(seg.path.read_bytes())
+    raw[bad + 4:bad + 8] = b"\x12\x34\x56\x78"
+    seg.path.write_bytes(bytes(raw))
+    stores = [("basic", Store(root))]
+    whole = scan_all(stores, 1 << 40)
+    parts = scan_all(stores, 2048)
+    assert parts.equals(whole)
+    first = whole.filter(pa.compute.equal(whole.column("file"), str(seg.path)))
+    assert first.num_rows == len(batch) // 3
+
+
+def test_check_chains_rules():
+    t = [Task(0, "s", "f", 0, 0, 100, exact=True), Task(1, "s", "f", 0, 100, 200),
+         Task(2, "s", "f", 0, 200, 300)]
+    ok = {0: TaskStatus(0, 0, "range", 130), 1: TaskStatus(1, 130, "range", 250),
+          2: TaskStatus(2, 250, "blank", 280)}
+    assert check_chains(t, ok) == ([], [])
+    wrong = dict(ok)
+    wrong[1] = TaskStatus(1, 120, "range", 250)
+    rerun, discard = check_chains(t, wrong)
+    assert discard == [1] and rerun[0].lo == 130 and rerun[0].exact
+    ended = dict(ok)
+    ended[0] = TaskStatus(0, 0, "corrupt", 60)
+    rerun, discard = check_chains(t, ended)
+    assert discard == [1, 2] and all(r.skip for r in rerun)
+    spanning = dict(ok)
+    spanning[0] = TaskStatus(0, 0, "range", 210)        # one record covers all of task 1
+    spanning[1] = TaskStatus(1, None, "range", 200)
+    spanning[2] = TaskStatus(2, 210, "eof", 300)
+    assert check_chains(t, spanning) == ([], [])
+
+
+NASTY = ["../x", "/abs", "a\x00b", "a/b/../../c", "", ".", "..", NULL_PARTITION, "x" * 5000,
+         "%" * 127, "тема/主题", "a\\b", "a=b", "\n", "~", "a b", "\udcff"[:0] + "é" * 300]
+
+
+def test_topic_encoding_is_a_single_safe_segment():
+    seen = {}
+    for name in NASTY:
+        d = encode_topic(name)
+        assert d.startswith("topic=") and "/" not in d and "\\" not in d and "\x00" not in d
+        assert len(d.encode()) <= 255 and d.isprintable()
+        assert seen.setdefault(d, name) == name, "two topics share a directory"
+        if "~" not in d and name:
+            assert urllib.parse.unquote(d[len("topic="):]) == name
+
+
+def test_export_jsonl_rows_are_the_reference_records(tmp_path):
+    stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
+    with get_engine("local", jobs=2) as eng:
+        summary = export(stores, tmp_path / "out", eng, fmt="jsonl", body="raw", split_size=5000)
+    got = []
+    for f in sorted((tmp_path / "out").glob("topic=*/part-*.jsonl")):
+        got.extend(json.loads(line) for line in f.read_text().splitlines())
+    want = [r for n, s in stores for r in reference_rows(s, n)]
+    key = lambda r: (r["store"], r["phy_offset"])
+    assert sorted(got, key=key) == sorted(want, key=key)
+    assert summary["rows"] == len(want)
+    topics = json.loads((tmp_path / "out" / "_topics.json").read_text())
+    assert set(topics.values()) == {r["topic"] for r in want}
+    assert not list((tmp_path / "out").rglob(".*.tmp"))
+
+
+def test_export_parquet_readable_by_pandas(tmp_path):
+    import pandas as pd
+    stores = open_stores([str(reference_store("mixed"))], Store)
+    with get_engine("local") as eng:
+        export(stores, tmp_path / "pq", eng, body="text")
+    df = pd.read_parquet(tmp_path / "pq")
+    want = reference_rows(stores[0][1], "mixed", "text")
+    assert len(df) == len(want)
+    assert sorted(df["topic"].astype(str)) == sorted(r["topic"] for r in want)
+    by_off = {r["phy_offset"]: r for r in want}
+    for row in df.itertuples():
+        assert row.body == by_off[row.phy_offset]["body"]
+
+
+def test_export_filters_like_dump(tmp_path):
+    stores = open_stores([str(reference_store("basic"))], Store)
+    want = [r for r in reference_rows(stores[0][1], "basic")
+            if r["topic"] == "OrderTopic" and r["queue_id"] == 1]
+    from rmqtool.dump import RecordFilter
+    with get_engine("local") as eng:
+        s = export(stores, tmp_path / "f", eng, fmt="jsonl", flt=RecordFilter("OrderTopic", 1))
+    assert s["rows"] == len(want) > 0
+
+
+def test_export_refuses_unsafe_destinations(tmp_path, store_copy):
+    root = store_copy("mixed")
+    stores = open_stores([str(root)], Store)
+    with get_engine("local") as eng:
+        with pytest.raises(RefusedError):
+            export(stores, root / "commitlog" / "out", eng)
+        (tmp_path / "busy").mkdir()
+        (tmp_path / "busy" / "precious.txt").write_text("x")
+        with pytest.raises(RefusedError):
+            export(stores, tmp_path / "busy", eng)
+        with pytest.raises(RefusedError):
+            export(stores, tmp_path / "busy", eng, force=True)
+        export(stores, tmp_path / "again", eng)
+        export(stores, tmp_path / "again", eng, force=True)
+
+
+def test_export_cli(tmp_path):
+    from typer.testing import CliRunner
+    from rmqtool.cli import app
+    out = tmp_path / "cli"
+    res = CliRunner().invoke(app, ["export", str(reference_store("crashed")), "--to", str(out),
+                                   "--format", "jsonl", "--jobs", "2"])
+    assert res.exit_code == 0, res.output
+    assert (out / "_SUCCESS").exists()
+    res = CliRunner().invoke(app, ["export", str(reference_store("crashed")), "--to", str(out)])
+    assert isinstance(res.exception, RefusedError) or res.exit_code == 3
+
+
+def test_missing_java_is_a_clear_error(monkeypatch, tmp_path):
+    from rmqtool.engines import spark
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingDependencyError, match=r"rmqtool\[spark\]"):
+        spark.check_dependencies()
+
+
+def test_spark_conf_parsing():
+    from rmqtool.engines.spark import parse_conf
+    from rmqtool.errors import UsageError
+    assert parse_conf(["a.b=1", "c=x=y"]) == {"a.b": "1", "c": "x=y"}
+    with pytest.raises(UsageError):
+        parse_conf(["novalue"])
