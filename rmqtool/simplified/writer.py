@@ -25,6 +25,21 @@ from rmqtool.javahash import java_string_hash
 from rmqtool.simplified.reader import pad_string
 
 INDEX_POINTS_AT = ("end", "start")   # "end": the article's writer; "start": the record itself
+ARTICLE_TOPIC = "Topic-test"
+ARTICLE_BODY_PREFIX = "消息内容"
+ARTICLE_BODY_FILLER = "msg" * 17        # the body appends its first 1..48 characters
+
+
+def article_messages(count: int, seed: int = 1) -> list[dict]:
+    """Messages like the article's generator: random UUIDs, body prefix + 1..48 filler characters."""
+    import random
+    rng = random.Random(seed)
+
+    def uid() -> str:
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+    return [{"topic": ARTICLE_TOPIC, "msg_id": uid(), "transaction_id": uid(),
+             "body": ARTICLE_BODY_PREFIX + ARTICLE_BODY_FILLER[:rng.randint(1, 48)]} for _ in range(count)]
 
 
 def _body_bytes(msg: Mapping, n: int) -> bytes:

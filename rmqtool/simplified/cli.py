@@ -1,0 +1,54 @@
+"""What `query-key`, `verify` and `write` do for a simplified store: run, render, return the exit code."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Iterable
+
+from rmqtool.cli.common import emit, emit_jsonl, escape_control, stderr, stdout
+from rmqtool.errors import EXIT_FINDINGS, EXIT_OK
+
+
+def query_key(store, key: str, fmt: str, body: str) -> int:
+    """Records whose msgId is ``key``; notes (an overwritten slot, the index convention) on stderr."""
+    from rmqtool.simplified.ops import QUERY_COLUMNS, query_msg_id
+    rows, notes = query_msg_id(store, key, "text" if body == "none" and fmt == "table" else body)
+    for n in dict.fromkeys(notes):
+        stderr.print(f"note: {n}", markup=False)
+    emit(rows, fmt, QUERY_COLUMNS if fmt == "table" else None, title=f"messages with msgId {key!r}")
+    return EXIT_OK if rows else EXIT_FINDINGS
+
+
+def verify(store, fmt: str, fail_on: str = "error", limit: int | None = 1000) -> int:
+    """Findings of ``simplified.verify``; exit 1 when any reaches ``fail_on``."""
+    from rmqtool.simplified.verify import verify as run
+    findings, summary = run(store, limit)
+    bad = summary["errors"] + (summary["warnings"] if fail_on == "warning" else 0)
+    code = EXIT_FINDINGS if bad else EXIT_OK
+    rows = [f.as_dict() for f in findings]
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"store": str(store), "layout": "simplified", "findings": rows,
+                                     "summary": summary, "exit_code": code}, ensure_ascii=False, indent=2) + "\n")
+    elif fmt == "jsonl":
+        emit_jsonl([{"type": "finding", **r} for r in rows] + [{"type": "summary", **summary, "exit_code": code}])
+    else:
+        if rows:
+            emit(rows, "table", ["severity", "check", "file", "offset", "message"], title="findings")
+        stdout.print(f"verify {escape_control(str(store))} (simplified layout): {summary['records']} records, "
+                     f"{summary['errors']} error(s), {summary['warnings']} warning(s), findings "
+                     f"{summary['findings']}", markup=False)
+        stdout.print(f"exit code {code}", markup=False)
+    return code
+
+
+def write(store, rows: Iterable[dict] | None, synthetic: int | None, seed: int, fmt: str) -> int:
+    """Write the three files from JSONL rows or from the article's random generator."""
+    from rmqtool.simplified.writer import article_messages, write_store
+    messages = article_messages(synthetic, seed) if synthetic is not None else rows
+    written = write_store(store, messages)
+    if fmt == "json":
+        emit([{"store": str(store), "layout": "simplified", "records": len(written), "messages": written}], "json")
+    else:
+        emit(written, "table", ["position", "size", "msg_id", "topic", "queue_offset", "body_size",
+                                "index_phy_offset"], title=f"wrote {len(written)} records to {store}")
+    return EXIT_OK
