@@ -325,3 +325,17 @@ def test_fuzz_hostile_lengths(tmp_path, article_store):
     _patch(article_store / fmt.INDEX_NAME, fmt.INDEX_HEADER_OFFSETS["index_count"], struct.pack(">i", -5))
     assert len(read_index(article_store / fmt.INDEX_NAME)) == 0
     assert json.dumps(list(ops.index_rows(article_store)))
+
+
+def test_gap_finding_names_the_first_nonzero_byte(article_store):
+    at = 338 + fmt.RECORD_FIELDS_SIZE + 58 + 3
+    _patch(article_store / fmt.COMMITLOG_NAME, at, b"\x07\x00\x05")
+    gaps = [f for f in verify(article_store)[0] if f.check == "simplified.gap"]
+    assert [(f.offset, f.message.split()[0]) for f in gaps] == [(at, "2")]
+
+
+def test_msg_id_hashes_vectorized_equal_scalar(tmp_path):
+    ids = ["ascii-id", "非ASCII-标识", "x" * 64, "\U0001F600emoji"]
+    write_store(tmp_path, [{"topic": "T", "body": "b", "msg_id": m} for m in ids])
+    cl = read_commitlog(tmp_path / fmt.COMMITLOG_NAME)
+    assert list(cl.msg_id_hashes()) == [java_string_hash(m) for m in ids]

@@ -138,14 +138,14 @@ def locate_queue_offset(path, queue_offset: int) -> dict:
 
 
 # --- query by msgId --------------------------------------------------------------------------------
-def _confirm(cl: CommitLog, ids: list[str], phy: int, key: str) -> tuple[int | None, str | None]:
+def _confirm(cl: CommitLog, match: np.ndarray, phy: int) -> tuple[int | None, str | None]:
     """Record for an entry's phyOffset: the record starting there, or (the article's writer) ending there."""
     i = cl.record_at(phy)
-    if i is not None and ids[i] == key:
+    if i is not None and match[i]:
         return i, "start"
     ends = cl.record_end
     j = int(np.searchsorted(ends, phy))
-    if j < len(ends) and ends[j] == phy and ids[j] == key:
+    if j < len(ends) and ends[j] == phy and match[j]:
         return j, "end"
     return None, None
 
@@ -159,7 +159,7 @@ def query_msg_id(path, msg_id: str, body: str = "text") -> tuple[list[dict], lis
     """
     store = SimplifiedStore.open(path)
     cl = read_commitlog(store.require(fmt.COMMITLOG_NAME))
-    ids = cl.msg_ids()
+    match = cl.msg_id_mask(msg_id)
     key_hash = java_string_hash(msg_id)
     notes: list[str] = []
     found: dict[int, dict] = {}
@@ -180,7 +180,7 @@ def query_msg_id(path, msg_id: str, body: str = "text") -> tuple[list[dict], lis
             notes.append(f"slot {slot} is empty")
         for n in np.flatnonzero(hashes == key_hash):
             n = int(n)
-            i, points_at = _confirm(cl, ids, int(ix.entries["phy_offset"][n]), msg_id)
+            i, points_at = _confirm(cl, match, int(ix.entries["phy_offset"][n]))
             if i is None:
                 notes.append(f"entry {n} has this keyHash but phyOffset {int(ix.entries['phy_offset'][n])} "
                              f"is not a record with this msgId (hash collision or stale entry)")
@@ -192,8 +192,8 @@ def query_msg_id(path, msg_id: str, body: str = "text") -> tuple[list[dict], lis
             notes.append("index entries hold the offset after their record (as the article's writer does)")
     else:
         notes.append(f"no {fmt.INDEX_NAME}: scanning {fmt.COMMITLOG_NAME}")
-    for i, mid in enumerate(ids):
-        if mid == msg_id and i not in found:
+    for i in map(int, np.flatnonzero(match)):
+        if i not in found:
             found[i] = {"via": "commitlog-scan", "entry": None, "index_points_at": None}
             if store.index_path.is_file():
                 notes.append(f"record at {int(cl.position[i])} has this msgId but no index entry points at it")

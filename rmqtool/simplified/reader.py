@@ -214,6 +214,29 @@ class CommitLog:
     def msg_ids(self) -> list[str]:
         return [decode_string(v.tobytes()) for v in self.heads["msg_id"]]
 
+    def msg_id_mask(self, msg_id: str) -> np.ndarray:
+        """Records whose msgId field is exactly ``msg_id`` (zero-padded), vectorized."""
+        raw = msg_id.encode("utf-8")
+        if len(raw) > fmt.STRING_FIELD_SIZE:
+            return np.zeros(len(self), bool)
+        return self.heads["msg_id"] == np.void(raw.ljust(fmt.STRING_FIELD_SIZE, fmt.STRING_PAD))
+
+    def msg_id_hashes(self) -> np.ndarray:
+        """Java hashCode of every msgId (trailing zeros dropped), vectorized for ASCII ids."""
+        from rmqtool.javahash import hash_spans, java_bytes_hash
+        n = len(self)
+        mat = np.ascontiguousarray(self.heads["msg_id"]).view(np.uint8).reshape(n, fmt.STRING_FIELD_SIZE)
+        nonzero = mat != 0
+        lengths = np.where(nonzero.any(axis=1),
+                           fmt.STRING_FIELD_SIZE - np.argmax(nonzero[:, ::-1], axis=1), 0).astype(np.int64)
+        starts = np.arange(n, dtype=np.int64) * fmt.STRING_FIELD_SIZE
+        out = hash_spans(mat.reshape(-1), starts, lengths).astype(np.int64)
+        cols = np.arange(fmt.STRING_FIELD_SIZE)
+        non_ascii = ((mat >= 0x80) & (cols < lengths[:, None])).any(axis=1)
+        for i in np.flatnonzero(non_ascii):
+            out[i] = java_bytes_hash(mat[i, :lengths[i]].tobytes())
+        return out
+
 
 def read_commitlog(path: Path | str) -> CommitLog:
     """All record columns (window buffers are dropped; bodies are re-read on demand)."""

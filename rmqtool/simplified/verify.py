@@ -12,9 +12,8 @@ import numpy as np
 
 from formats import simplified as fmt
 from rmqtool.errors import RmqError
-from rmqtool.javahash import java_string_hash
 from rmqtool.simplified import SimplifiedStore
-from rmqtool.simplified.reader import (END_CORRUPT, END_TORN, CommitLog, read_commitlog,
+from rmqtool.simplified.reader import (END_CORRUPT, END_TORN, CommitLog, decode_string, read_commitlog,
                                        read_consumer_queue, read_index)
 from rmqtool.verify.findings import ERROR, INFO, WARNING, Finding
 
@@ -119,20 +118,25 @@ def _check_gaps(sink: _Sink, cl: CommitLog) -> None:
     """The bytes between each record's last field and the next record should be zero."""
     from rmqtool.fileio import ReadOnlyFile
     gap_start = cl.position + fmt.RECORD_FIELDS_SIZE + cl.heads["body_size"].astype(np.int64)
-    gap_len = cl.record_end - gap_start
+    gap_end = cl.record_end
+    nonzero = np.zeros(len(cl), np.int64)
+    first = np.full(len(cl), -1, np.int64)
+    step = 64 << 20
     with ReadOnlyFile(cl.path) as fh:
-        lo, hi = 0, int(cl.record_end[-1])
-        step = 64 << 20
-        for base in range(lo, hi, step):
-            arr = fh.read_array(base, min(step, hi - base))
-            sel = np.flatnonzero((gap_start < base + len(arr)) & (gap_start + gap_len > base) & (gap_len > 0))
-            for i in sel:
-                s, e = max(int(gap_start[i]) - base, 0), min(int(gap_start[i] + gap_len[i]) - base, len(arr))
-                nz = np.flatnonzero(arr[s:e])
-                if len(nz):
-                    sink.add("simplified.gap", cl.path, base + s + int(nz[0]),
-                             f"{len(nz)} non-zero bytes in the {int(gap_len[i])}-byte gap of the record at "
-                             f"{int(cl.position[i])}")
+        for base in range(0, int(gap_end[-1]), step):
+            arr = fh.read_array(base, min(step, int(gap_end[-1]) - base))
+            cum = np.concatenate(([0], np.cumsum(arr != 0, dtype=np.int64)))
+            s = np.clip(gap_start - base, 0, len(arr))
+            e = np.clip(gap_end - base, 0, len(arr))
+            here = cum[e] - cum[s]
+            new = (here > 0) & (first < 0)
+            # position of the first non-zero byte: the first index where cum exceeds cum[s]
+            first[new] = base + np.searchsorted(cum, cum[s[new]] + 1) - 1
+            nonzero += here
+    for i in np.flatnonzero(nonzero):
+        sink.add("simplified.gap", cl.path, first[i],
+                 f"{int(nonzero[i])} non-zero bytes in the {int(gap_end[i] - gap_start[i])}-byte gap of the "
+                 f"record at {int(cl.position[i])}")
 
 
 def _check_stale_tail(sink: _Sink, path, start: int, size: int) -> None:
@@ -216,24 +220,26 @@ def _check_index(sink: _Sink, path, cl: CommitLog | None) -> None:
                  f"entry {int(n)}: prevIndex {int(ix.entries['prev_index'][n])}")
     if cl is None:
         return
-    ids = cl.msg_ids()
-    id_hash = np.array([java_string_hash(m) for m in ids], dtype=np.int64)
+    id_hash = cl.msg_id_hashes()
+    phy = ix.entries["phy_offset"].astype(np.int64)
     starts, ends = cl.position, cl.record_end
+    i = np.minimum(np.searchsorted(starts, phy), max(len(cl) - 1, 0))
+    j = np.minimum(np.searchsorted(ends, phy), max(len(cl) - 1, 0))
+    at_start = (starts[i] == phy) if len(cl) else np.zeros(count, bool)
+    at_end = (ends[j] == phy) if len(cl) else np.zeros(count, bool)
+    start_ok = at_start & (id_hash[i] == hashes) if len(cl) else at_start
+    end_ok = at_end & (id_hash[j] == hashes) if len(cl) else at_end
     indexed = np.zeros(len(cl), bool)
-    for n in range(count):
-        p, kh = int(ix.entries["phy_offset"][n]), int(hashes[n])
-        i = cl.record_at(p)
-        j = int(np.searchsorted(ends, p))
-        j = j if j < len(ends) and ends[j] == p else None
-        if (i is not None and id_hash[i] == kh) or (j is not None and id_hash[j] == kh):
-            indexed[i if i is not None and id_hash[i] == kh else j] = True
-            continue
-        if i is None and j is None:
-            sink.add("simplified.entry-target", path, ix.entry_position(n),
-                     f"entry {n}: phyOffset {p} is neither the start nor the end of a record")
-        else:
-            sink.add("simplified.entry-key", path, ix.entry_position(n),
-                     f"entry {n}: keyHash {kh} differs from the msgId hash of the record at or ending at {p}")
-    for i in np.flatnonzero(~indexed):
-        sink.add("simplified.index-missing", cl.path, starts[i],
-                 f"msgId {ids[i]!r} of the record at {int(starts[i])} has no index entry")
+    indexed[i[start_ok]] = True
+    indexed[j[end_ok & ~start_ok]] = True
+    for n in np.flatnonzero(~(at_start | at_end)):
+        sink.add("simplified.entry-target", path, ix.entry_position(int(n)),
+                 f"entry {int(n)}: phyOffset {int(phy[n])} is neither the start nor the end of a record")
+    for n in np.flatnonzero((at_start | at_end) & ~(start_ok | end_ok)):
+        sink.add("simplified.entry-key", path, ix.entry_position(int(n)),
+                 f"entry {int(n)}: keyHash {int(hashes[n])} differs from the msgId hash of the record at "
+                 f"or ending at {int(phy[n])}")
+    for r in np.flatnonzero(~indexed):
+        sink.add("simplified.index-missing", cl.path, starts[r],
+                 f"msgId {decode_string(cl.heads['msg_id'][r].tobytes())!r} of the record at {int(starts[r])} "
+                 f"has no index entry")
