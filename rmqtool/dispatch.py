@@ -482,7 +482,7 @@ class IndexFileImage:
         s0 = slot_position(self.hash_slots, 0)
         out[s0:s0 + 4 * self.hash_slots] = self.slots.astype(INDEX_SLOT_DTYPE).tobytes()
         e1 = entry_position(self.hash_slots, FIRST_INDEX)
-        data = self.entries.tobytes()
+        data = self.entries.astype(INDEX_ENTRY_DTYPE).tobytes()
         out[e1:e1 + len(data)] = data
         return bytes(out)
 
@@ -490,14 +490,15 @@ class IndexFileImage:
         """Write into an open file: truncate to size, then only the non-zero regions."""
         import os
         os.ftruncate(fd, index_file_size(self.hash_slots, self.index_entries))
-        os.pwrite(fd, self.header.tobytes(), 0)
+        os.pwrite(fd, self.header.astype(INDEX_HEADER_DTYPE).tobytes(), 0)
         used = np.flatnonzero(self.slots)
         if len(used):
             lo, hi = int(used[0]), int(used[-1]) + 1
             os.pwrite(fd, self.slots[lo:hi].astype(INDEX_SLOT_DTYPE).tobytes(),
                       slot_position(self.hash_slots, lo))
         if len(self.entries):
-            _pwrite_all(fd, self.entries.tobytes(), entry_position(self.hash_slots, FIRST_INDEX))
+            _pwrite_all(fd, self.entries.astype(INDEX_ENTRY_DTYPE).tobytes(),
+                        entry_position(self.hash_slots, FIRST_INDEX))
 
 
 def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
@@ -570,7 +571,9 @@ def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileIma
     header["end_phy_offset"] = phy[-1]
     header["hash_slot_count"] = int(h["hash_slot_count"][0]) + int((~old_valid).sum())
     header["index_count"] = count + n
-    entries = np.concatenate([image.entries, new]) if len(image.entries) else new
+    entries = np.empty(len(image.entries) + n, dtype=INDEX_ENTRY_DTYPE)   # keep big-endian
+    entries[:len(image.entries)] = image.entries
+    entries[len(image.entries):] = new
     return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
 
 

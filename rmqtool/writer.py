@@ -1,0 +1,579 @@
+"""`write`: append exact broker records to a store (new or existing), then dispatch them.
+
+Records come from JSONL rows in the schema of ``rmqtool/schema.py`` (what ``dump
+--format jsonl`` prints; only ``topic`` and ``body`` are required) or from the
+``synthetic`` generator. Each record is placed like ``CommitLog.doAppend``: a BLANK ends
+a file when the record plus 8 bytes does not fit; files are created at the configured
+size. Queue offsets continue per topic/queue; the new records are dispatched to the
+ConsumeQueue and IndexFiles with ``rmqtool.dispatch`` (appending to the existing last
+files like the broker) and the checkpoint is written.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import random
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from formats import commitlog as cl
+from formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
+from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
+from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
+                              RecordColumns, dispatch_batch, layout_cq, read_index_image)
+from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, needs_blank,
+                            record_length)
+from rmqtool.errors import RefusedError, RmqError, UsageError
+from rmqtool.rebuild import _name_source
+
+DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
+DEFAULT_STORE_HOST = "127.0.0.1:10911"
+DEFAULT_BORN_HOST = "127.0.0.1:0"
+DISPATCH_CHUNK = 65536
+_NOT_IN_QUEUE = (cl.TRANSACTION_PREPARED_TYPE, cl.TRANSACTION_ROLLBACK_TYPE)
+
+
+@dataclass
+class Geometry:
+    commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
+    cq_file_size: int = DEFAULT_CQ_FILE_SIZE
+    hash_slots: int = DEFAULT_HASH_SLOTS
+    index_entries: int = DEFAULT_INDEX_ENTRIES
+
+
+@dataclass
+class WriteSummary:
+    store: str
+    created: bool
+    records: int = 0
+    bytes: int = 0
+    first_offset: int = 0
+    end_offset: int = 0
+    commitlog_files: list[str] = field(default_factory=list)
+    cq_units: int = 0
+    cq_files: int = 0
+    index_entries: int = 0
+    index_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    geometry: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
+        return d
+
+
+# --- UNIQ_KEY ---------------------------------------------------------------------------------
+class UniqKeyGenerator:
+    """Client message ids in the Java client's format (format.md §2.7):
+    IP || short pid || int classloader hash || int ms-since-month-start || short counter."""
+
+    def __init__(self, ip: bytes = bytes([127, 0, 0, 1]), pid: int | None = None, salt: int | None = None,
+                 counter: int = 0):
+        pid = os.getpid() if pid is None else pid
+        salt = random.getrandbits(32) if salt is None else salt
+        self.fix = ip + struct.pack(">hI", (pid & 0xFFFF) - ((pid & 0x8000) << 1), salt & 0xFFFFFFFF)
+        self.counter = counter
+        self._month: tuple[int, int] | None = None
+
+    def _month_start(self, now_ms: int) -> int:
+        t = time.localtime(now_ms / 1000)
+        return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+    def next(self, now_ms: int | None = None) -> str:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if self._month is None or not self._month[0] <= now_ms < self._month[1]:
+            start = self._month_start(now_ms)
+            t = time.localtime(now_ms / 1000)
+            y, m = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+            self._month = (start, int(time.mktime((y, m, 1, 0, 0, 0, 0, 0, -1)) * 1000))
+        diff = now_ms - self._month[0]
+        raw = self.fix + struct.pack(">IH", diff & 0xFFFFFFFF, self.counter & 0xFFFF)
+        self.counter += 1
+        return raw.hex().upper()
+
+
+# --- rows -> fields ---------------------------------------------------------------------------
+def _body_of(row: dict, where: str) -> bytes:
+    body = row.get("body")
+    enc = row.get("body_encoding") or "text"
+    if body is None:
+        if (row.get("body_length") or 0) > 0:
+            raise UsageError(f"{where}: the row has no body but body_length {row['body_length']} "
+                             "(dump with --body base64 to carry bodies)")
+        return b""
+    if enc == "text":
+        return body.encode("utf-8", "surrogateescape")
+    if enc == "hex":
+        return bytes.fromhex(body)
+    if enc in ("base64", "raw"):
+        return base64.b64decode(body)
+    raise UsageError(f"{where}: unknown body_encoding {enc!r}")
+
+
+def _properties_of(row: dict, uniq: UniqKeyGenerator | None, now_ms: int) -> bytes:
+    raw = row.get("properties_raw")
+    if raw is not None:
+        return base64.b64decode(raw)
+    props = row.get("properties")
+    if props is None:
+        props = {}
+        if uniq is not None:
+            props[cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq.next(now_ms)
+    else:
+        props = dict(props)
+    for field_name, prop in (("keys", cl.PROPERTY_KEYS), ("tags", cl.PROPERTY_TAGS),
+                             ("uniq_key", cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)):
+        if row.get(field_name) is not None and prop not in props:
+            props[prop] = row[field_name]
+    return cl.encode_properties(props)
+
+
+def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms: int) -> MessageFields:
+    """A JSONL row -> MessageFields (queue offset and commitlog offset assigned later)."""
+    if not isinstance(row, dict) or not isinstance(row.get("topic"), str) or not row["topic"]:
+        raise UsageError(f"{where}: a row needs a non-empty string 'topic'")
+    if "body" not in row:
+        raise UsageError(f"{where}: a row needs 'body'")
+    try:
+        store_ts = int(row["store_timestamp"]) if row.get("store_timestamp") is not None else now_ms
+        return MessageFields(
+            topic=row["topic"], body=_body_of(row, where), properties=_properties_of(row, uniq, store_ts),
+            queue_id=int(row.get("queue_id") or 0), flag=int(row.get("flag") or 0),
+            queue_offset=int(row["queue_offset"]) if row.get("queue_offset") is not None else -1,
+            sys_flag=int(row.get("sys_flag") or 0),
+            born_timestamp=int(row["born_timestamp"]) if row.get("born_timestamp") is not None else store_ts,
+            born_host=Host.parse(row.get("born_host") or DEFAULT_BORN_HOST),
+            store_timestamp=store_ts, store_host=Host.parse(row.get("store_host") or DEFAULT_STORE_HOST),
+            reconsume_times=int(row.get("reconsume_times") or 0),
+            prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+# --- synthetic --------------------------------------------------------------------------------
+@dataclass
+class SyntheticSpec:
+    count: int
+    topics: int = 4
+    queues: int = 8
+    key_cardinality: int = 200_000
+    body_min: int = 400
+    body_max: int = 600
+    tags: tuple[str, ...] = ("TagA", "TagB")
+    seed: int = 1
+    topic_prefix: str = "BenchTopic"
+    start_ms: int | None = None
+
+
+def synthetic_fields(spec: SyntheticSpec) -> Iterator[MessageFields]:
+    """Messages shaped like baselines.md: round-robin topics x queues, random-size bodies,
+    alternating tags, a UNIQ_KEY on every message, key ``bk-(i mod K)`` and on odd
+    messages also ``order-(i/3)``."""
+    rnd = np.random.default_rng(spec.seed)
+    pool = rnd.integers(0x21, 0x7F, size=1 << 20, dtype=np.uint8).tobytes()
+    sizes = rnd.integers(spec.body_min, spec.body_max + 1, size=spec.count)
+    starts = rnd.integers(0, len(pool) - spec.body_max - 1, size=spec.count)
+    start_ms = spec.start_ms if spec.start_ms is not None else int(time.time() * 1000)
+    uniq = UniqKeyGenerator(pid=spec.seed, salt=spec.seed * 2654435761)
+    store_host, born_host = Host.parse(DEFAULT_STORE_HOST), Host(bytes([10, 0, 0, 1]), 50000)
+    topics = [f"{spec.topic_prefix}{t}" for t in range(spec.topics)]
+    enc = cl.encode_properties
+    for i in range(spec.count):
+        ts = start_ms + i // 200
+        keys = f"bk-{i % spec.key_cardinality}"
+        if i % 2:
+            keys += f" order-{i // 3}"
+        props = enc({cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq.next(ts), cl.PROPERTY_KEYS: keys,
+                     cl.PROPERTY_TAGS: spec.tags[i % len(spec.tags)] if spec.tags else None,
+                     cl.PROPERTY_WAIT_STORE_MSG_OK: "true"})
+        s = int(starts[i])
+        yield MessageFields(topic=topics[i % spec.topics], body=pool[s:s + int(sizes[i])],
+                            properties=props, queue_id=(i // spec.topics) % spec.queues,
+                            queue_offset=-1, born_timestamp=ts - 3, born_host=born_host,
+                            store_timestamp=ts, store_host=store_host)
+
+
+# --- the writer -------------------------------------------------------------------------------
+class _CommitLogAppender:
+    """Appends records to commitlog files like CommitLog.doAppend (BLANK at file end)."""
+
+    def __init__(self, directory: Path, file_size: int, start_offset: int):
+        self.dir, self.file_size = directory, file_size
+        self.base = start_offset - start_offset % file_size
+        self.pos = start_offset - self.base
+        self.fd = -1
+        self.pending: list[bytes] = []
+        self.pending_from = self.pos
+        self.pending_len = 0
+        self.files: list[str] = []
+        self._open()
+
+    def _open(self) -> None:
+        path = self.dir / f"{self.base:020d}"
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size < self.file_size:
+            os.ftruncate(self.fd, self.file_size)     # a new mapped file: all zeros
+        self.files.append(path.name)
+        self.pending_from = self.pos
+
+    def _flush(self) -> None:
+        if self.pending:
+            data = b"".join(self.pending)
+            view, at = memoryview(data), self.pending_from
+            while view:
+                n = os.pwrite(self.fd, view, at)
+                view, at = view[n:], at + n
+            self.pending, self.pending_len = [], 0
+        self.pending_from = self.pos
+
+    def place(self, length: int) -> int:
+        """Commitlog offset where a record of ``length`` bytes goes (writing a BLANK first if needed)."""
+        if length + cl.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise UsageError(f"a {length}-byte record cannot fit a {self.file_size}-byte commitlog file")
+        if needs_blank(length, self.file_size - self.pos):
+            self.write(encode_blank(self.file_size - self.pos))
+            self.pos = self.file_size
+            self._flush()
+            os.close(self.fd)
+            self.base += self.file_size
+            self.pos = 0
+            self._open()
+        return self.base + self.pos
+
+    def write(self, raw: bytes) -> None:
+        self.pending.append(raw)
+        self.pending_len += len(raw)
+        self.pos += len(raw)
+        if self.pending_len >= (8 << 20):
+            self._flush()
+
+    def close(self) -> None:
+        self._flush()
+        if self.fd >= 0:
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+
+def _existing_state(store, geometry: Geometry):
+    """(valid end, next queue offsets, last store timestamp) of an existing store."""
+    from rmqtool.consumequeue import read_units
+    from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
+    next_off: dict[tuple[str, int], int] = {}
+    max_phy = 0
+    for ref in store.queues():
+        q = store.queue(ref.topic, ref.queue_id)
+        units = read_units(ref.topic, ref.queue_id, q)
+        next_off[(ref.topic, ref.queue_id)] = units.end_queue_offset
+        real = units.units[units.units["size"] != 0x7FFFFFFF]
+        if len(real):
+            max_phy = max(max_phy, int((real["commitlog_offset"] + real["size"]).max()))
+    end, last_ts = 0, 0
+    if store.commitlog.files:
+        end = store.commitlog.min_offset
+        for item in walk_store(store, check_crc=True, stop_at_break=True):
+            if isinstance(item, FileEnd):
+                end = item.phy_offset if item.kind != END_BLANK else item.file_base + store.commitlog.file_size
+                continue
+            last_ts = int(item.store_timestamp[-1])
+            lag = item.phy_offset >= max_phy         # records the CQ has not seen yet
+            tx = item.sys_flag & cl.TRANSACTION_MASK
+            for i in np.flatnonzero(lag & ((tx == 0) | (tx == cl.TRANSACTION_COMMIT_TYPE))).tolist():
+                key = (item.topic(i), int(item.queue_id[i]))
+                next_off[key] = max(next_off.get(key, 0), int(item.queue_offset[i]) + 1)
+    return end, next_off, last_ts
+
+
+class StoreWriter:
+    """Append records to ``root`` (created if missing), dispatch them, write the checkpoint."""
+
+    def __init__(self, root: Path, geometry: Geometry | None = None, config: DispatchConfig | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        from rmqtool.store import Store
+        self.t0 = time.perf_counter()
+        self.root = Path(root)
+        self.config = config or DispatchConfig()
+        self.progress = progress
+        created = not (self.root / "commitlog").is_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "commitlog").mkdir(exist_ok=True)
+        self.store = Store(self.root)
+        if self.store.is_live():
+            raise RefusedError(f"a running broker (pid {self.store.lock_holder()}) holds the store lock",
+                               self.store.lock_path)
+        self.geometry = geometry or self._infer_geometry()
+        g = self.geometry
+        if g.cq_file_size % CQ_UNIT_SIZE:
+            raise UsageError(f"--cq-file-size {g.cq_file_size} is not a multiple of {CQ_UNIT_SIZE}")
+        if not created and self.store.commitlog.files and self.store.commitlog.file_size != g.commitlog_file_size:
+            raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
+                             f"not {g.commitlog_file_size}")
+        end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
+        self.summary = WriteSummary(str(self.root), created, first_offset=end, end_offset=end,
+                                    geometry=dict(g.__dict__))
+        self.appender = _CommitLogAppender(self.root / "commitlog", g.commitlog_file_size, end)
+        self.cq = CqCollector()
+        self._rows: list[dict] = []
+        self._index = self._index_builder()
+        self._last_cq_ts = 0
+
+    def _infer_geometry(self) -> Geometry:
+        g = Geometry()
+        if self.store.commitlog.files:
+            g.commitlog_file_size = self.store.commitlog.file_size
+        g.cq_file_size = self.store.cq_file_size() or g.cq_file_size
+        if self.store.index_files():
+            ig = self.store.index_geometry
+            g.hash_slots, g.index_entries = ig.hash_slots, ig.index_entries
+        return g
+
+    def _index_builder(self) -> IndexBuilder:
+        g = self.geometry
+        files = self.store.index_files()
+        open_image, seed_phy, seed_ts, self._open_path = None, 0, 0, None
+        if files:
+            last = read_index_image(files[-1], g.hash_slots, g.index_entries)
+            if not last.full:
+                open_image, self._open_path = last, files[-1]
+            else:
+                seed_phy = int(last.header["end_phy_offset"][0])
+                seed_ts = int(last.header["end_timestamp"][0])
+        self._names = _name_source([p.name for p in files])
+        return IndexBuilder(g.hash_slots, g.index_entries, self._sink,
+                            seed_phy, seed_ts, open_image=open_image)
+
+    def _sink(self, image: IndexFileImage) -> None:
+        g = self.geometry
+        index_dir = self.root / "index"
+        index_dir.mkdir(exist_ok=True)
+        if self._open_path is not None:
+            path, self._open_path = self._open_path, None
+        else:
+            path = index_dir / next(self._names)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            image.write_to(fd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.summary.index_files.append(path.name)
+        self._last_index_end_ts = int(image.header["end_timestamp"][0])
+
+    # -- appending ------------------------------------------------------------------------------
+    def append(self, f: MessageFields) -> int:
+        return self.append_batch([f])[0]
+
+    def append_batch(self, batch: list[MessageFields]) -> list[int]:
+        """Append records that the broker writes as one put: if together they do not fit
+        the current file (plus 8 bytes), all of them move to the next file."""
+        lengths = []
+        for f in batch:
+            tx = f.sys_flag & cl.TRANSACTION_MASK
+            key = (f.topic, f.queue_id)
+            if tx in _NOT_IN_QUEUE:
+                if f.queue_offset < 0:
+                    f.queue_offset = 0
+            else:
+                if f.queue_offset < 0:
+                    f.queue_offset = self.next_offset.get(key, 0)
+                self.next_offset[key] = max(self.next_offset.get(key, 0), f.queue_offset + 1)
+            lengths.append(record_length(f))
+        self.appender.place(sum(lengths))
+        offsets = []
+        for f, length in zip(batch, lengths):
+            f.phy_offset = self.appender.offset
+            self.appender.write(encode(f))
+            offsets.append(f.phy_offset)
+            props = cl.decode_properties(f.properties) if f.properties else {}
+            self._rows.append({
+                "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
+                "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
+                "topic": f.topic, "tags": props.get(cl.PROPERTY_TAGS), "keys": props.get(cl.PROPERTY_KEYS),
+                "uniq_key": props.get(cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                "delay": props.get(cl.PROPERTY_DELAY_TIME_LEVEL)})
+            self.summary.records += 1
+            self.summary.bytes += length
+            self.last_ts = f.store_timestamp
+            if f.sys_flag & cl.TRANSACTION_MASK not in _NOT_IN_QUEUE:
+                self._last_cq_ts = f.store_timestamp
+        if len(self._rows) >= DISPATCH_CHUNK:
+            self._dispatch()
+        return offsets
+
+    def _dispatch(self) -> None:
+        if not self._rows:
+            return
+        d = dispatch_batch(RecordColumns.from_records(self._rows), self.config)
+        self._rows = []
+        if d.stop:
+            self.summary.warnings.append(d.stop)
+        self.cq.add(d)
+        self._index.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
+        if self.progress:
+            self.progress(self.summary.records, 0)
+
+    def append_all(self, items: Iterable[MessageFields]) -> None:
+        for f in items:
+            self.append(f)
+
+    # -- finishing ------------------------------------------------------------------------------
+    def close(self) -> WriteSummary:
+        self._dispatch()
+        self.appender.close()
+        self.summary.end_offset = self.appender.offset
+        self.summary.commitlog_files = self.appender.files
+        self._index.finish()
+        self.summary.index_entries = self._index.entries
+        self._write_cq()
+        self._write_checkpoint()
+        for d in ("commitlog", "consumequeue", "index"):
+            p = self.root / d
+            if p.is_dir():
+                _fsync_dir(p)
+        _fsync_dir(self.root)
+        self.summary.seconds = time.perf_counter() - self.t0
+        return self.summary
+
+    def _write_cq(self) -> None:
+        from rmqtool.consumequeue import read_units
+        size = self.geometry.cq_file_size
+        for q in self.cq.queues():
+            qdir = self.root / "consumequeue" / q.topic / str(q.queue_id)
+            existing = None
+            if qdir.is_dir() and any(qdir.iterdir()):
+                existing = read_units(q.topic, q.queue_id, self.store.queue(q.topic, q.queue_id))
+            if existing is None:
+                layout = layout_cq(q, size)
+                start, units = layout.first_file, layout.units
+                self.summary.warnings += layout.warnings
+                real = layout.real_units
+            else:
+                # the broker appends at the write position
+                start = existing.end_queue_offset * CQ_UNIT_SIZE
+                if int(q.queue_offset[0]) * CQ_UNIT_SIZE != start:
+                    self.summary.warnings.append(
+                        f"{q.topic}/{q.queue_id}: first new queue offset {int(q.queue_offset[0])} "
+                        f"appended at {existing.end_queue_offset}")
+                units = np.zeros(len(q), dtype=CQ_UNIT_DTYPE)
+                units["commitlog_offset"], units["size"], units["tags_code"] = q.phy_offset, q.size, q.tags_code
+                real = len(q)
+            qdir.mkdir(parents=True, exist_ok=True)
+            self.summary.cq_units += real
+            self.summary.cq_files += _write_units(qdir, start, units, size)
+
+    def _write_checkpoint(self) -> None:
+        path = self.root / "checkpoint"
+        values = {sc.name: 0 for sc in Checkpoint.subcons}
+        if path.is_file():
+            old = path.read_bytes()[:Checkpoint.sizeof()]
+            if len(old) == Checkpoint.sizeof():
+                values.update({k: v for k, v in Checkpoint.parse(old).items() if k in values})
+        if self.summary.records:
+            values["physic_msg_timestamp"] = self.last_ts
+            if self._last_cq_ts:
+                values["logics_msg_timestamp"] = self._last_cq_ts
+            end_ts = getattr(self, "_last_index_end_ts", 0)
+            if end_ts:
+                values["index_msg_timestamp"] = end_ts
+        data = Checkpoint.build(values)
+        data += bytes(CHECKPOINT_FILE_SIZE - len(data))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: int) -> int:
+    """Write units at logical byte ``logical_start`` onwards, creating zero-filled files."""
+    raw = units.tobytes()
+    pos, files = 0, 0
+    while pos < len(raw):
+        at = logical_start + pos
+        base = at - at % file_size
+        in_file = at - base
+        chunk = raw[pos:pos + file_size - in_file]
+        path = qdir / f"{base:020d}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < file_size:
+                os.ftruncate(fd, file_size)
+            os.pwrite(fd, chunk, in_file)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        files += 1
+        pos += len(chunk)
+    return files
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_BATCH_KEY = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
+              "store_host", "reconsume_times")
+
+
+def _batch_key(row: dict):
+    """Rows of one batch put share topic, queue, flags, born/store time and hosts and have
+    consecutive queue offsets (format.md §8.10); rows without stored times never group."""
+    if row.get("store_timestamp") is None or row.get("queue_offset") is None:
+        return None
+    if (row.get("sys_flag") or 0) & cl.TRANSACTION_MASK or row.get("prepared_transaction_offset"):
+        return None
+    return tuple(row.get(k) for k in _BATCH_KEY)
+
+
+def group_batches(rows: Iterable[tuple[str, dict]], detect: bool = True) -> Iterator[list[tuple[str, dict]]]:
+    """Consecutive MESSAGE rows grouped into the puts that wrote them."""
+    group: list[tuple[str, dict]] = []
+    key = None
+    for where, row in rows:
+        if isinstance(row, dict) and row.get("kind") not in (None, "MESSAGE"):
+            continue
+        k = _batch_key(row) if detect and isinstance(row, dict) else None
+        if group and k is not None and k == key and \
+                row["queue_offset"] == group[-1][1]["queue_offset"] + 1:
+            group.append((where, row))
+            continue
+        if group:
+            yield group
+        group, key = [(where, row)], k
+    if group:
+        yield group
+
+
+def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry | None = None,
+               generate_uniq_key: bool = True, progress=None, detect_batches: bool = True) -> WriteSummary:
+    """Append JSONL rows (``(where, row)`` pairs); non-MESSAGE rows (BLANK, ends) are skipped."""
+    w = StoreWriter(root, geometry, progress=progress)
+    uniq = UniqKeyGenerator() if generate_uniq_key else None
+    now = int(time.time() * 1000)
+    for group in group_batches(rows, detect_batches):
+        w.append_batch([fields_from_row(row, where, uniq, now) for where, row in group])
+    return w.close()
+
+
+def write_synthetic(root: Path, spec: SyntheticSpec, geometry: Geometry | None = None,
+                    progress=None) -> WriteSummary:
+    w = StoreWriter(root, geometry, progress=progress)
+    w.append_all(synthetic_fields(spec))
+    return w.close()
