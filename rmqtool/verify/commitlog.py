@@ -13,12 +13,13 @@ import numpy as np
 from formats import commitlog as cl
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
-from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileScan,
+from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           find_record_start)
 from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
+_ZEROS = bytes(CHUNK_SIZE)
 
 
 def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
@@ -27,9 +28,13 @@ def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
         end = fh.size() if hi is None else min(hi, fh.size())
         pos = lo
         while pos < end:
-            raw = np.frombuffer(fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False), np.uint8)
-            if not len(raw):
+            chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)
+            if not chunk:
                 return None
+            if chunk == (_ZEROS if len(chunk) == CHUNK_SIZE else bytes(len(chunk))):   # memcmp speed
+                pos += len(chunk)
+                continue
+            raw = np.frombuffer(chunk, np.uint8)
             nz = np.flatnonzero(raw)
             if len(nz):
                 return pos + int(nz[0])
@@ -52,6 +57,8 @@ class CommitLogVerifier:
         self.parts: list[dict] = []
         self.files: list[str] = []
         self.data_end: dict[int, tuple[int, str]] = {}   # file index -> (in-file end of data, end kind)
+        self.file_changed = False
+        self.crc_failures: dict[int, int] = {}          # file index -> first bad-CRC record position
         self.records = 0
         self.carved = 0
         self.bytes = 0
@@ -84,6 +91,7 @@ class CommitLogVerifier:
             try:
                 self._walk_file(idx, seg)
             except FileChangedError as exc:
+                self.file_changed = True
                 self.add("commitlog.file-changed", seg.path, exc.offset, exc.message,
                          INFO if self.live else WARNING, excerpt=False)
                 self.data_end.setdefault(idx, (exc.offset or 0, END_TORN))
@@ -93,9 +101,12 @@ class CommitLogVerifier:
         return RecordTable.from_parts(self.parts, self.topics, self.files)
 
     def _consume(self, idx: int, batch) -> None:
-        if self.deep and self.report_records:
+        if self.deep:
             for f in check_batch(batch, deep=True):
-                self.sink.put(f)
+                if f.check == "commitlog.body-crc" and not batch.carved:
+                    self.crc_failures.setdefault(idx, f.offset)
+                if self.report_records:
+                    self.sink.put(f)
         cols = batch_columns(batch, self.topics, self.deep)
         cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)
         self.parts.append(cols)
@@ -201,6 +212,34 @@ class CommitLogVerifier:
             for seg in empties[1:]:
                 self.add("commitlog.extra-empty", seg.path, 0,
                          "more than one empty pre-allocated file after the last data", excerpt=False)
+
+
+def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> tuple[int, FileEnd, int]:
+    """The broker's walk (CRC on) replayed from a deep walk's results, without reading again.
+
+    From the start file: the first bad body CRC or the first stop that is not a BLANK ends
+    the log; a BLANK moves on to the next file.
+    """
+    files = clv.store.commitlog.files
+    end = None
+    for idx in range(start.file_index, len(files)):
+        seg = files[idx]
+        pos, kind = clv.data_end.get(idx, (0, END_ZERO))
+        crc_at = clv.crc_failures.get(idx)
+        if crc_at is not None and crc_at < pos:
+            end = FileEnd(str(seg.path), seg.start, seg.size, crc_at, END_CORRUPT, detail="body CRC mismatch",
+                          check="commitlog.body-crc")
+            break
+        if kind != END_BLANK:
+            end = FileEnd(str(seg.path), seg.start, seg.size, pos, kind)
+            break
+        end = FileEnd(str(seg.path), seg.start, seg.size, pos, kind)
+    if end is None:
+        return start.offset, None, 0
+    offset = end.file_base + end.file_size if end.kind == END_BLANK else end.phy_offset
+    c = table.cols
+    count = int(np.count_nonzero(~c["carved"] & (c["phy"] >= start.offset) & (c["phy"] < offset))) if len(table) else 0
+    return offset, end, count
 
 
 def _size_of(path) -> int:

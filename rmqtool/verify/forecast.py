@@ -15,15 +15,19 @@ from rmqtool.verify.records import RecordTable
 LIST_LIMIT = 10_000
 
 
-def recovery_walk(store, dispatch_from: int) -> dict:
-    """Start files for both modes and the valid end of the mode the abort file selects."""
+def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
+    """Start files for both modes and the valid end of the mode the abort file selects.
+
+    ``replay(start)`` may give the walk's result from data already read (deep verify);
+    otherwise the broker's walk runs again from the start file.
+    """
     mode = "abnormal" if store.abort_present() else "normal"
     starts: dict[str, RecoveryStart] = {
         "normal": recovery_start(store, "normal", max_phy=dispatch_from),
         "abnormal": recovery_start(store, "abnormal"),
     }
     start = starts[mode]
-    end, stop, messages = valid_end(store, start)
+    end, stop, messages = replay(start) if replay is not None else valid_end(store, start)
     return {"mode": mode, "starts": starts, "start": start, "valid_end": end, "stop": stop,
             "messages_walked": messages}
 

@@ -21,6 +21,8 @@ from rmqtool.verify.records import RecordTable
 
 _ENTRY_FIELD = field_offsets(IndexEntry)
 INT_MAX = (1 << 31) - 1
+#: entries past indexCount inspected for stray (uncounted) writes
+BEYOND_WINDOW = 1 << 16
 
 
 @dataclass
@@ -40,7 +42,11 @@ def check_index_file(path, geometry, sink: FindingSink, live: bool) -> IndexFile
     S, N = geometry.hash_slots, geometry.index_entries
     with ReadOnlyFile(path) as fh:
         size = fh.size()
-        data = np.frombuffer(fh.read(0, size, exact=False), np.uint8)
+        head = fh.read(0, min(size, INDEX_HEADER_SIZE), exact=False)
+        count_guess = parse_header(head).index_count if len(head) == INDEX_HEADER_SIZE else 0
+        # header, slots, the counted entries and a bounded window past them (not the unused tail)
+        want = entry_position(S, min(max(count_guess, 1) + BEYOND_WINDOW, N))
+        data = np.frombuffer(fh.read(0, min(size, want), exact=False), np.uint8)
     if size != geometry.file_size:
         sink.add("index.file-size", path, min(size, geometry.file_size),
                  f"size {size} != 40 + 4*{S} + 20*{N} = {geometry.file_size}"
@@ -73,7 +79,8 @@ def check_index_file(path, geometry, sink: FindingSink, live: bool) -> IndexFile
     # entries
     e0 = entry_position(S, 0)
     have = max(0, (size - e0) // INDEX_ENTRY_SIZE)
-    all_entries = data[e0:e0 + min(have, N) * INDEX_ENTRY_SIZE].view(INDEX_ENTRY_DTYPE) if have else empty
+    in_memory = max(0, (len(data) - e0) // INDEX_ENTRY_SIZE)
+    all_entries = data[e0:e0 + min(in_memory, N) * INDEX_ENTRY_SIZE].view(INDEX_ENTRY_DTYPE) if in_memory else empty
     if have < count:
         sink.add("index.file-size", path, size, f"indexCount {header.index_count} but the file holds only "
                  f"{have} entries", excerpt=False)

@@ -14,7 +14,7 @@ import numpy as np
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
 from rmqtool.indexfile import IndexGeometry
 from rmqtool.verify.checkpoint import check_checkpoint
-from rmqtool.verify.commitlog import CommitLogVerifier, queue_offset_findings
+from rmqtool.verify.commitlog import CommitLogVerifier, queue_offset_findings, valid_end_from_walk
 from rmqtool.verify.consumequeue import deep_unit_checks, missing_units, read_queue, shallow_unit_checks
 from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.verify.forecast import forecast, recovery_walk
@@ -122,7 +122,10 @@ def verify(store, options: VerifyOptions | None = None, progress=None) -> Verify
             dispatch_from = max(dispatch_from, int((qu.offset + qu.size).max()))
 
     # 3. the broker's recovery walk
-    walk = recovery_walk(store, dispatch_from)
+    replay = None
+    if deep and not clv.file_changed:
+        replay = lambda start: valid_end_from_walk(clv, table, start)   # noqa: E731
+    walk = recovery_walk(store, dispatch_from, replay)
     end = walk["valid_end"]
 
     # 4. ConsumeQueue checks
