@@ -154,3 +154,36 @@ def test_every_check_is_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = [name for name in CHECKS if f"`{name}`" not in readme]
     assert missing == []
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+def test_replayed_valid_end_equals_the_broker_walk(name):
+    """Deep verify derives the valid end from its own walk; it must equal recovery.valid_end."""
+    from rmqtool.recovery import recovery_start, valid_end
+    store = Store(reference_store(name))
+    rep = verify(store, VerifyOptions(level="deep"))
+    start = recovery_start(store)
+    end, stop, messages = valid_end(store, start)
+    assert (rep.forecast["valid_end"], rep.forecast["end_kind"], rep.forecast["messages_walked_from_start"]) == (
+        end, stop.kind, messages)
+    assert rep.forecast["valid_end"] == verify(store, VerifyOptions(level="shallow")).forecast["valid_end"]
+
+
+def test_bad_crc_after_the_start_file_moves_the_valid_end(store_copy):
+    root = store_copy("crashed")
+    m = next(m for m in load_answers("crashed")["messages"] if m["phyOffset"] > 1_500_000 and m["bodyLength"] > 10)
+    base = m["phyOffset"] // 98304 * 98304
+    path = root / "commitlog" / f"{base:020d}"
+    at = m["phyOffset"] - base + cl.body_position(m["sysFlag"]) + 3
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([b[0] ^ 1]))
+    deep = verify(Store(root), VerifyOptions(level="deep")).forecast
+    shallow = verify(Store(root), VerifyOptions(level="shallow")).forecast
+    assert deep["valid_end"] == shallow["valid_end"] == m["phyOffset"]
+    assert deep["end_kind"] == shallow["end_kind"] == "corrupt"
+    # everything after it would be deleted or truncated
+    assert deep["commitlog_files_deleted"][0] == f"{base + 98304:020d}"
+    assert deep["consume_queues_truncated"]
