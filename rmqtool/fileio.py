@@ -14,6 +14,8 @@ from rmqtool.errors import FileChangedError, StoreLayoutError
 
 #: read granularity for bulk scans
 CHUNK_SIZE = 64 << 20
+#: reads larger than this are capped at the file's current size before allocating
+LARGE_READ = 1 << 20
 
 
 def file_size(path: Path | str) -> int:
@@ -48,8 +50,11 @@ class ReadOnlyFile:
             return b""
         chunks, got = [], 0
         while got < length:
+            want = min(length - got, 1 << 30)
+            if want > LARGE_READ:        # pread allocates what is asked: never more than the file has
+                want = min(want, max(self.size() - pos - got, LARGE_READ))
             try:
-                part = os.pread(self.fd, min(length - got, 1 << 30), pos + got)
+                part = os.pread(self.fd, want, pos + got)
             except OSError as exc:
                 raise FileChangedError(f"read failed: {exc.strerror}", self.path, pos + got) from None
             if not part:

@@ -150,8 +150,8 @@ class IndexFileReader:
 
     def slots(self) -> np.ndarray:
         n = self.geometry.hash_slots
-        return np.frombuffer(self.file.read(slot_position(n, 0), n * INDEX_SLOT_SIZE, exact=False),
-                             INDEX_SLOT_DTYPE)
+        raw = self.file.read(slot_position(n, 0), n * INDEX_SLOT_SIZE, exact=False)
+        return np.frombuffer(raw[:len(raw) // INDEX_SLOT_SIZE * INDEX_SLOT_SIZE], INDEX_SLOT_DTYPE)
 
     def entries(self, count: int | None = None) -> np.ndarray:
         """Entries 0..count-1 (default: up to the header's indexCount)."""

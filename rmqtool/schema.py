@@ -66,6 +66,10 @@ COMPRESSION_NAMES = {cl.COMPRESSION_LEGACY_ZLIB: "zlib", cl.COMPRESSION_ZLIB: "z
                      cl.COMPRESSION_LZ4: "lz4", cl.COMPRESSION_ZSTD: "zstd"}
 
 
+#: largest decompressed body rmqtool materializes (upstream's maxMessageSize is 4 MiB)
+MAX_INFLATED_BODY = 64 << 20
+
+
 def decompress(body: bytes, sys_flag: int) -> tuple[bytes | None, str | None, str | None]:
     """(inflated body, codec name, note). Only when sysFlag has COMPRESSED_FLAG."""
     if not sys_flag & cl.COMPRESSED_FLAG:
@@ -74,18 +78,41 @@ def decompress(body: bytes, sys_flag: int) -> tuple[bytes | None, str | None, st
     name = COMPRESSION_NAMES.get(ctype)
     if name is None:
         return None, None, f"unknown compression type {ctype}"
+    limit = MAX_INFLATED_BODY + 1          # a crafted body must not inflate without bound
     try:
         if name == "zlib":
-            return zlib.decompress(body), name, None
-        if name == "lz4":
+            dec = zlib.decompressobj()
+            out = dec.decompress(body, limit)
+        elif name == "lz4":
             import lz4.frame
-            return lz4.frame.decompress(body), name, None
-        import zstandard
-        return zstandard.ZstdDecompressor().decompressobj().decompress(body), name, None
+            dec = lz4.frame.LZ4FrameDecompressor()
+            out = dec.decompress(body, max_length=limit)
+        else:
+            out, dec = _zstd_bounded(body, limit)
+        if len(out) > MAX_INFLATED_BODY:
+            return None, name, f"{name} body inflates beyond {MAX_INFLATED_BODY} bytes; not decompressed"
+        if not dec.eof:
+            return None, name, f"{name} decompression failed: truncated stream"
+        return out, name, None
     except ImportError:
         return None, name, f"{name} codec not installed (pip install 'rmqtool[codecs]')"
     except Exception as exc:   # corrupt compressed data is a finding, not a crash
         return None, name, f"{name} decompression failed: {exc.__class__.__name__}"
+
+
+def _zstd_bounded(body: bytes, limit: int):
+    """zstd without a size bound of its own: feed 256 bytes at a time (each inflates to at most
+    ~8 MiB), stop past ``limit``."""
+    import zstandard
+    dec = zstandard.ZstdDecompressor().decompressobj()
+    parts, got = [], 0
+    for pos in range(0, len(body), 256):
+        part = dec.decompress(body[pos:pos + 256])
+        parts.append(part)
+        got += len(part)
+        if got >= limit or dec.eof:
+            break
+    return b"".join(parts), dec
 
 
 def render_body(body: bytes, mode: str) -> str | None:
