@@ -104,8 +104,9 @@ class RecordBatch:
 
 
 def _gather(buf: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    mat = buf[pos[:, None] + np.arange(dtype.itemsize)]
-    return np.ascontiguousarray(mat).view(dtype).reshape(-1)
+    """Records of ``dtype`` at byte positions ``pos`` (rows of a zero-copy sliding view: no index matrix)."""
+    rows = np.lib.stride_tricks.sliding_window_view(buf, dtype.itemsize)[pos]
+    return np.ascontiguousarray(rows).view(dtype).reshape(-1)
 
 
 def _walk_window(window: bytes, base: int, file_size: int):
@@ -223,14 +224,18 @@ class CommitLog:
 
     def msg_id_hashes(self) -> np.ndarray:
         """Java hashCode of every msgId (trailing zeros dropped), vectorized for ASCII ids."""
-        from rmqtool.javahash import hash_spans, java_bytes_hash
+        from rmqtool.javahash import java_bytes_hash
         n = len(self)
         mat = np.ascontiguousarray(self.heads["msg_id"]).view(np.uint8).reshape(n, fmt.STRING_FIELD_SIZE)
         nonzero = mat != 0
         lengths = np.where(nonzero.any(axis=1),
                            fmt.STRING_FIELD_SIZE - np.argmax(nonzero[:, ::-1], axis=1), 0).astype(np.int64)
-        starts = np.arange(n, dtype=np.int64) * fmt.STRING_FIELD_SIZE
-        out = hash_spans(mat.reshape(-1), starts, lengths).astype(np.int64)
+        h = np.zeros(n, np.uint32)               # Horner column by column over the fixed-width field
+        with np.errstate(over="ignore"):
+            for col in range(fmt.STRING_FIELD_SIZE):
+                live = col < lengths
+                h = np.where(live, h * np.uint32(31) + mat[:, col].astype(np.uint32), h)
+        out = h.view(np.int32).astype(np.int64)
         cols = np.arange(fmt.STRING_FIELD_SIZE)
         non_ascii = ((mat >= 0x80) & (cols < lengths[:, None])).any(axis=1)
         for i in np.flatnonzero(non_ascii):

@@ -101,14 +101,16 @@ def _check_commitlog(sink: _Sink, path) -> CommitLog:
             sink.add("simplified.commit-log-offset", path, cl.position[i],
                      f"stored commitLogOffset {int(cl.tails['commit_log_offset'][i])} at position {int(cl.position[i])}")
         _check_gaps(sink, cl)
-        next_offset: dict[bytes, int] = {}
-        for i, (topic, qo) in enumerate(zip(cl.heads["topic"], cl.heads["queue_offset"])):
-            t, qo = topic.tobytes(), int(qo)
-            want = next_offset.get(t, qo if t not in next_offset else None)
-            if want is not None and qo != want:
-                sink.add("simplified.queue-offset", path, cl.position[i],
-                         f"queueOffset {qo}, expected {want} after the previous record of this topic")
-            next_offset[t] = qo + 1
+        # queueOffset continues by one from the previous record of the same topic
+        _, topic_of = np.unique(cl.heads["topic"], return_inverse=True)
+        order = np.argsort(topic_of, kind="stable")
+        qo = cl.heads["queue_offset"].astype(np.int64)[order]
+        same = topic_of[order][1:] == topic_of[order][:-1]
+        for k in np.flatnonzero(same & (qo[1:] != qo[:-1] + 1)):
+            i = order[k + 1]
+            sink.add("simplified.queue-offset", path, cl.position[i],
+                     f"queueOffset {int(qo[k + 1])}, expected {int(qo[k]) + 1} after the previous record "
+                     f"of this topic")
     if end.kind in ("zero",):
         _check_stale_tail(sink, path, end.position + 8, end.file_size)
     return cl
@@ -119,24 +121,29 @@ def _check_gaps(sink: _Sink, cl: CommitLog) -> None:
     from rmqtool.fileio import ReadOnlyFile
     gap_start = cl.position + fmt.RECORD_FIELDS_SIZE + cl.heads["body_size"].astype(np.int64)
     gap_end = cl.record_end
-    nonzero = np.zeros(len(cl), np.int64)
-    first = np.full(len(cl), -1, np.int64)
     step = 64 << 20
     with ReadOnlyFile(cl.path) as fh:
-        for base in range(0, int(gap_end[-1]), step):
-            arr = fh.read_array(base, min(step, int(gap_end[-1]) - base))
-            cum = np.concatenate(([0], np.cumsum(arr != 0, dtype=np.int64)))
-            s = np.clip(gap_start - base, 0, len(arr))
-            e = np.clip(gap_end - base, 0, len(arr))
-            here = cum[e] - cum[s]
-            new = (here > 0) & (first < 0)
-            # position of the first non-zero byte: the first index where cum exceeds cum[s]
-            first[new] = base + np.searchsorted(cum, cum[s[new]] + 1) - 1
-            nonzero += here
-    for i in np.flatnonzero(nonzero):
-        sink.add("simplified.gap", cl.path, first[i],
-                 f"{int(nonzero[i])} non-zero bytes in the {int(gap_end[i] - gap_start[i])}-byte gap of the "
-                 f"record at {int(cl.position[i])}")
+        lo = 0                                   # windows end on record boundaries: no gap straddles one
+        while lo < len(cl):
+            base = int(cl.position[lo])
+            hi = max(int(np.searchsorted(gap_end, base + step, side="right")), lo + 1)
+            arr = fh.read_array(base, int(gap_end[hi - 1]) - base)
+            s, e = gap_start[lo:hi] - base, gap_end[lo:hi] - base
+            lengths = e - s
+            total = int(lengths.sum())
+            if total:
+                owner = np.repeat(np.arange(hi - lo), lengths)
+                firsts = np.cumsum(lengths) - lengths
+                idx = np.arange(total) - firsts[owner] + s[owner]
+                bad = arr[idx] != 0
+                count = np.bincount(owner, weights=bad, minlength=hi - lo).astype(np.int64)
+                for k in np.flatnonzero(count):
+                    first = int(np.argmax(bad[firsts[k]:firsts[k] + lengths[k]]))
+                    r = lo + int(k)
+                    sink.add("simplified.gap", cl.path, int(gap_start[r]) + first,
+                             f"{int(count[k])} non-zero bytes in the {int(lengths[k])}-byte gap of the "
+                             f"record at {int(cl.position[r])}")
+            lo = hi
 
 
 def _check_stale_tail(sink: _Sink, path, start: int, size: int) -> None:
