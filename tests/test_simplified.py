@@ -339,3 +339,12 @@ def test_msg_id_hashes_vectorized_equal_scalar(tmp_path):
     write_store(tmp_path, [{"topic": "T", "body": "b", "msg_id": m} for m in ids])
     cl = read_commitlog(tmp_path / fmt.COMMITLOG_NAME)
     assert list(cl.msg_id_hashes()) == [java_string_hash(m) for m in ids]
+
+
+def test_single_file_targets(tmp_path, article_store):
+    copy = tmp_path / "renamed.bin"
+    shutil.copyfile(article_store / fmt.COMMITLOG_NAME, copy)
+    out = run_cli("dump", "commitlog", copy, "--layout", "simplified", "-f", "jsonl")
+    assert out.code == 0 and [r["position"] for r in out.jsonl()][:3] == ARTICLE_OFFSETS[:3]
+    out = run_cli("dump", "consumequeue", article_store / fmt.COMMITLOG_NAME, "-f", "jsonl")
+    assert out.code == 2 and "not a consumerQueue.txt" in out.err

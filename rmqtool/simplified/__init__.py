@@ -40,6 +40,19 @@ def use_simplified(path, layout: str = "auto") -> bool:
     return layout == "simplified"
 
 
+def target_file(path, name: str) -> Path:
+    """The file to dump as ``name``: the directory's ``name``, or a file given directly.
+
+    A file named like another of the three kinds is refused rather than misread.
+    """
+    p = Path(path)
+    if p.is_file():
+        if p.name in fmt.FILE_NAMES and p.name != name:
+            raise UsageError(f"{p.name} is not a {name}; give the directory or {name}", p)
+        return p
+    return SimplifiedStore.open(p).require(name)
+
+
 @dataclass
 class SimplifiedStore:
     """The directory and which of the three files it has."""

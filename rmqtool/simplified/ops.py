@@ -8,7 +8,7 @@ import numpy as np
 from formats import simplified as fmt
 from rmqtool.errors import UsageError
 from rmqtool.javahash import java_string_hash
-from rmqtool.simplified import SimplifiedStore
+from rmqtool.simplified import SimplifiedStore, target_file
 from rmqtool.simplified.reader import (CommitLog, RecordBatch, read_commitlog, read_consumer_queue,
                                        read_index, walk_commitlog)
 
@@ -32,8 +32,7 @@ def _end_row(end) -> dict | None:
 def commitlog_rows(path, body: str = "none", from_offset: int | None = None,
                    to_offset: int | None = None, topic: str | None = None) -> Iterator[dict]:
     """Every record of commitLog.txt with file and position, then where the data ends."""
-    store = SimplifiedStore.open(path)
-    for item in walk_commitlog(store.require(fmt.COMMITLOG_NAME)):
+    for item in walk_commitlog(target_file(path, fmt.COMMITLOG_NAME)):
         if isinstance(item, RecordBatch):
             keep = np.ones(len(item), bool)
             if from_offset is not None:
@@ -53,8 +52,7 @@ def commitlog_rows(path, body: str = "none", from_offset: int | None = None,
 
 def consumer_queue_rows(path) -> Iterator[dict]:
     """Every unit up to the first all-zero unit, then an END row (with stale units counted)."""
-    store = SimplifiedStore.open(path)
-    cq = read_consumer_queue(store.require(fmt.CONSUMER_QUEUE_NAME))
+    cq = read_consumer_queue(target_file(path, fmt.CONSUMER_QUEUE_NAME))
     for i, u in enumerate(cq.units):
         yield {"file": cq.path, "position": i * fmt.CQ_UNIT_SIZE, "kind": "UNIT", "queue_offset": i,
                "commit_log_offset": int(u["commit_log_offset"]), "msg_length": int(u["msg_length"]),
@@ -66,8 +64,7 @@ def consumer_queue_rows(path) -> Iterator[dict]:
 def index_rows(path, header_only: bool = False, from_offset: int | None = None,
                to_offset: int | None = None) -> Iterator[dict]:
     """The header, then entries 0 .. indexCount-1 with their slot and whether the slot still holds them."""
-    store = SimplifiedStore.open(path)
-    ix = read_index(store.require(fmt.INDEX_NAME))
+    ix = read_index(target_file(path, fmt.INDEX_NAME))
     yield {"file": ix.path, "position": 0, "kind": "HEADER", **ix.header, "hash_slots": ix.hash_slots,
            "capacity": ix.capacity}
     if header_only:
