@@ -187,3 +187,31 @@ def test_bad_crc_after_the_start_file_moves_the_valid_end(store_copy):
     # everything after it would be deleted or truncated
     assert deep["commitlog_files_deleted"][0] == f"{base + 98304:020d}"
     assert deep["consume_queues_truncated"]
+
+
+def test_live_store_tail_is_not_an_error(store_copy):
+    """A broker holding the lock (another process) and a half-written last record: info, exit 0."""
+    import subprocess
+    import sys
+    import time
+    root = store_copy("crashed")
+    last = load_answers("crashed")["messages"][-1]
+    base = last["phyOffset"] // 98304 * 98304
+    with open(root / "commitlog" / f"{base:020d}", "r+b") as fh:
+        fh.seek(last["phyOffset"] - base + 60)
+        fh.write(bytes(last["size"] - 60))
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import fcntl,sys,time; f=open(sys.argv[1],'r+b'); fcntl.lockf(f, fcntl.LOCK_EX, 1, 0); "
+                               "print('locked', flush=True); time.sleep(60)", str(root / "lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rep = verify(Store(root), VerifyOptions(level="deep"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rep.summary["live"] is True
+    tail = [f for f in rep.findings if f.check == "commitlog.live-tail"]
+    assert tail, [(f.check, f.severity, f.offset) for f in rep.findings]
+    assert tail[0].severity == "info" and tail[0].offset == last["phyOffset"] - base
+    assert rep.exit_code() == 0, [(f.check, f.severity, f.message) for f in rep.findings if f.severity == "error"]

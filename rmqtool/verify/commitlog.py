@@ -83,6 +83,7 @@ class CommitLogVerifier:
     # --- walk --------------------------------------------------------------------------------
     def walk(self) -> RecordTable:
         files = self.store.commitlog.files
+        self._starts_with_data = [_starts_with_data(seg.path) for seg in files]
         for idx, seg in enumerate(files):
             self.files.append(str(seg.path))
             if seg.size == 0:
@@ -116,7 +117,8 @@ class CommitLogVerifier:
 
     def _walk_file(self, idx: int, seg) -> None:
         lo, carved = 0, False
-        last_file = idx == len(self.store.commitlog.files) - 1
+        # the last file holding data: every later file starts with zeros (the pre-allocated next file)
+        last_file = not any(self._starts_with_data[idx + 1:])
         while True:
             scan = FileScan(seg.path, seg.start, lo=lo, carved=carved)
             first_carved = None
@@ -240,6 +242,13 @@ def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> 
     c = table.cols
     count = int(np.count_nonzero(~c["carved"] & (c["phy"] >= start.offset) & (c["phy"] < offset))) if len(table) else 0
     return offset, end, count
+
+
+def _starts_with_data(path) -> bool:
+    try:
+        return first_nonzero(path, 0, cl.RECORD_PREFIX_SIZE) is not None
+    except RmqError:
+        return False
 
 
 def _size_of(path) -> int:
