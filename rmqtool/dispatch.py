@@ -90,31 +90,24 @@ class RecordColumns:
     def from_records(cls, records: Iterable[dict]) -> "RecordColumns":
         """Records as dicts: phy_offset, size, store_timestamp, sys_flag, queue_id,
         queue_offset, topic, and optional tags, keys, uniq_key, delay (str or None)."""
-        blob = bytearray()
-        ints = {k: [] for k in ("phy_offset", "size", "store_timestamp", "sys_flag", "queue_id",
-                                "queue_offset")}
-        spans = {n: ([], []) for n in _SPAN_NAMES}
-        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key",
-                  "delay": "delay"}
-        for rec in records:
-            for k in ints:
-                ints[k].append(int(rec.get(k) or 0))
-            for name in _SPAN_NAMES:
-                value = rec.get(source[name])
-                starts, lens = spans[name]
-                if value is None:
-                    starts.append(0)
-                    lens.append(-1)
-                    continue
-                raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
-                starts.append(len(blob))
-                lens.append(len(raw))
-                blob += raw
-        cols = {k: np.asarray(v, dtype=np.int64) for k, v in ints.items()}
-        for name, (starts, lens) in spans.items():
-            cols[f"{name}_start"] = np.asarray(starts, dtype=np.int64)
-            cols[f"{name}_len"] = np.asarray(lens, dtype=np.int64)
-        return cls(buf=np.frombuffer(bytes(blob), dtype=np.uint8), **cols)
+        records = list(records)
+        cols = {k: np.fromiter(((r.get(k) or 0) for r in records), dtype=np.int64, count=len(records))
+                for k in ("phy_offset", "size", "store_timestamp", "sys_flag", "queue_id", "queue_offset")}
+        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key", "delay": "delay"}
+        parts, base = [], 0
+        for name in _SPAN_NAMES:
+            values = [r.get(source[name]) for r in records]
+            raw = [b"" if v is None else (v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
+                   for v in values]
+            lens = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
+            starts = base + np.cumsum(lens) - lens
+            absent = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            cols[f"{name}_start"] = np.where(absent, 0, starts)
+            cols[f"{name}_len"] = np.where(absent, -1, lens)
+            blob = b"".join(raw)
+            parts.append(blob)
+            base += len(blob)
+        return cls(buf=np.frombuffer(b"".join(parts), dtype=np.uint8), **cols)
 
 
 # --- span hashing ------------------------------------------------------------------------

@@ -70,6 +70,7 @@ class MessageFields:
     store_host: Host = None
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    parsed_properties: dict | None = None      # optional: decode_properties(properties), if known
 
     def __post_init__(self):
         if self.born_host is None:
@@ -96,6 +97,11 @@ def magic_for(topic: str) -> int:
     return cl.MESSAGE_MAGIC_V2 if java_length(topic) > cl.V1_MAX_TOPIC_LENGTH else cl.MESSAGE_MAGIC_V1
 
 
+def patch_phy_offset(raw: bytearray, phy_offset: int) -> None:
+    """Set PHYSICALOFFSET of an encoded record (the broker patches it during append too)."""
+    _PHY.pack_into(raw, PHYSICAL_OFFSET_POSITION, phy_offset)
+
+
 def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF if body else 0
 
@@ -114,13 +120,23 @@ def _check(f: MessageFields, topic_bytes: bytes) -> None:
         raise ValueError(f"topic is {len(topic_bytes)} bytes; the length field holds at most {limit}")
 
 
+_FIXED = {(m, b6, s6): cl.message_length(m, (cl.BORNHOST_V6_FLAG if b6 else 0)
+                                          | (cl.STOREHOST_V6_FLAG if s6 else 0), 0, 0, 0)
+          for m in cl.MESSAGE_MAGICS for b6 in (False, True) for s6 in (False, True)}
+#: where PHYSICALOFFSET sits, for patching a record placed after encoding
+PHYSICAL_OFFSET_POSITION = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
+_PHY = struct.Struct(">q")
+
+
 def encode(f: MessageFields) -> bytes:
     """The record bytes (fast path)."""
     topic = f.topic.encode("utf-8")
-    _check(f, topic)
-    magic = magic_for(f.topic)
+    magic = cl.MESSAGE_MAGIC_V1 if len(f.topic) <= cl.V1_MAX_TOPIC_LENGTH // 2 else magic_for(f.topic)
+    if len(f.properties) > cl.PROPERTIES_MAX_LENGTH or len(topic) > 0x7F:
+        _check(f, topic)
     sys_flag = effective_sys_flag(f)
-    total = cl.message_length(magic, sys_flag, len(f.body), len(topic), len(f.properties))
+    total = (_FIXED[magic, f.born_host.v6, f.store_host.v6] + len(f.body) + len(topic)
+             + len(f.properties))
     topic_len = (_TOPIC_V2 if magic == cl.MESSAGE_MAGIC_V2 else _TOPIC_V1).pack(len(topic))
     return b"".join((
         _HEAD.pack(total, magic, body_crc(f.body), f.queue_id, f.flag, f.queue_offset, f.phy_offset,

@@ -28,7 +28,7 @@ from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
 from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, needs_blank,
-                            record_length)
+                            patch_phy_offset)
 from rmqtool.errors import RefusedError, RmqError, UsageError
 from rmqtool.rebuild import _name_source
 
@@ -191,14 +191,17 @@ def synthetic_fields(spec: SyntheticSpec) -> Iterator[MessageFields]:
         keys = f"bk-{i % spec.key_cardinality}"
         if i % 2:
             keys += f" order-{i // 3}"
-        props = enc({cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq.next(ts), cl.PROPERTY_KEYS: keys,
-                     cl.PROPERTY_TAGS: spec.tags[i % len(spec.tags)] if spec.tags else None,
-                     cl.PROPERTY_WAIT_STORE_MSG_OK: "true"})
+        props = {cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq.next(ts), cl.PROPERTY_KEYS: keys}
+        if spec.tags:
+            props[cl.PROPERTY_TAGS] = spec.tags[i % len(spec.tags)]
+        props[cl.PROPERTY_WAIT_STORE_MSG_OK] = "true"
         s = int(starts[i])
-        yield MessageFields(topic=topics[i % spec.topics], body=pool[s:s + int(sizes[i])],
-                            properties=props, queue_id=(i // spec.topics) % spec.queues,
-                            queue_offset=-1, born_timestamp=ts - 3, born_host=born_host,
-                            store_timestamp=ts, store_host=store_host)
+        f = MessageFields(topic=topics[i % spec.topics], body=pool[s:s + int(sizes[i])],
+                          properties=enc(props), queue_id=(i // spec.topics) % spec.queues,
+                          queue_offset=-1, born_timestamp=ts - 3, born_host=born_host,
+                          store_timestamp=ts, store_host=store_host)
+        f.parsed_properties = props          # what decode_properties would return
+        yield f
 
 
 # --- the writer -------------------------------------------------------------------------------
@@ -389,14 +392,17 @@ class StoreWriter:
                 if f.queue_offset < 0:
                     f.queue_offset = self.next_offset.get(key, 0)
                 self.next_offset[key] = max(self.next_offset.get(key, 0), f.queue_offset + 1)
-            lengths.append(record_length(f))
+        raws = [bytearray(encode(f)) for f in batch]
+        lengths = [len(r) for r in raws]
         self.appender.place(sum(lengths))
         offsets = []
-        for f, length in zip(batch, lengths):
+        for f, raw, length in zip(batch, raws, lengths):
             f.phy_offset = self.appender.offset
-            self.appender.write(encode(f))
+            patch_phy_offset(raw, f.phy_offset)
+            self.appender.write(bytes(raw))
             offsets.append(f.phy_offset)
-            props = cl.decode_properties(f.properties) if f.properties else {}
+            props = f.parsed_properties if f.parsed_properties is not None else (
+                cl.decode_properties(f.properties) if f.properties else {})
             self._rows.append({
                 "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
                 "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
