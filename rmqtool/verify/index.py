@@ -17,7 +17,7 @@ from formats._derive import field_offsets
 from rmqtool.fileio import ReadOnlyFile
 from rmqtool.indexfile import IndexHeaderValues, parse_header
 from rmqtool.verify.findings import INFO, WARNING, FindingSink
-from rmqtool.verify.records import RecordTable
+from rmqtool.verify.records import RecordTable, is_member
 
 _ENTRY_FIELD = field_offsets(IndexEntry)
 INT_MAX = (1 << 31) - 1
@@ -141,11 +141,10 @@ def _check_entries(path, S: int, header: IndexHeaderValues, entries: np.ndarray,
     # slot heads: the newest entry of each bucket
     last = np.ones(n, dtype=bool)
     last[:-1] = b_sorted[:-1] != b_sorted[1:]
-    heads = {int(b): int(e) for b, e in zip(b_sorted[last], num[order][last]) if b >= 0}
+    hb, he = b_sorted[last], num[order][last]
+    keep = (hb >= 0) & (hb < len(slots))
     want = np.zeros(len(slots), dtype=np.int64)
-    hb = np.fromiter(heads.keys(), np.int64, len(heads))
-    hb_ok = hb < len(slots)
-    want[hb[hb_ok]] = np.fromiter(heads.values(), np.int64, len(heads))[hb_ok]
+    want[hb[keep]] = he[keep]
     in_range = (slots >= 0) & (slots <= n)          # > n is slot-range's business
     for s in np.flatnonzero((slots != want) & in_range):
         sink.add("index.chain", path, slot_position(S, int(s)),
@@ -188,7 +187,7 @@ def deep_index_checks(state: IndexFileState, geometry, table: RecordTable, store
     r = exact[hit]
     pairs = (r.astype(np.int64) << 32) | h[hit]
     keys = (table.cols["key_rec"] << 32) | table.cols["key_hash"].astype(np.int64)
-    ok = np.isin(pairs, keys)
+    ok = is_member(pairs, keys)
     sel = selected[r]
     for k in np.flatnonzero(~ok & sel):
         i = int(hit[k])
@@ -221,7 +220,7 @@ def missing_keys(table: RecordTable, indexed_pairs: np.ndarray, lo: int, frontie
     c = table.cols
     kr = c["key_rec"]
     keys = (kr << 32) | c["key_hash"].astype(np.int64)
-    present = np.isin(keys, indexed_pairs)
+    present = is_member(keys, indexed_pairs)
     phy = c["phy"][kr]
     usable = selected[kr] & ~c["carved"][kr] & (phy + c["size"][kr] <= valid_end)
     # the record at the frontier may have been cut mid-way (file filled, crash before the next put)

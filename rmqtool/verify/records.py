@@ -59,6 +59,15 @@ def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tupl
     return out.view(np.int32), ascii_ok
 
 
+def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``np.isin`` by sort + searchsorted (numpy's hash-based unique is slow on millions of int64)."""
+    if not len(pool) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    s = np.sort(pool)
+    idx = np.minimum(np.searchsorted(s, values), len(s) - 1)
+    return s[idx] == values
+
+
 def split_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sep: int):
     """Split disjoint, ordered spans on a separator byte: (owner, token start, token length), empties dropped."""
     rec = np.flatnonzero(lengths > 0)
