@@ -21,6 +21,7 @@ from rmqtool.query.indexwalk import IndexSet
 from rmqtool.query.records import RecordReader, match_kind, scan_batch
 
 LONG_MAX = (1 << 63) - 1
+GAP_CHUNK_MIN, GAP_CHUNK_MAX = 1 << 16, 8 << 20   # scan windows: small gaps read little
 UPSTREAM_MAX_NUM = 64          # maxMsgsNumBatch: IndexService caps maxNum at this
 
 
@@ -177,7 +178,7 @@ def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
 
 
 def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
-    from rmqtool.scan import END_CORRUPT, FileScan, find_record_start
+    from rmqtool.scan import END_CORRUPT, find_record_start
     scanned = 0
     cl = store.commitlog
     for seg in cl.files:
@@ -186,17 +187,31 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
         start = max(lo - seg.start, 0)
         stop = min(hi - seg.start, cl.file_size)
         try:
-            scan = FileScan(seg.path, seg.start, lo=start, hi=stop)
-            scanned += _consume(scan, key, topic, begin, end, how, found)
-            if scan.end is not None and scan.end.kind == END_CORRUPT and scan.end.position == start:
+            n, last = _walk(seg, start, stop, key, topic, begin, end, how, found)
+            scanned += n
+            if last is not None and last.kind == END_CORRUPT and last.position == start:
                 again = find_record_start(seg.path, seg.start, start + 1, stop)
                 if again is not None:
                     res.notes.append(f"{seg.path}@{start}: no record starts there; resumed at {again}")
-                    scan = FileScan(seg.path, seg.start, lo=again, hi=stop)
-                    scanned += _consume(scan, key, topic, begin, end, how, found)
+                    scanned += _walk(seg, again, stop, key, topic, begin, end, how, found)[0]
         except RmqError as exc:
             res.notes.append(f"scan stopped: {exc}")
     return scanned
+
+
+def _walk(seg, start, stop, key, topic, begin, end, how, found):
+    """Scan [start, stop) of one file: a small first window (gaps are usually a few
+    records, and the live tail is followed by zeros), then large windows if it goes on."""
+    from rmqtool.scan import END_RANGE, FileScan
+    scanned, pos, chunk = 0, start, GAP_CHUNK_MIN
+    while True:
+        upto = stop if chunk == GAP_CHUNK_MAX else min(stop, pos + chunk)
+        scan = FileScan(seg.path, seg.start, lo=pos, hi=upto, chunk_size=chunk)
+        scanned += _consume(scan, key, topic, begin, end, how, found)
+        last = scan.end
+        if last is None or last.kind != END_RANGE or last.position >= stop or chunk == GAP_CHUNK_MAX:
+            return scanned, last
+        pos, chunk = last.position, GAP_CHUNK_MAX
 
 
 def _consume(scan, key, topic, begin, end, how, found) -> int:

@@ -9,7 +9,6 @@ from formats import commitlog as cl
 from formats._derive import _leaf
 from rmqtool.errors import RmqError
 from rmqtool.fileio import ReadOnlyFile
-from rmqtool.scan import RecordBatch
 
 
 def _struct_of(struct_cs) -> struct.Struct:
@@ -174,11 +173,11 @@ class RecordReader:
         return decode_record(window[:total], pos, str(seg.path), seg.start)
 
 
-def is_rollback(batch: RecordBatch, i: int) -> bool:
+def is_rollback(batch, i: int) -> bool:
     return cl.transaction_type(int(batch.sys_flag[i])) == cl.TRANSACTION_ROLLBACK_TYPE
 
 
-def match_kind(batch: RecordBatch, i: int, key: str, topic: str | None, uniq_only: bool = False,
+def match_kind(batch, i: int, key: str, topic: str | None, uniq_only: bool = False,
                rollback: bool = False) -> str | None:
     """How record ``i`` carries ``key`` as the broker indexes it: its UNIQ_KEY or a KEYS token.
 
@@ -198,7 +197,7 @@ def match_kind(batch: RecordBatch, i: int, key: str, topic: str | None, uniq_onl
     return None
 
 
-def scan_batch(batch: RecordBatch, key: str, topic: str | None, begin: int, end: int,
+def scan_batch(batch, key: str, topic: str | None, begin: int, end: int,
                uniq_only: bool = False, rollback: bool = False) -> list[tuple[int, str]]:
     """(row, match kind) of every record of a batch that carries ``key`` in [begin, end].
 
@@ -240,7 +239,7 @@ def _spans_equal(buf: np.ndarray, start: np.ndarray, length: np.ndarray, needle:
     return same
 
 
-def _token_rows(batch: RecordBatch, kb: bytes) -> np.ndarray:
+def _token_rows(batch, kb: bytes) -> np.ndarray:
     """Rows whose KEYS span holds ``kb`` delimited by its ends or spaces."""
     rows = np.zeros(len(batch), dtype=bool)
     has = np.flatnonzero(batch.keys_len > 0)
