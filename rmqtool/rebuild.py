@@ -23,7 +23,8 @@ from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFi
                               dispatch_batch, layout_cq)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
-from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
+from rmqtool.errors import FileChangedError
+from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
 
@@ -57,43 +58,70 @@ class RebuildResult:
 
 
 # --- reading the commitlog ------------------------------------------------------------------
+def _dispatch_file(args) -> tuple[list, FileEnd, int]:
+    """Worker: scan one commitlog file (from ``lo``, below ``hi``) and dispatch its records."""
+    path, file_base, lo, hi, check_crc, config = args
+    scan = FileScan(path, file_base, lo=lo, hi=hi, check_crc=check_crc)
+    out, records = [], 0
+    try:
+        for batch in scan:
+            out.append(dispatch_batch(batch, config))
+            records += len(batch)
+    except FileChangedError as exc:
+        return out, FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
+                            check="commitlog.file-changed"), records
+    return out, scan.end, records
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
 def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: Progress | None,
-          on_batch) -> tuple[int, int, str]:
-    """Feed every valid record in [start, to_offset) to ``on_batch``; (records, end, end kind)."""
-    files = store.commitlog.files
-    total_end = store.commitlog.end_offset if files else 0
-    if to_offset is not None:
-        total_end = min(total_end, to_offset)
+          on_dispatch, config: DispatchConfig, workers: int = 1) -> tuple[int, int, str]:
+    """Dispatch every valid record in [start, to_offset), file by file in commitlog order.
+
+    Stops like the broker's recovery walk: a file that does not end in a BLANK is the
+    last one read. Files are scanned by ``workers`` processes; results are consumed in
+    order, so later files' results are discarded after a break.
+    Returns (records, end offset, end kind)."""
+    size = store.commitlog.file_size
+    segs = [s for s in store.commitlog.files if s.start + size > start
+            and (to_offset is None or s.start < to_offset)]
+    total_end = min(segs[-1].start + size, to_offset or 1 << 62) if segs else start
     total = max(total_end - start, 1)
+    tasks = [(str(s.path), s.start, max(start - s.start, 0),
+              None if to_offset is None or to_offset >= s.start + size else to_offset - s.start,
+              check_crc, config) for s in segs]
     records, end, kind = 0, start, "empty"
-    for item in walk_store(store, check_crc=check_crc, start_offset=start, stop_at_break=True):
-        if isinstance(item, FileEnd):
-            end, kind = item.phy_offset, item.kind
-            if item.kind == END_BLANK:
-                end = item.file_base + store.commitlog.file_size
+    pool = None
+    if workers > 1 and len(tasks) > 1:
+        import multiprocessing as mp
+        pool = mp.get_context("fork").Pool(min(workers, len(tasks)))
+        results = pool.imap(_dispatch_file, tasks)
+    else:
+        results = map(_dispatch_file, tasks)
+    try:
+        for (path, base, _, _, _, _), (dispatched, file_end, n) in zip(tasks, results):
+            for d in dispatched:
+                on_dispatch(d)
+            records += n
+            if file_end.kind == END_BLANK:
+                end, kind = base + size, file_end.kind
+            else:
+                end, kind = file_end.phy_offset, file_end.kind
+            if progress:
+                progress(end - start, total)
             if to_offset is not None and end >= to_offset:
                 return records, to_offset, "to-offset"
-            continue
-        batch: RecordBatch = item
-        if to_offset is not None:
-            keep = batch.phy_offset < to_offset
-            if not keep.all():
-                batch = _subset(batch, keep)
-                if len(batch):
-                    records += len(batch)
-                    on_batch(batch)
-                return records, to_offset, "to-offset"
-        records += len(batch)
-        on_batch(batch)
-        if progress:
-            progress(int(batch.phy_offset[-1] + batch.size[-1]) - start, total)
+            if file_end.kind != END_BLANK:
+                break
+    finally:
+        if pool is not None:
+            pool.terminate()
+    if kind == END_RANGE and to_offset is not None:
+        return records, to_offset, "to-offset"
     return records, end, kind
-
-
-def _subset(batch: RecordBatch, keep: np.ndarray) -> RecordBatch:
-    cols = {k: v[keep] if isinstance(v, np.ndarray) and len(v) == len(keep) else v
-            for k, v in batch.columns.items()}
-    return RecordBatch(batch.path, batch.file_base, batch.buf, batch.buf_base, cols, batch.carved)
 
 
 def _guard(store, output: Path | None) -> None:
@@ -107,8 +135,10 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
                          cq_file_size: int | None = None, to_offset: int | None = None,
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
-                         confirm: Callable[[RebuildResult], bool] | None = None) -> RebuildResult:
+                         confirm: Callable[[RebuildResult], bool] | None = None,
+                         workers: int | None = None) -> RebuildResult:
     t0 = time.perf_counter()
+    workers = workers or default_workers()
     if queues and not topics:
         raise UsageError("--queue needs --topic")
     _guard(store, output)
@@ -128,14 +158,13 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     config = config or DispatchConfig()
     stops: list[str] = []
 
-    def on_batch(batch):
-        d = dispatch_batch(batch, config)
+    def on_dispatch(d):
         if d.stop:
             stops.append(d.stop)
         collector.add(d, only)
 
     result.records, result.range_end, result.end_kind = _walk(
-        store, store.commitlog.min_offset, to_offset, check_crc, progress, on_batch)
+        store, store.commitlog.min_offset, to_offset, check_crc, progress, on_dispatch, config, workers)
     result.warnings += stops
     layouts = {}
     for q in collector.queues():
@@ -167,7 +196,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
                 else:
                     carried.append(rel)
     result.files_kept = carried
-    if dry_run or (confirm and not confirm(result)):
+    if dry_run or (output is None and confirm and not confirm(result)):
         result.seconds = time.perf_counter() - t0
         return result
     build = inst.prepare_output(output) if output else inst.new_build_dir(target)
@@ -246,8 +275,10 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
                   to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
-                  confirm: Callable[[RebuildResult], bool] | None = None) -> RebuildResult:
+                  confirm: Callable[[RebuildResult], bool] | None = None,
+                  workers: int | None = None) -> RebuildResult:
     t0 = time.perf_counter()
+    workers = workers or default_workers()
     _guard(store, output)
     target = store.index_dir
     result = RebuildResult("index", str(store.root), str(target), str(output) if output else None,
@@ -266,7 +297,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
 
     names = _name_source([p.name for p in kept.files])
     build: Path | None = None
-    if not dry_run and not (confirm and not confirm(result)):
+    if not dry_run and not (output is None and confirm and not confirm(result)):
         build = inst.prepare_output(output) if output else inst.new_build_dir(target)
     images: list[tuple[str, int]] = []
 
@@ -286,15 +317,14 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
                            kept.seed_phy, kept.seed_ts, kept.skip)
     config = config or DispatchConfig()
 
-    def on_batch(batch):
-        d = dispatch_batch(batch, config)
+    def on_dispatch(d):
         if d.stop:
             result.warnings.append(d.stop)
         builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
 
     if dry_run or build is not None:
         result.records, result.range_end, result.end_kind = _walk(
-            store, start, to_offset, check_crc, progress, on_batch)
+            store, start, to_offset, check_crc, progress, on_dispatch, config, workers)
         builder.finish()
     result.entries = builder.entries
     if to_offset is not None and result.end_kind == "to-offset":

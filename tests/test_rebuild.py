@@ -207,3 +207,31 @@ def test_sigkill_at_every_install_step_leaves_old_or_new(store_copy, kind, step)
         assert any(tree(b) == old for b in backups)
     else:
         assert any(index_contents(b) == old for b in backups)
+
+
+def test_corruption_mid_log_ends_the_read_like_recovery(store_copy, tmp_path):
+    """A bad record in a middle file is the valid end: nothing after it is dispatched."""
+    root = store_copy("basic")
+    msgs = load_answers("basic")["messages"]
+    victim = msgs[1000]
+    seg = root / "commitlog" / f"{victim['phyOffset'] // 98304 * 98304:020d}"
+    data = bytearray(seg.read_bytes())
+    data[victim["phyOffset"] % 98304 + 4] ^= 0xFF          # break the magic
+    seg.write_bytes(bytes(data))
+    for workers in (1, 2):
+        out = tmp_path / f"cq{workers}"
+        r = rebuild_consumequeue(Store(root), output=out, workers=workers)
+        assert r.range_end == victim["phyOffset"] and r.end_kind == "corrupt"
+        assert r.records == 1000 and r.units == 1000
+
+
+def test_to_offset_and_workers_agree(store_copy, tmp_path):
+    root = store_copy("mixed")
+    cut = load_answers("mixed")["messages"][400]["phyOffset"]
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"i{workers}"
+        r = rebuild_index(Store(root), GEOMETRY, to_offset=cut, output=out, workers=workers)
+        assert r.range_end == cut and r.records == 400
+        outs.append(index_contents(out))
+    assert outs[0] == outs[1]

@@ -110,6 +110,7 @@ def rebuild_consumequeue_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -120,7 +121,7 @@ def rebuild_consumequeue_command(
     bar = LazyProgress("rebuild consumequeue")
     try:
         r = rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
-                                 dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes))
+                                 dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes), workers=workers)
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -137,6 +138,7 @@ def rebuild_index_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
@@ -156,7 +158,7 @@ def rebuild_index_command(
     bar = LazyProgress("rebuild index")
     try:
         r = rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                          progress=bar, confirm=_confirm_factory(yes))
+                          progress=bar, confirm=_confirm_factory(yes), workers=workers)
     finally:
         bar.close()
     _render(r, fmt, dry_run)
