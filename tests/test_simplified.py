@@ -60,6 +60,21 @@ def test_dtypes_match_declarations(struct_, dtype, size):
     assert list(field_offsets(struct_).values()) == [dtype.fields[n][1] for n in dtype.names]
 
 
+@pytest.mark.parametrize("struct_,dtype", [
+    (fmt.RecordHead, fmt.RECORD_HEAD_DTYPE), (fmt.RecordTail, fmt.RECORD_TAIL_DTYPE),
+    (fmt.ConsumerQueueUnit, fmt.CQ_UNIT_DTYPE), (fmt.IndexEntry, fmt.INDEX_ENTRY_DTYPE)])
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_dtype_reads_what_construct_builds(struct_, dtype, data):
+    values = {}
+    for name in dtype.names:
+        ft = dtype.fields[name][0]
+        values[name] = (data.draw(st.binary(min_size=ft.itemsize, max_size=ft.itemsize)) if ft.kind == "V"
+                        else data.draw(st.integers(-(2 ** (8 * ft.itemsize - 1)), 2 ** (8 * ft.itemsize - 1) - 1)))
+    rec = np.frombuffer(struct_.build(values), dtype)[0]
+    assert {n: (rec[n].tobytes() if dtype.fields[n][0].kind == "V" else int(rec[n])) for n in dtype.names} == values
+
+
 def test_article_constants():
     assert fmt.article_total_len(0) == 8 + 64 + 64 + 8 + 8 + 64 + 64
     assert fmt.ARTICLE_GAP_SIZE == 56
