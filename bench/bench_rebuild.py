@@ -1,0 +1,105 @@
+"""Benchmark: rebuild ConsumeQueue + IndexFile for a store made by `write --synthetic`.
+
+The store is shaped like ../shared/docs/baselines.md: 1,000,000 messages, 4 topics x 8
+queues, 400-600 byte bodies, TagA/TagB, a UNIQ_KEY on every message, key
+``bk-(i mod 200000)`` and on odd messages ``order-(i/3)``; 128 MiB commitlog files,
+default CQ files and one default-size index file. It lives under /tmp (never the repo)
+and is reused between runs.
+
+Prints messages/s of `rebuild consumequeue` + `rebuild index` (built with --output, so the
+crash-safe install's fsyncs are included but the store is left as it is), the CPU time
+beside it, a same-run machine baseline (zlib.crc32 over the CommitLog bytes), and the
+upstream broker's figure from baselines.md (228k msg/s warm) for comparison.
+
+    python bench/bench_rebuild.py [--messages N] [--dir /tmp/rmqtool-bench] [--workers W]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rmqtool.indexfile import DEFAULT_GEOMETRY                      # noqa: E402
+from rmqtool.rebuild import rebuild_consumequeue, rebuild_index     # noqa: E402
+from rmqtool.store import Store                                     # noqa: E402
+from rmqtool.writer import Geometry, SyntheticSpec, write_synthetic  # noqa: E402
+
+UPSTREAM_WARM_MSG_S = 228_000
+GOAL_MSG_S = 700_000
+
+
+def ensure_store(path: Path, messages: int) -> None:
+    marker = path / "bench.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("messages") == messages:
+        print(f"reusing {path} ({messages} messages)")
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    t = time.perf_counter()
+    s = write_synthetic(path, SyntheticSpec(messages, topics=4, queues=8, key_cardinality=200_000,
+                                            body_min=400, body_max=600, tags=("TagA", "TagB"), seed=1),
+                        Geometry(commitlog_file_size=128 << 20))
+    print(f"wrote {s.records} messages, {s.bytes / 1e6:.0f} MB of CommitLog, {s.index_entries} index "
+          f"entries in {time.perf_counter() - t:.1f} s")
+    marker.write_text(json.dumps({"messages": messages}))
+
+
+def crc_baseline(path: Path) -> float:
+    """MB/s of zlib.crc32 over the CommitLog files (page cache warm): the machine yardstick."""
+    total, t = 0, time.perf_counter()
+    for f in sorted((path / "commitlog").iterdir()):
+        data = f.read_bytes()
+        zlib.crc32(data)
+        total += len(data)
+    return total / 1e6 / (time.perf_counter() - t)
+
+
+def run(path: Path, workers: int | None, check_crc: bool) -> dict:
+    out = path.parent / (path.name + "-out")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    store = Store(path)
+    c0, t0 = time.process_time(), time.perf_counter()
+    cq = rebuild_consumequeue(store, output=out / "consumequeue", workers=workers, check_crc=check_crc)
+    t1 = time.perf_counter()
+    ix = rebuild_index(store, DEFAULT_GEOMETRY, output=out / "index", workers=workers, check_crc=check_crc)
+    t2 = time.perf_counter()
+    cpu = time.process_time() - c0
+    shutil.rmtree(out, ignore_errors=True)
+    return {"records": cq.records, "cq_s": t1 - t0, "index_s": t2 - t1, "total_s": t2 - t0,
+            "cpu_s_main": cpu, "units": cq.units, "entries": ix.entries}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/rmqtool-bench/store"))
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--no-crc", action="store_true", help="skip the recovery walk's body CRC check")
+    args = ap.parse_args()
+    if ROOT in args.dir.resolve().parents:
+        ap.error("put the benchmark store outside the repository")
+    args.dir.parent.mkdir(parents=True, exist_ok=True)
+    ensure_store(args.dir, args.messages)
+    crc = crc_baseline(args.dir)
+    r = run(args.dir, args.workers, not args.no_crc)
+    n = r["records"]
+    rate = n / r["total_s"]
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"baseline: zlib.crc32 over the CommitLog {crc:.0f} MB/s (this run)")
+    print(f"rebuild consumequeue {r['cq_s']:.2f} s ({r['units']} units) + index {r['index_s']:.2f} s "
+          f"({r['entries']} entries) = {r['total_s']:.2f} s for {n} messages")
+    print(f"rmqtool rebuild CQ+index: {rate:,.0f} messages/s   (two passes over the CommitLog)")
+    print(f"upstream broker re-dispatch (baselines.md, warm): {UPSTREAM_WARM_MSG_S:,} messages/s -> "
+          f"ratio {rate / UPSTREAM_WARM_MSG_S:.2f}x (goal {GOAL_MSG_S:,}, 3x)")
+
+
+if __name__ == "__main__":
+    main()
