@@ -136,7 +136,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
                          confirm: Callable[[RebuildResult], bool] | None = None,
-                         workers: int | None = None) -> RebuildResult:
+                         workers: int | None = None, walker=None) -> RebuildResult:
     t0 = time.perf_counter()
     workers = workers or default_workers()
     if queues and not topics:
@@ -163,8 +163,8 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
             stops.append(d.stop)
         collector.add(d, only)
 
-    result.records, result.range_end, result.end_kind = _walk(
-        store, store.commitlog.min_offset, to_offset, check_crc, progress, on_dispatch, config, workers)
+    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
+    result.records, result.range_end, result.end_kind = walk(store.commitlog.min_offset, to_offset, on_dispatch)
     result.warnings += stops
     layouts = {}
     for q in collector.queues():
@@ -276,7 +276,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
                   confirm: Callable[[RebuildResult], bool] | None = None,
-                  workers: int | None = None) -> RebuildResult:
+                  workers: int | None = None, walker=None) -> RebuildResult:
     t0 = time.perf_counter()
     workers = workers or default_workers()
     _guard(store, output)
@@ -323,8 +323,8 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
         builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
 
     if dry_run or build is not None:
-        result.records, result.range_end, result.end_kind = _walk(
-            store, start, to_offset, check_crc, progress, on_dispatch, config, workers)
+        walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
+        result.records, result.range_end, result.end_kind = walk(start, to_offset, on_dispatch)
         builder.finish()
     result.entries = builder.entries
     if to_offset is not None and result.end_kind == "to-offset":
@@ -349,3 +349,33 @@ def _name_source(kept_names: list[str]):
             floor = int(name)
             yield name
         now += 1
+
+
+# --- both, one pass -----------------------------------------------------------------------------
+def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
+                to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
+                check_crc: bool = True, config: DispatchConfig | None = None,
+                progress: Progress | None = None, confirm=None,
+                workers: int | None = None) -> tuple[RebuildResult, RebuildResult]:
+    """ConsumeQueue and IndexFiles from one pass over the CommitLog (the dispatch results
+    are held in memory between the two installs, each of which is crash-safe on its own)."""
+    _guard(store, output)
+    config = config or DispatchConfig()
+    start = store.commitlog.min_offset
+    held: list = []
+    outcome = _walk(store, start, to_offset, check_crc, progress, held.append, config,
+                    workers or default_workers())
+
+    def replay(a, b, callback):
+        if a != start or b != to_offset:
+            raise AssertionError("replayed walk over a different range")
+        for d in held:
+            callback(d)
+        return outcome
+
+    cq = rebuild_consumequeue(store, cq_file_size=cq_file_size, to_offset=to_offset,
+                              output=output / "consumequeue" if output else None, dry_run=dry_run,
+                              check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+    ix = rebuild_index(store, geometry, to_offset=to_offset, output=output / "index" if output else None,
+                       dry_run=dry_run, check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+    return cq, ix

@@ -235,3 +235,14 @@ def test_to_offset_and_workers_agree(store_copy, tmp_path):
         assert r.range_end == cut and r.records == 400
         outs.append(index_contents(out))
     assert outs[0] == outs[1]
+
+
+def test_rebuild_all_in_one_pass(store_copy, tmp_path):
+    root = store_copy("mixed")
+    import shutil
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    run_cli("rebuild", "all", root, "--yes", "--cq-file-size", "800", "--index-slots", "61",
+            "--index-entries", "350")
+    assert tree(root / "consumequeue") == tree(reference_store("mixed") / "consumequeue")
+    assert index_contents(root / "index") == index_contents(reference_store("mixed") / "index")

@@ -163,3 +163,42 @@ def rebuild_index_command(
         bar.close()
     _render(r, fmt, dry_run)
     return 0
+
+
+@rebuild_app.command("all")
+def rebuild_all_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
+    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
+    output: Optional[Path] = typer.Option(None, "--output", help="build DIR/consumequeue and DIR/index instead"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
+    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    index_slots: int = IndexSlotsOpt,
+    index_entries: int = IndexEntriesOpt,
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog."""
+    from rmqtool.indexfile import IndexGeometry
+    from rmqtool.rebuild import rebuild_all
+    check_choice(fmt, ("table", "json"), "--format")
+    s = _open(store, commitlog_dirs)
+    if bool(index_slots) != bool(index_entries):
+        raise UsageError("pass both --index-slots and --index-entries")
+    geometry = IndexGeometry(index_slots, index_entries) if index_slots else s.index_geometry
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+    bar = LazyProgress("rebuild")
+    try:
+        results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
+                              progress=bar, confirm=_confirm_factory(yes), workers=workers)
+    finally:
+        bar.close()
+    if fmt == "json":
+        emit([r.as_dict() for r in results], "json")
+        return 0
+    for r in results:
+        _render(r, "table", dry_run)
+    return 0
