@@ -27,7 +27,7 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SI
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
-from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, needs_blank,
+from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool.errors import RefusedError, RmqError, UsageError
 from rmqtool.rebuild import _name_source
@@ -144,7 +144,7 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
         raise UsageError(f"{where}: a row needs 'body'")
     try:
         store_ts = int(row["store_timestamp"]) if row.get("store_timestamp") is not None else now_ms
-        return MessageFields(
+        return _in_range(MessageFields(
             topic=row["topic"], body=_body_of(row, where), properties=_properties_of(row, uniq, store_ts),
             queue_id=int(row.get("queue_id") or 0), flag=int(row.get("flag") or 0),
             queue_offset=int(row["queue_offset"]) if row.get("queue_offset") is not None else -1,
@@ -153,9 +153,31 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
             born_host=Host.parse(row.get("born_host") or DEFAULT_BORN_HOST),
             store_timestamp=store_ts, store_host=Host.parse(row.get("store_host") or DEFAULT_STORE_HOST),
             reconsume_times=int(row.get("reconsume_times") or 0),
-            prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0))
-    except (ValueError, TypeError, KeyError) as exc:
+            prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0)))
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise UsageError(f"{where}: {exc}") from None
+
+
+_INT32_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times")
+_INT64_FIELDS = ("queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset")
+
+
+def _in_range(f: MessageFields) -> MessageFields:
+    """Reject values the record's fixed-width fields cannot hold (ValueError, reported per row)."""
+    for names, bits in ((_INT32_FIELDS, 32), (_INT64_FIELDS, 64)):
+        for name in names:
+            value = getattr(f, name)
+            if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+                raise ValueError(f"{name} {value} does not fit a {bits}-bit field")
+    for host in (f.born_host, f.store_host):
+        if not 0 <= host.port < 1 << 31:
+            raise ValueError(f"port {host.port} out of range")
+    topic = f.topic.encode("utf-8")
+    limit = 0x7FFF if magic_for(f.topic) == cl.MESSAGE_MAGIC_V2 else 0x7F
+    if len(topic) > limit or len(f.properties) > cl.PROPERTIES_MAX_LENGTH:
+        raise ValueError(f"topic ({len(topic)} bytes, at most {limit}) or properties ({len(f.properties)} "
+                         f"bytes, at most {cl.PROPERTIES_MAX_LENGTH}) too long for the record")
+    return f
 
 
 # --- synthetic --------------------------------------------------------------------------------
@@ -543,6 +565,8 @@ def _batch_key(row: dict):
     consecutive queue offsets (format.md §8.10); rows without stored times never group."""
     if row.get("store_timestamp") is None or row.get("queue_offset") is None:
         return None
+    if not all(isinstance(row.get(k) or 0, int) for k in ("sys_flag", "queue_offset")):
+        return None                    # not a batch member; fields_from_row reports the bad value
     if (row.get("sys_flag") or 0) & cl.TRANSACTION_MASK or row.get("prepared_transaction_offset"):
         return None
     return tuple(row.get(k) for k in _BATCH_KEY)

@@ -15,6 +15,7 @@ from rmqtool.errors import UsageError
 def _rows(source: str):
     fh = sys.stdin if source == "-" else open(source, encoding="utf-8")
     name = "<stdin>" if source == "-" else source
+    n = 0
     try:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -23,6 +24,8 @@ def _rows(source: str):
                 yield f"{name}:{n}", json.loads(line)
             except ValueError as exc:
                 raise UsageError(f"line {n}: not JSON ({exc})", name) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"after line {n}: not UTF-8 text ({exc.reason})", name) from None
     finally:
         if fh is not sys.stdin:
             fh.close()

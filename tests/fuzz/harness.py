@@ -72,6 +72,8 @@ def make_input(target: str, master: int, index: int):
     rng = random.Random(f"{master}:{target}:{index}")
     seed = rng.choice(pool)
     mut = Mutator(rng, [s.data for s in pool])
+    if t.mutate is not None:
+        return seed, t.mutate(rng, seed, mut)
     data = mut.mutate(seed.data, seed.hints)
     if rng.random() < 0.2:                        # stacked mutations reach deeper states
         data = mut.mutate(data, seed.hints)

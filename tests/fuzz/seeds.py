@@ -216,12 +216,18 @@ def properties_seeds() -> list[Seed]:
 # --- JSONL input of `write` -------------------------------------------------------------------
 @lru_cache(maxsize=None)
 def jsonl_seeds() -> list[Seed]:
-    lines = [
-        b'{"topic":"orders","body":"hello","keys":"k1 k2","tags":"TagA","queue_id":1}\n',
-        b'{"topic":"orders","body":"aGVsbG8=","body_encoding":"base64","properties":{"a":"b"}}\n',
-        b'{"topic":"t2","body":"68656c6c6f","body_encoding":"hex","queue_id":0,"keys":"x"}\n',
-        b'{"topic":"t3","body":"","born_timestamp":1700000000000}\n',
-    ]
-    data = b"".join(lines)
-    hints = [(i, 1) for i, c in enumerate(data) if c in b'{}":,']
-    return [Seed(data, hints, "built")]
+    """Rows exactly as `dump commitlog --format jsonl` prints them (bodies in base64 and hex)."""
+    import json
+    from rmqtool.dump import RecordFilter, commitlog_rows
+    from rmqtool.store import Store
+    seeds = []
+    for store in STORES:
+        for body in ("base64", "hex", "text"):
+            rows = []
+            for row in commitlog_rows(Store(REFERENCE / store), RecordFilter(), body=body):
+                rows.append(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+                if len(rows) >= 6:
+                    break
+            data = b"".join(rows)
+            seeds.append(Seed(data, [(i, 1) for i, c in enumerate(data) if c in b'{}":,'], f"{store}-{body}"))
+    return seeds

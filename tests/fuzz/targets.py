@@ -61,6 +61,7 @@ class Target:
     name: str
     seeds: Callable[[], list]
     run: Callable[[bytes, "sd.Seed", Path], int]   # returns the number of refused steps
+    mutate: Callable | None = None                  # (rng, seed, byte_mutator) -> bytes, else bytes only
 
 
 # --- commitlog --------------------------------------------------------------------------------
@@ -226,10 +227,69 @@ def run_properties(data: bytes, seed, scratch: Path) -> int:
     return 0
 
 
+# --- JSONL input of `write` ----------------------------------------------------------------------
+HOSTILE_VALUES = (None, -1, 0, 2 ** 31, 2 ** 63, -(2 ** 63) - 1, 10 ** 30, 1.5, True, "", "x" * 40_000,
+                  "\x00", "../../x", "/etc/passwd", "é" * 70, [], {}, [1, 2], "zz", "!!!", "===",
+                  "::1:99999999", "[::1]:-1", "1.2.3.4:", "256.0.0.1:1", {"KEYS": 5}, {"a\x01b": "c\x02"},
+                  {"k": "v" * 40_000}, "QUJD", "4142", "MESSAGE", "BLANK")
+JSONL_FIELDS = ("topic", "body", "body_encoding", "queue_id", "queue_offset", "sys_flag", "born_host",
+                "store_host", "properties", "properties_raw", "keys", "tags", "uniq_key", "store_timestamp",
+                "born_timestamp", "flag", "reconsume_times", "prepared_transaction_offset", "kind")
+
+
+def mutate_jsonl(rng, seed, byte_mutator) -> bytes:
+    """Half the time set fields of some rows to hostile values (valid JSON), else mutate bytes."""
+    import json
+    if rng.random() < 0.4:
+        return byte_mutator.mutate(seed.data, seed.hints)
+    rows = [json.loads(line) for line in seed.data.splitlines() if line.strip()]
+    for _ in range(rng.randint(1, 4)):
+        row = rng.choice(rows)
+        if rng.random() < 0.15:
+            row.pop(rng.choice(JSONL_FIELDS), None)
+        else:
+            row[rng.choice(JSONL_FIELDS)] = rng.choice(HOSTILE_VALUES)
+    if rng.random() < 0.1:
+        rows.append(rng.choice([[], 5, "row", None]))
+    return b"".join(json.dumps(r, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass") + b"\n"
+                    for r in rows)
+
+
+def run_jsonl(data: bytes, seed, scratch: Path) -> int:
+    """Rows -> message fields -> record bytes for every input; a full `write` into a scratch
+    store (small geometry) for one input in 16."""
+    import shutil
+    import zlib
+    from rmqtool.cli.cmd_write import _rows
+    from rmqtool.encode import encode
+    from rmqtool.writer import Geometry, UniqKeyGenerator, fields_from_row, group_batches, write_rows
+    src = scratch / "rows.jsonl"
+    _write(src, data)
+    steps = Steps()
+
+    def parse_and_encode():
+        uniq = UniqKeyGenerator()
+        for group in group_batches(_rows(str(src))):
+            for where, row in group:
+                raw = encode(fields_from_row(row, where, uniq, 1_700_000_000_000))
+                check(struct.unpack_from(">i", raw)[0] == len(raw), "encoded TOTALSIZE != record length")
+    steps(parse_and_encode)
+    if zlib.crc32(data) % 16 == 0:
+        root = scratch / "written"
+        shutil.rmtree(root, ignore_errors=True)
+        summary = steps(write_rows, root, _rows(str(src)), Geometry(1 << 16, 800, 61, 350))
+        if summary is not None:
+            check(summary.records >= 0, "negative record count")
+            for p in root.rglob("*"):
+                check(root in p.resolve().parents or p.resolve() == root, f"wrote outside the store: {p}")
+    return steps.refused
+
+
 TARGETS = {
     "commitlog": Target("commitlog", sd.commitlog_seeds, run_commitlog),
     "consumequeue": Target("consumequeue", sd.consumequeue_seeds, run_consumequeue),
     "index": Target("index", sd.index_seeds, run_index),
     "checkpoint": Target("checkpoint", sd.checkpoint_seeds, run_checkpoint),
     "properties": Target("properties", sd.properties_seeds, run_properties),
+    "jsonl": Target("jsonl", sd.jsonl_seeds, run_jsonl, mutate_jsonl),
 }
