@@ -113,6 +113,12 @@ def main() -> None:
     py = sys.executable
     base, _ = median_run([py, "-c", "pass"], args.runs)
     print(f"{'python -c pass':58s} {base * 1000:8.1f} ms   1.00x")
+    for label, code in (("python -c 'import numpy'  (floor: formats/ needs it)", "import numpy"),
+                        ("python -c 'import <query-key library path>'",
+                         "import rmqtool.store, rmqtool.schema, rmqtool.query.bykey"),
+                        ("python -c 'import rmqtool.cli'  (every command module)", "import rmqtool.cli")):
+        t, _ = median_run([py, "-c", code], args.runs)
+        print(f"{label:58s} {t * 1000:8.1f} ms {t / base:6.2f}x")
     key = "order-4711"
     cases = [
         ("query-key --topic (table)", ["query-key", str(root), key, "--topic", TOPIC]),
