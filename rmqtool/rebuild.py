@@ -22,6 +22,7 @@ from rmqtool import install as inst
 from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch, layout_cq)
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan
@@ -125,6 +126,9 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
 
 
 def _guard(store, output: Path | None) -> None:
+    if not store.commitlog.files:
+        raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
+                         "--commitlog-dirs?)", store.commitlog_dirs[0])
     if output is None and store.is_live():
         raise RefusedError(f"a running broker (pid {store.lock_holder()}) holds the store lock; "
                            "stop it, or build elsewhere with --output", store.lock_path)
@@ -168,6 +172,11 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     result.warnings += stops
     layouts = {}
     for q in collector.queues():
+        problem = topic_path_problem(q.topic)
+        if problem is not None:        # topic names come from data: never a path outside the store
+            result.warnings.append(f"{problem}: queue {describe(q.topic)}/{q.queue_id} skipped "
+                                   f"({len(q)} units not written)")
+            continue
         layout = layout_cq(q, file_size)
         layouts[(q.topic, q.queue_id)] = layout
         result.units += layout.real_units
@@ -201,7 +210,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
         return result
     build = inst.prepare_output(output) if output else inst.new_build_dir(target)
     for (topic, qid), layout in layouts.items():
-        qdir = build / topic / str(qid)
+        qdir = queue_dir(build, topic, qid)
         qdir.mkdir(parents=True, exist_ok=True)
         for start in layout.file_starts():
             _write_sparse(qdir / f"{start:020d}", layout.file_data(start), file_size)

@@ -246,3 +246,14 @@ def test_rebuild_all_in_one_pass(store_copy, tmp_path):
             "--index-entries", "350")
     assert tree(root / "consumequeue") == tree(reference_store("mixed") / "consumequeue")
     assert index_contents(root / "index") == index_contents(reference_store("mixed") / "index")
+
+
+def test_no_commitlog_is_refused_not_an_empty_rebuild(store_copy):
+    root = store_copy("basic")
+    import shutil
+    shutil.rmtree(root / "commitlog")
+    (root / "commitlog").mkdir()
+    before = tree(root)
+    proc = run_cli("rebuild", "consumequeue", root, "--yes", check=False)
+    assert proc.returncode == 2 and "nothing to rebuild" in proc.stderr
+    assert tree(root) == before
