@@ -55,12 +55,10 @@ def tags_code(tags: str | None) -> int:
 
 # --- vectorized ---------------------------------------------------------------------------
 def _pow31_table(n: int) -> np.ndarray:
-    table = np.empty(max(n, 1), dtype=np.uint32)
+    """31**i mod 2**32 for i < n (uint32 wrap-around is the modulus)."""
+    table = np.full(max(n, 1), 31, dtype=np.uint32)
     table[0] = 1
-    with np.errstate(over="ignore"):
-        for i in range(1, n):
-            table[i] = table[i - 1] * np.uint32(31)
-    return table
+    return np.cumprod(table, dtype=np.uint32)
 
 
 _POW31 = _pow31_table(1 << 16)

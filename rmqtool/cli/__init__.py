@@ -6,30 +6,45 @@ prints ``error: <path>@<offset>: <what>`` and exits with the error's code.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
-from rmqtool.cli.common import app, run_app
+from rmqtool.cli import common
 
-# one module per command group; each adds its commands to ``app`` on import
-COMMAND_MODULES = (
-    "rmqtool.cli.cmd_info",
-    "rmqtool.cli.cmd_dump",
-    "rmqtool.cli.cmd_locate",
-    "rmqtool.cli.cmd_query",
-    "rmqtool.cli.cmd_verify",
-    "rmqtool.cli.cmd_write",
-    "rmqtool.cli.cmd_rebuild",
-    "rmqtool.cli.cmd_export",
-)
+# command name -> the module that registers it on ``app``
+COMMAND_MODULES = {
+    "info": "rmqtool.cli.cmd_info",
+    "dump": "rmqtool.cli.cmd_dump",
+    "locate": "rmqtool.cli.cmd_locate",
+    "query-key": "rmqtool.cli.cmd_query",
+    "query-id": "rmqtool.cli.cmd_query",
+    "query-queue": "rmqtool.cli.cmd_query",
+    "verify": "rmqtool.cli.cmd_verify",
+    "write": "rmqtool.cli.cmd_write",
+    "rebuild": "rmqtool.cli.cmd_rebuild",
+    "export": "rmqtool.cli.cmd_export",
+}
 
-for _name in COMMAND_MODULES:
-    try:
-        importlib.import_module(_name)
-    except ModuleNotFoundError as exc:   # a command group still being built in this checkout
-        if exc.name != _name:
-            raise
+
+def load_commands(argv: list[str] | None = None) -> None:
+    """Import the module of the command being run (all of them for help or an unknown name).
+
+    Importing only what one command needs keeps short commands (query-key on a live
+    store) from paying for every other command's imports.
+    """
+    args = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("-")]
+    wanted = COMMAND_MODULES.get(args[0]) if args else None
+    for name in sorted(set(COMMAND_MODULES.values())) if wanted is None else [wanted]:
+        importlib.import_module(name)
+
+
+def __getattr__(name: str):
+    """``from rmqtool.cli import app`` gives the app with every command registered."""
+    if name == "app":
+        load_commands([])
+        return common.app
+    raise AttributeError(name)
 
 
 def main() -> None:
-    run_app(app)
+    load_commands()
+    common.run_app(common.app)
