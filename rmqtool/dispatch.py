@@ -111,20 +111,62 @@ class RecordColumns:
 
 
 # --- span hashing ------------------------------------------------------------------------
+_HORNER_MAX_GROUPS = 64
+_HORNER_MAX_LENGTH = 512
+
+
 def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
 
-    One numpy gather for all spans; spans containing bytes >= 0x80 are recomputed with
-    the scalar hash of the decoded string.
+    Spans are grouped by length and hashed column by column (Horner in uint32, one
+    gather of n bytes per column); spans containing bytes >= 0x80 are recomputed with
+    the scalar hash of the decoded string. Many distinct or long lengths fall back to a
+    flat gather of all span bytes (``_span_hashes_flat``).
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
     n = len(starts)
+    if n == 0 or not lengths.any():
+        return np.zeros(n, np.int32), lengths.copy()
+    distinct = np.unique(lengths)
+    if len(distinct) > _HORNER_MAX_GROUPS or int(distinct[-1]) > _HORNER_MAX_LENGTH:
+        return _span_hashes_flat(buf, starts, lengths)
+    hashes = np.zeros(n, dtype=np.uint32)
+    high = np.zeros(n, dtype=bool)
+    thirty_one = np.uint32(31)
+    with np.errstate(over="ignore"):
+        for length in distinct.tolist():
+            if length == 0:
+                continue
+            rows = np.flatnonzero(lengths == length) if len(distinct) > 1 else np.arange(n)
+            base = starts[rows]
+            h = np.zeros(len(rows), dtype=np.uint32)
+            seen = np.zeros(len(rows), dtype=np.uint8)
+            for j in range(length):
+                col = buf[base + j]
+                h = h * thirty_one + col
+                seen |= col
+            hashes[rows] = h
+            high[rows] = seen >= 0x80
+    units = lengths.copy()
+    _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
+    return hashes.view(np.int32), units
+
+
+def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:
+    for i in rows.tolist():
+        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
+        text = raw.decode("utf-8", "replace")
+        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
+        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _span_hashes_flat(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+    """span_hashes over one flat gather of every span byte (any lengths)."""
+    n = len(starts)
     hashes = np.zeros(n, dtype=np.uint32)
     units = lengths.copy()
     total = int(lengths.sum())
-    if n == 0 or total == 0:
-        return hashes.view(np.int32), units
     owner = np.repeat(np.arange(n), lengths)
     first = np.cumsum(lengths) - lengths
     pos = np.arange(total, dtype=np.int64) - first[owner]
@@ -135,11 +177,7 @@ def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tup
     nonempty = np.flatnonzero(lengths > 0)
     hashes[nonempty] = np.add.reduceat(contrib, first[nonempty])
     high = np.maximum.reduceat(data, first[nonempty]) >= 0x80
-    for i in nonempty[high].tolist():
-        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
-        text = raw.decode("utf-8", "replace")
-        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
-        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
+    _fix_non_ascii(buf, starts, lengths, nonempty[high], hashes, units)
     return hashes.view(np.int32), units
 
 
@@ -190,15 +228,16 @@ def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
     groups = inverse.astype(np.int64)
     # verify members equal their representative's bytes (hash+length could collide)
     lens = np.maximum(t_len, 0)
-    rep = first[groups]
-    total = int(lens.sum())
-    if total:
-        owner = np.repeat(np.arange(n), lens)
-        pos = np.arange(total) - (np.cumsum(lens) - lens)[owner]
-        same = buf[t_start[owner] + pos] == buf[t_start[rep[owner]] + pos]
-        bad = np.unique(owner[~same])
-    else:
-        bad = np.zeros(0, np.int64)
+    rep_start = t_start[first[groups]]
+    same = np.ones(n, dtype=bool)
+    for length in np.unique(lens).tolist():
+        rows = np.flatnonzero(lens == length)
+        a, b = t_start[rows], rep_start[rows]
+        ok = np.ones(len(rows), dtype=bool)
+        for j in range(length):
+            ok &= buf[a + j] == buf[b + j]
+        same[rows] = ok
+    bad = np.flatnonzero(~same)
     names = [buf[t_start[i]:t_start[i] + lens[i]].tobytes().decode("utf-8", "replace") for i in first]
     if len(bad):
         index = {name: g for g, name in enumerate(names)}

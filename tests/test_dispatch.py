@@ -317,3 +317,33 @@ def test_continuation_after_kept_files_equals_full_build():
 def test_build_index_image_rejects_overflow():
     with pytest.raises(ValueError):
         build_index_image(np.zeros(11, np.int32), np.zeros(11), np.zeros(11), 7, 11)
+
+
+def test_grouped_and_flat_span_hashes_agree():
+    from hypothesis import given, settings, strategies as st
+    from rmqtool.dispatch import _span_hashes_flat
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.binary(max_size=40), max_size=30), st.binary(max_size=8))
+    def check(chunks, junk):
+        blob = junk + b"".join(chunks)
+        starts = np.cumsum([len(junk)] + [len(c) for c in chunks[:-1]]) if chunks else np.zeros(0, np.int64)
+        lens = np.asarray([len(c) for c in chunks], dtype=np.int64)
+        buf = np.frombuffer(blob, np.uint8)
+        h1, u1 = span_hashes(buf, starts, lens)
+        if lens.any():
+            h2, u2 = _span_hashes_flat(buf, np.asarray(starts, np.int64), lens)
+            assert h1.tolist() == h2.tolist() and u1.tolist() == u2.tolist()
+        for c, h in zip(chunks, h1):
+            assert int(h) == java_string_hash(c.decode("utf-8", "replace"))
+    check()
+
+
+def test_topics_with_equal_hash_and_length_stay_apart():
+    assert java_string_hash("AaAa") == java_string_hash("BBBB")
+    rows = [{"topic": t, "phy_offset": i * 10, "queue_offset": i // 2, "size": 5}
+            for i, t in enumerate(["AaAa", "BBBB", "AaAa", "BBBB"])]
+    cq = CqCollector()
+    cq.add(dispatch_batch(RecordColumns.from_records(rows)))
+    got = {(q.topic, q.queue_id): q.phy_offset.tolist() for q in cq.queues()}
+    assert got == {("AaAa", 0): [0, 20], ("BBBB", 0): [10, 30]}
