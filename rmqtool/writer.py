@@ -30,6 +30,7 @@ from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFi
 from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool.errors import RefusedError, RmqError, UsageError
+from rmqtool.topicpath import queue_dir, topic_path_problem
 from rmqtool.rebuild import _name_source
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
@@ -140,6 +141,9 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
     """A JSONL row -> MessageFields (queue offset and commitlog offset assigned later)."""
     if not isinstance(row, dict) or not isinstance(row.get("topic"), str) or not row["topic"]:
         raise UsageError(f"{where}: a row needs a non-empty string 'topic'")
+    problem = topic_path_problem(row["topic"])
+    if problem is not None:
+        raise UsageError(f"{where}: {problem}; refused: it cannot name a ConsumeQueue directory")
     if "body" not in row:
         raise UsageError(f"{where}: a row needs 'body'")
     try:
@@ -478,7 +482,7 @@ class StoreWriter:
         from rmqtool.consumequeue import read_units
         size = self.geometry.cq_file_size
         for q in self.cq.queues():
-            qdir = self.root / "consumequeue" / q.topic / str(q.queue_id)
+            qdir = queue_dir(self.root / "consumequeue", q.topic, q.queue_id)
             existing = None
             if qdir.is_dir() and any(qdir.iterdir()):
                 existing = read_units(q.topic, q.queue_id, self.store.queue(q.topic, q.queue_id))
