@@ -335,6 +335,7 @@ class StoreWriter:
         self.root = Path(root)
         self.config = config or DispatchConfig()
         self.progress = progress
+        self.expected = 0                 # records expected in total, when known (progress)
         created = not (self.root / "commitlog").is_dir()
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "commitlog").mkdir(exist_ok=True)
@@ -454,7 +455,7 @@ class StoreWriter:
         self.cq.add(d)
         self._index.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
         if self.progress:
-            self.progress(self.summary.records, 0)
+            self.progress(self.summary.records, self.expected)
 
     def append_all(self, items: Iterable[MessageFields]) -> None:
         for f in items:
@@ -609,5 +610,6 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
 def write_synthetic(root: Path, spec: SyntheticSpec, geometry: Geometry | None = None,
                     progress=None) -> WriteSummary:
     w = StoreWriter(root, geometry, progress=progress)
+    w.expected = spec.count
     w.append_all(synthetic_fields(spec))
     return w.close()
