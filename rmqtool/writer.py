@@ -103,6 +103,20 @@ class UniqKeyGenerator:
 
 # --- rows -> fields ---------------------------------------------------------------------------
 def _body_of(row: dict, where: str) -> bytes:
+    """The stored body bytes; a row whose body_length disagrees (a lossy text rendering,
+    or the inflated body of a compressed record) is refused rather than written wrong."""
+    raw = _decode_body(row, where)
+    stored = row.get("body_length")
+    if isinstance(stored, int) and stored >= 0 and row.get("body") is not None and len(raw) != stored:
+        what = ("the inflated body of a compressed record" if row.get("compression")
+                else "a lossy rendering")
+        raise UsageError(f"{where}: body has {len(raw)} bytes but body_length is {stored} ({what}); "
+                         "write needs the stored bytes: dump with a lossless raw body (base64 of the "
+                         "stored bytes)")
+    return raw
+
+
+def _decode_body(row: dict, where: str) -> bytes:
     body = row.get("body")
     enc = row.get("body_encoding") or "text"
     if body is None:

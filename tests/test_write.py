@@ -178,3 +178,12 @@ def test_refuses_when_a_broker_holds_the_lock(store_copy):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_lossy_or_inflated_bodies_are_refused(tmp_path):
+    from rmqtool.errors import UsageError
+    with pytest.raises(UsageError, match="lossy"):
+        write_rows(tmp_path / "a", [("r1", {"topic": "T", "body": "\ufffd", "body_length": 1})])
+    with pytest.raises(UsageError, match="inflated"):
+        write_rows(tmp_path / "b", [("r1", {"topic": "T", "body": "aGVsbG8=", "body_encoding": "base64",
+                                            "body_length": 3, "compression": "zlib", "sys_flag": 1})])
