@@ -392,3 +392,24 @@ def rows_for_json(table) -> list[dict]:
 
 def json_line(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+
+
+class ScanStage:
+    """A stage giving the records of each task as Arrow batches, optionally filtered
+    (``flt`` is a ``rmqtool.dump.RecordFilter``)."""
+
+    def __init__(self, body: str = "none", flt=None):
+        self.body, self.flt = body, flt
+
+    def schema(self) -> pa.Schema:
+        return arrow_schema(self.body)
+
+    def __call__(self, task, batches):
+        for b in batches:
+            if self.flt is not None:
+                mask = self.flt.batch_mask(b)
+                if not mask.any():
+                    continue
+                if not mask.all():
+                    b = select(b, np.flatnonzero(mask))
+            yield batch_to_arrow(b, task.store, self.body)

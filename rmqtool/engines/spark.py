@@ -159,12 +159,18 @@ def task_runner(tasks: Sequence[Task], fn, schema: pa.Schema):
 
 
 class SparkEngine(Engine):
-    """Runs stages as ``spark.range(n, numPartitions=n).mapInArrow(...)`` jobs."""
+    """Runs stages as ``spark.range(n, numPartitions=p).mapInArrow(...)`` jobs.
+
+    One task table row per rmqtool task; ``p`` is the number of tasks, capped at four
+    times the session's task slots (``max_partitions`` overrides), so a store of many
+    small files does not pay Spark's per-task cost for each of them.
+    """
 
     name = "spark"
 
     def __init__(self, master: str | None = None, remote: str | None = None, conf: Sequence[str] = (),
-                 session=None):
+                 session=None, max_partitions: int | None = None):
+        self.max_partitions = max_partitions
         if session is None:
             session, created = get_session(master, remote, conf)
         else:
@@ -172,12 +178,23 @@ class SparkEngine(Engine):
         self.spark = session
         self._created = created
 
+    def parallelism(self) -> int:
+        """Task slots of the session (Classic: defaultParallelism; Connect: the conf, or 8)."""
+        try:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        except Exception:         # Spark Connect has no sparkContext
+            try:
+                return max(1, int(self.spark.conf.get("spark.default.parallelism")))
+            except Exception:
+                return 8
+
     def dataframe(self, tasks: Sequence[Task], fn, schema: pa.Schema):
         """The raw job as a DataFrame (stage columns + status columns), not yet run."""
         from pyspark.sql.pandas.types import from_arrow_schema
         n = len(tasks)
         spark_schema = from_arrow_schema(full_schema(schema))
-        return self.spark.range(0, n, 1, numPartitions=max(n, 1)).mapInArrow(
+        parts = max(1, min(n, self.max_partitions or 4 * self.parallelism()))
+        return self.spark.range(0, n, 1, numPartitions=parts).mapInArrow(
             task_runner(tasks, fn, schema), spark_schema)
 
     def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, pa.Table]]:

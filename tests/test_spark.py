@@ -1,0 +1,140 @@
+"""The Spark engine gives the local engine's answers: exports row for row, split files,
+re-run tasks; its output is readable by Spark itself. One local[2] session for the file."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pytest
+
+from conftest import STORE_NAMES, reference_store
+from rmqtool.engines import get_engine, plan_tasks
+from rmqtool.engines.arrow import arrow_schema
+from rmqtool.engines.spark import find_java
+from rmqtool.export import export, open_stores
+from rmqtool.store import Store
+from rmqtool.engines.arrow import ScanStage
+
+pytestmark = [pytest.mark.spark,
+              pytest.mark.skipif(find_java() is None, reason="no Java runtime (java on PATH or JAVA_HOME)")]
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    pytest.importorskip("pyspark")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    tmp = tmp_path_factory.mktemp("spark")
+    session = (SparkSession.builder.master("local[2]").appName("rmqtool-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.default.parallelism", "2")
+               .config("spark.driver.memory", "1g")
+               .config("spark.local.dir", str(tmp / "local"))
+               .config("spark.sql.warehouse.dir", str(tmp / "warehouse")).getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def synthetic_store(tmp_path_factory):
+    """A store made by `rmqtool write --synthetic` (or, before `write` exists, a copy of a
+    reference store under another broker name)."""
+    root = tmp_path_factory.mktemp("synthetic") / "broker-syn"
+    res = subprocess.run([sys.executable, "-m", "rmqtool", "write", "--help"], capture_output=True, text=True)
+    if res.returncode == 0 and "--synthetic" in res.stdout:
+        res = subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", "3000",
+                              "--commitlog-file-size", "262144"], capture_output=True, text=True)
+        if res.returncode == 0:
+            return root
+    shutil.copytree(reference_store("basic"), root)
+    return root
+
+
+def _read(path: Path) -> pa.Table:
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    table = table.set_column(table.schema.get_field_index("topic"), "topic",
+                             table.column("topic").cast(pa.string()))
+    return table.sort_by([("store", "ascending"), ("phy_offset", "ascending")])
+
+
+def test_export_spark_equals_local_row_for_row(spark, tmp_path, synthetic_store):
+    paths = [str(reference_store(n)) for n in STORE_NAMES] + [str(synthetic_store)]
+    stores = open_stores(paths, Store)
+    with get_engine("local") as local:
+        export(stores, tmp_path / "local", local, body="raw", split_size=1 << 40)
+    with get_engine("spark", spark=spark) as eng:
+        summary = export(stores, tmp_path / "spark", eng, body="raw", split_size=40000)
+    assert summary["tasks"] > 2 * sum(len(s.commitlog.files) for _, s in stores)
+    a, b = _read(tmp_path / "local"), _read(tmp_path / "spark")
+    assert a.num_rows == summary["rows"] > 5000
+    assert set(a.column("store").to_pylist()) == {"basic", "mixed", "crashed", "broker-syn"}
+    assert a.select(sorted(a.column_names)).equals(b.select(sorted(b.column_names)))
+
+
+def test_spark_reads_the_export(spark, tmp_path):
+    stores = open_stores([str(reference_store("mixed"))], Store)
+    with get_engine("spark", spark=spark) as eng:
+        summary = export(stores, tmp_path / "out", eng, body="text")
+    df = spark.read.parquet(str(tmp_path / "out"))
+    assert df.count() == summary["rows"]
+    per_topic = {r["topic"]: r["count"] for r in df.groupBy("topic").count().collect()}
+    assert per_topic == summary["topics"]
+
+
+def test_jsonl_export_spark_equals_local(spark, tmp_path):
+    stores = open_stores([str(reference_store("mixed"))], Store)
+    with get_engine("local") as local:
+        export(stores, tmp_path / "l", local, fmt="jsonl", body="raw")
+    with get_engine("spark", spark=spark) as eng:
+        export(stores, tmp_path / "s", eng, fmt="jsonl", body="raw", split_size=4096)
+    rows = lambda d: [json.loads(line) for f in d.glob("topic=*/*.jsonl")
+                      for line in f.read_text().splitlines()]
+    key = lambda r: r["phy_offset"]
+    assert sorted(rows(tmp_path / "l"), key=key) == sorted(rows(tmp_path / "s"), key=key)
+
+
+def test_spark_reruns_a_task_that_resynced_on_a_false_magic(spark, store_copy):
+    """Same corrupted-by-design store as the local test: Spark's run must re-run the task."""
+    import struct
+    import numpy as np
+    from formats import commitlog as cl
+    from rmqtool.scan import RecordBatch, walk_store
+    root = store_copy("basic")
+    seg = Store(root).commitlog.files[1]
+    batch = next(b for b in walk_store(Store(root), files=[seg]) if isinstance(b, RecordBatch))
+    i = int(np.argmax((batch.body_len >= 40) & (batch.position > 40000)))
+    q = int(batch.body_start[i]) + int(batch.buf_base) + 4
+    raw = bytearray(seg.path.read_bytes())
+    at = cl.MESSAGE_HEAD_OFFSETS["magic"]
+    raw[q + at:q + at + 4] = struct.pack(">I", cl.MESSAGE_MAGIC_V1)
+    at = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
+    raw[q + at:q + at + 8] = struct.pack(">q", seg.start + q)
+    seg.path.write_bytes(bytes(raw))
+    stores = [("basic", Store(root))]
+    with get_engine("local") as local:
+        want = local.run(plan_tasks(stores, 1 << 40), ScanStage("raw"), arrow_schema("raw"))
+    with get_engine("spark", spark=spark) as eng:
+        tasks = plan_tasks(stores, q - 1)
+        got = eng.run(tasks, ScanStage("raw"), arrow_schema("raw"))
+    assert any(t.lo == q - 1 for t in tasks) and len(tasks) < 200
+    assert got.equals(want)
+
+
+def test_export_cli_on_spark(spark, tmp_path):
+    from typer.testing import CliRunner
+    from rmqtool.cli import app
+    res = CliRunner().invoke(app, ["export", str(reference_store("crashed")), "--to", str(tmp_path / "c"),
+                                   "--engine", "spark", "--topic", "OrderTopic", "--split-size", "30000"])
+    assert res.exit_code == 0, res.output
+    table = _read(tmp_path / "c")
+    assert set(table.column("topic").to_pylist()) == {"OrderTopic"} and table.num_rows > 0
+    assert spark.sparkContext._jsc is not None       # the shared session was not stopped
