@@ -344,66 +344,97 @@ def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
     return cols
 
 
+def span_rows(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """(k, width) uint8 copy of ``buf[start:start + width]`` per start; bytes past the end read as 0."""
+    starts = np.asarray(starts, dtype=np.int64)
+    n = len(buf)
+    over = starts + width > n
+    if not over.any():
+        return sliding_window_view(buf, width)[starts]
+    lo = int(starts[over].min())
+    tail = np.zeros(n - lo + width, dtype=np.uint8)
+    tail[:n - lo] = buf[lo:]
+    rows = np.empty((len(starts), width), dtype=np.uint8)
+    if not over.all():
+        rows[~over] = sliding_window_view(buf, width)[starts[~over]]
+    rows[over] = sliding_window_view(tail, width)[starts[over] - lo]
+    return rows
+
+
+def _row_width(lengths: np.ndarray, minimum: int) -> np.ndarray:
+    """Power-of-two row width >= each length (groups spans into a few matrix shapes)."""
+    w = np.maximum(lengths, minimum).astype(np.int64)
+    return (1 << np.ceil(np.log2(w)).astype(np.int64)).astype(np.int64)
+
+
+_KEY_PATTERNS = {name: np.frombuffer((key + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
+                 for name, key in EXTRACTED_PROPERTIES.items()}
+_SEP = ord(cl.PROPERTY_SEPARATOR)
+
+
 def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.ndarray,
                        pad_to: int | None = None) -> dict:
     """Spans of the TAGS/KEYS/UNIQ_KEY/DELAY values, parsed like upstream (last duplicate wins).
 
-    Byte-level equivalent of the Java parser: the separators are ASCII, which UTF-8
-    replacement never swallows, and the length rule (>= 3 chars) is implied by a
-    non-empty key and value.
+    Byte-level equivalent of the Java parser: a segment (split on 0x02) whose key is
+    exactly NAME (the first 0x01 follows it) and whose value is non-empty; the
+    separators are ASCII, which UTF-8 replacement never swallows, and the length rule
+    (>= 3 chars) is implied by a non-empty key and value. Each record's properties are
+    copied into a row of a (records, power-of-two width) matrix, so every search is a
+    vectorized pass over only the properties bytes.
     """
     n = len(props_start)
     out = {}
     for name in EXTRACTED_PROPERTIES:
         out[f"{name}_start"] = np.zeros(pad_to or n, dtype=np.int64)
         out[f"{name}_len"] = np.full(pad_to or n, -1, dtype=np.int64)
-    has = props_len > 0
-    if not has.any():
+    props_start = np.asarray(props_start, dtype=np.int64)
+    props_len = np.asarray(props_len, dtype=np.int64)
+    rec = np.flatnonzero(props_len > 0)
+    if not len(rec):
         return out
-    rec = np.flatnonzero(has)
-    lens = props_len[rec]
-    # work on a compact blob of just the properties bytes; blob_to_buf maps back
-    offs = np.cumsum(lens) - lens
-    total = int(lens.sum())
-    blob_to_buf = np.repeat(props_start[rec] - offs, lens) + np.arange(total)
-    blob = buf[blob_to_buf]
-    p_end = offs + lens
-    seps = np.flatnonzero(blob == 2)
-    ones = np.flatnonzero(blob == 1)
-    # segments start at each record's start and after each 0x02; they end at the next 0x02 or
-    # the record's end. Records are disjoint and ascending, so position order is segment order.
-    sep_owner = np.searchsorted(offs, seps, side="right") - 1
-    opening = seps[seps + 1 < p_end[sep_owner]]       # a trailing 0x02 opens no segment
-    seg_start = np.sort(np.concatenate([offs, opening + 1]))
-    seg_owner = np.searchsorted(offs, seg_start, side="right") - 1
-    # a segment ends at the next 0x02 inside its record, else at the record's end
-    nxt = np.searchsorted(seps, seg_start)
-    nxt_sep = seps[np.minimum(nxt, len(seps) - 1)] if len(seps) else np.zeros(len(seg_start), np.int64)
-    seg_end = np.where((nxt < len(seps)) & (nxt_sep < p_end[seg_owner]), nxt_sep, p_end[seg_owner])
-    # the key runs to the first 0x01 at or after the segment start, within the same record
-    k = np.searchsorted(ones, seg_start)
-    kv = ones[np.minimum(k, len(ones) - 1)] if len(ones) else np.full(len(seg_start), -1)
-    kv = np.where(k < len(ones), kv, -1)
-    kv_ok = (kv > seg_start) & (kv < seg_end - 1) & (kv < p_end[seg_owner])
-    key_len = np.where(kv_ok, kv - seg_start, -1)
-    padded = np.concatenate([blob, np.zeros(16, dtype=np.uint8)])
-    for name, key in EXTRACTED_PROPERTIES.items():
-        kb = np.frombuffer(key.encode("ascii"), dtype=np.uint8)
-        cand = np.flatnonzero(key_len == len(kb))
-        if not len(cand):
-            continue
-        match = (sliding_window_view(padded, len(kb))[seg_start[cand]] == kb).all(axis=1)
-        cand = cand[match]
-        if not len(cand):
-            continue
-        owners = seg_owner[cand]
-        last = np.ones(len(cand), dtype=bool)
-        last[:-1] = owners[:-1] != owners[1:]     # segments are in order: the last one wins
-        cand, owners = cand[last], owners[last]
-        target = rec[owners]
-        out[f"{name}_start"][target] = blob_to_buf[kv[cand] + 1]
-        out[f"{name}_len"][target] = seg_end[cand] - kv[cand] - 1
+    widths = _row_width(props_len[rec], 64)
+    for width in np.unique(widths).tolist():
+        group = rec[widths == width] if len(rec) else rec
+        _extract_rows(buf, group, props_start[group], props_len[group], int(width), out)
     return out
+
+
+def _extract_rows(buf, rec, starts, lens, width: int, out: dict) -> None:
+    """``extract_properties`` for records whose properties fit ``width`` bytes."""
+    flat = span_rows(buf, starts, width).reshape(-1)
+    row_base = np.arange(len(rec), dtype=np.int64) * width
+    row_end = row_base + lens
+    seps = np.flatnonzero(flat == _SEP)
+    seps = seps[seps < row_end[seps // width]]                 # bytes past a row's length are not its own
+    sep_row = seps // width
+    opening = seps[seps + 1 < row_end[sep_row]]                # a trailing 0x02 opens no segment
+    seg = np.concatenate([row_base, opening + 1])
+    seg.sort()                                                 # row order, then position order
+    seg = seg[seg < len(flat) - 2]          # room for a key byte, 0x01 and a value byte
+    first = flat[seg]
+    for name, pattern in _KEY_PATTERNS.items():
+        m = len(pattern)
+        s = seg[first == pattern[0]]
+        s = s[s + m < len(flat)]
+        for j in range(1, m):                  # narrow byte by byte: most segments fail at once
+            s = s[flat[s + j] == pattern[j]]
+        if not len(s):
+            continue
+        r = s // width
+        v0 = s + m
+        j = np.searchsorted(seps, v0)
+        nxt = seps[np.minimum(j, len(seps) - 1)] if len(seps) else row_end[r]
+        v1 = np.where((j < len(seps)) & (nxt < row_end[r]), nxt, row_end[r])
+        ok = v1 > v0                                           # empty values are dropped
+        s, r, v0, v1 = s[ok], r[ok], v0[ok], v1[ok]
+        if not len(s):
+            continue
+        last = np.ones(len(s), dtype=bool)
+        last[:-1] = r[:-1] != r[1:]                            # the last duplicate wins
+        r, v0, v1 = r[last], v0[last], v1[last]
+        out[f"{name}_start"][rec[r]] = starts[r] + (v0 - row_base[r])
+        out[f"{name}_len"][rec[r]] = v1 - v0
 
 
 def decode_record_reference(raw: bytes) -> dict:
