@@ -138,3 +138,17 @@ def test_export_cli_on_spark(spark, tmp_path):
     table = _read(tmp_path / "c")
     assert set(table.column("topic").to_pylist()) == {"OrderTopic"} and table.num_rows > 0
     assert spark.sparkContext._jsc is not None       # the shared session was not stopped
+
+
+@pytest.mark.parametrize("name", ["mixed"])
+def test_rebuild_on_spark_is_byte_identical_to_local_and_upstream(spark, name, tmp_path):
+    from test_engines import _index_files, _tree, rebuild_both
+    with get_engine("spark", spark=spark) as eng:
+        cq, ix = rebuild_both(reference_store(name), tmp_path / "spark", eng, 30000)
+    with get_engine("local") as eng:
+        rebuild_both(reference_store(name), tmp_path / "local", eng, 1 << 40)
+    assert _tree(tmp_path / "spark" / "cq") == _tree(tmp_path / "local" / "cq") \
+        == _tree(reference_store(name) / "consumequeue")
+    assert _index_files(tmp_path / "spark" / "ix") == _index_files(tmp_path / "local" / "ix") \
+        == _index_files(reference_store(name) / "index")
+    assert cq.records == ix.records > 0

@@ -39,6 +39,7 @@ class Task:
     hi: int                 # end of the range (exclusive) for record starts
     exact: bool = False     # lo is a known record start: no resync
     skip: bool = False      # unreachable by the sequential walk: produce nothing
+    check_crc: bool = False  # a body CRC mismatch ends the walk (as the broker's recovery)
 
     @property
     def file_key(self) -> tuple[str, str]:
@@ -60,7 +61,8 @@ def store_names(paths: Sequence[str | Path]) -> list[str]:
 
 
 def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_SPLIT_SIZE,
-               offset_range: tuple[int | None, int | None] = (None, None)) -> list[Task]:
+               offset_range: tuple[int | None, int | None] = (None, None),
+               check_crc: bool = False) -> list[Task]:
     """Tasks over every CommitLog file of every ``(name, Store)``; files wholly outside
     ``offset_range`` ([from, to) commitlog offsets) are left out."""
     if split_size <= 0:
@@ -76,14 +78,15 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
                 continue
             for lo in range(0, max(size, 1), split_size):
                 tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo,
-                                  min(lo + split_size, size), exact=lo == 0))
+                                  min(lo + split_size, size), exact=lo == 0, check_crc=check_crc))
     return tasks
 
 
-def scan_task(task: Task, check_crc: bool = False) -> tuple[Iterator, Callable[[], TaskStatus]]:
+def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Callable[[], TaskStatus]]:
     """(record batches of the task, a function giving its status once they are consumed)."""
     from rmqtool.scan import END_RANGE, END_TORN, FileScan, find_record_start
     state: dict = {}
+    check_crc = task.check_crc if check_crc is None else check_crc
 
     def batches():
         if task.skip:
@@ -146,6 +149,9 @@ class Engine:
     """Runs a stage over tasks; subclasses provide ``_execute``."""
 
     name = "engine"
+    #: after ``run``: the final status of every task, and the tasks as finally run
+    statuses: dict = {}
+    tasks: list = []
 
     def run(self, tasks: Sequence[Task], fn, schema, on_discard=None):
         """Run ``fn`` for every task; returns a pyarrow Table (``schema``) in task order.
@@ -174,6 +180,8 @@ class Engine:
             for t in rerun:
                 by_id[t.task_id] = t
             todo = rerun
+        self.statuses = statuses
+        self.tasks = [by_id[i] for i in sorted(by_id)]
         tables = [outputs[i] for i in sorted(outputs)]
         return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
@@ -190,7 +198,7 @@ class Engine:
         self.close()
 
 
-def run_one(task: Task, fn, check_crc: bool = False):
+def run_one(task: Task, fn, check_crc: bool | None = None):
     """Run ``fn`` over one task in this process: (status, list of pyarrow RecordBatches)."""
     batches, status = scan_task(task, check_crc)
     out = list(fn(task, batches))
