@@ -50,3 +50,67 @@ def test_span_rows_zero_fills_past_the_end():
     rows = span_rows(buf, np.array([0, 7, 9]), 4)
     assert rows.tolist() == [[0, 1, 2, 3], [7, 8, 9, 0], [9, 0, 0, 0]]
     assert span_rows(buf, np.array([1]), 16).tolist()[0][:9] == list(range(1, 10))
+
+
+spans = st.lists(st.one_of(st.text(alphabet="abcXYZ #0", max_size=300), st.text(max_size=20)), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans, st.binary(max_size=5))
+def test_span_hash_equals_java_hash(texts, gap):
+    from rmqtool.verify.records import span_hash
+    raw = [t.encode("utf-8") for t in texts]
+    blob, starts = b"", []
+    for r in raw:
+        blob += gap
+        starts.append(len(blob))
+        blob += r
+    h, ok = span_hash(np.frombuffer(blob, np.uint8), np.array(starts), np.array([len(r) for r in raw]))
+    for i, (t, r) in enumerate(zip(texts, raw)):
+        assert bool(ok[i]) == r.isascii()
+        if r.isascii():
+            assert int(h[i]) == java_string_hash(t)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ab ", max_size=70), min_size=1, max_size=10), st.binary(max_size=3))
+def test_split_spans_equals_str_split(values, gap):
+    from rmqtool.verify.records import split_spans
+    blob, starts, lens = b"", [], []
+    for v in values:
+        blob += gap
+        starts.append(len(blob))
+        lens.append(len(v) if v else -1)
+        blob += v.encode()
+    owner, tok_start, tok_len = split_spans(np.frombuffer(blob, np.uint8), np.array(starts), np.array(lens), ord(" "))
+    got = [(int(o), blob[s:s + n].decode()) for o, s, n in zip(owner, tok_start, tok_len)]
+    want = [(i, tok) for i, v in enumerate(values) for tok in v.split(" ") if tok]
+    assert got == want
+    assert list(tok_start) == sorted(tok_start)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=40), st.integers(2, 9),
+       st.lists(st.tuples(st.sampled_from(["prev", "slot"]), st.integers(0, 60), st.integers(-2, 45)), max_size=3))
+def test_chain_fast_check_implies_no_chain_findings(hashes, S, mutations):
+    """The sort-free chain check passes only when the exact (sorting) check finds nothing."""
+    from rmqtool.verify.findings import FindingSink
+    from rmqtool.verify.index import _chain_findings, _chains_consistent
+    n = len(hashes)
+    h = np.array(hashes, dtype=np.int64)
+    bucket = h % S
+    prev = np.zeros(n, dtype=np.int64)
+    slots = np.zeros(S, dtype=np.int64)
+    for e in range(1, n + 1):
+        b = int(bucket[e - 1])
+        prev[e - 1], slots[b] = slots[b], e
+    num = np.arange(1, n + 1, dtype=np.int64)
+    assert _chains_consistent(bucket, prev, num, slots)
+    for what, at, value in mutations:
+        (prev if what == "prev" else slots)[at % (n if what == "prev" else S)] = value
+    sink = FindingSink(None)
+    _chain_findings("f", S, bucket, prev, num, prev >= num, slots, sink)
+    if _chains_consistent(bucket, prev, num, slots):
+        assert not sink.findings
+    else:
+        assert sink.findings or (prev >= num).any() or (prev < 0).any() or (slots > n).any()

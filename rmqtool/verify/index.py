@@ -109,7 +109,7 @@ def _check_entries(path, S: int, header: IndexHeaderValues, entries: np.ndarray,
     h = entries["key_hash"].astype(np.int64)
     prev = entries["prev_index"].astype(np.int64)
     diff = entries["time_diff"].astype(np.int64)
-    phy = entries["phy_offset"].astype(np.int64)
+    phy = entries["phy_offset"][[0, -1]].astype(np.int64)      # only the first and last are used
     for i in np.flatnonzero(prev >= num):
         e = int(num[i])
         sink.add("index.chain-loop", path, entry_position(S, e) + _ENTRY_FIELD["prev_index"],
@@ -124,6 +124,46 @@ def _check_entries(path, S: int, header: IndexHeaderValues, entries: np.ndarray,
         e = int(num[i])
         sink.add("index.chain", path, entry_position(S, e), f"entry {e} has negative keyHash {int(h[i])}",
                  excerpt_len=4)
+    loop = prev >= num
+    if not _chains_consistent(bucket, prev, num, slots):
+        _chain_findings(path, S, bucket, prev, num, loop, slots, sink)
+    # header begin/end offsets
+    if header.begin_phy_offset != int(phy[0]):
+        sink.add("index.header", path, INDEX_HEADER_OFFSETS["begin_phy_offset"],
+                 f"beginPhyOffset {header.begin_phy_offset} != entry 1's offset {int(phy[0])}", excerpt_len=8)
+    if header.end_phy_offset != int(phy[-1]):
+        sink.add("index.header", path, INDEX_HEADER_OFFSETS["end_phy_offset"],
+                 f"endPhyOffset {header.end_phy_offset} != the last entry's offset {int(phy[-1])}", excerpt_len=8)
+
+
+def _chains_consistent(bucket, prev, num, slots) -> bool:
+    """True when every bucket's entries form exactly the chain slot -> newest -> ... -> oldest -> 0.
+
+    No sort needed: with prevIndex in [0, e), same-bucket links, each entry the prev of at
+    most one other, the links form disjoint decreasing paths; as many in-range non-zero slots
+    as paths (roots), each slot naming an entry of its own bucket that nobody links to,
+    means one path per used bucket holding all its entries in order, headed by its slot.
+    """
+    n = len(prev)
+    if (bucket < 0).any() or (prev < 0).any() or (prev >= num).any():
+        return False
+    linked = np.flatnonzero(prev > 0)
+    target = prev[linked] - 1
+    if (bucket[target] != bucket[linked]).any():
+        return False
+    refs = np.bincount(target, minlength=n)
+    if len(refs) and refs.max() > 1:
+        return False
+    heads = np.flatnonzero((slots > 0) & (slots <= n))
+    head = slots[heads] - 1
+    if not ((bucket[head] == heads) & (refs[head] == 0)).all():
+        return False
+    return len(heads) == n - len(linked)
+
+
+def _chain_findings(path, S, bucket, prev, num, loop, slots, sink) -> None:
+    """Exact per-entry/per-slot chain findings (the slow path, only when a chain is wrong)."""
+    n = len(prev)
     # expected prev: previous entry of the same bucket
     order = np.lexsort((num, bucket))
     b_sorted = bucket[order]
@@ -132,7 +172,6 @@ def _check_entries(path, S: int, header: IndexHeaderValues, entries: np.ndarray,
     same[1:] = b_sorted[1:] == b_sorted[:-1]
     expect_sorted = np.where(same, np.concatenate([[0], num[order][:-1]]), 0)
     expect[order] = expect_sorted
-    loop = prev >= num
     for i in np.flatnonzero((prev != expect) & ~loop & (bucket >= 0)):
         e = int(num[i])
         sink.add("index.chain", path, entry_position(S, e) + _ENTRY_FIELD["prev_index"],
@@ -150,13 +189,6 @@ def _check_entries(path, S: int, header: IndexHeaderValues, entries: np.ndarray,
         sink.add("index.chain", path, slot_position(S, int(s)),
                  f"slot {int(s)} holds {int(slots[s])}, the newest entry hashing to it is {int(want[s])}",
                  excerpt_len=4)
-    # header begin/end offsets
-    if header.begin_phy_offset != int(phy[0]):
-        sink.add("index.header", path, INDEX_HEADER_OFFSETS["begin_phy_offset"],
-                 f"beginPhyOffset {header.begin_phy_offset} != entry 1's offset {int(phy[0])}", excerpt_len=8)
-    if header.end_phy_offset != int(phy[-1]):
-        sink.add("index.header", path, INDEX_HEADER_OFFSETS["end_phy_offset"],
-                 f"endPhyOffset {header.end_phy_offset} != the last entry's offset {int(phy[-1])}", excerpt_len=8)
 
 
 def deep_index_checks(state: IndexFileState, geometry, table: RecordTable, store, valid_end: int,

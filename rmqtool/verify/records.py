@@ -16,7 +16,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
-from rmqtool.scan import body_crc_matches
+from rmqtool.scan import _row_width, body_crc_matches, span_rows
 from rmqtool.schema import dispatch_tags_code
 from rmqtool.verify.findings import Finding, ERROR
 
@@ -33,30 +33,66 @@ def buf_excerpt(batch, position: int, length: int = 16, before: int = 16) -> str
     return f"{start + batch.buf_base}: {raw[:cut].hex()} [{raw[cut:].hex()}]"
 
 
+_SHORT_SPAN = 256
+_INV31_POW = np.array([pow(pow(31, -1, 1 << 32), e, 1 << 32) for e in range(_SHORT_SPAN + 1)], dtype=np.uint32)
+
+
 def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Java hashCode of ASCII byte spans and whether each span is pure ASCII.
 
     Spans that are not ASCII get a meaningless hash; callers recompute those from
-    the decoded string.
+    the decoded string. Spans up to 256 bytes are copied into rows of a power-of-two
+    width and hashed column by column (Horner, uint32 wrap-around); bytes past a span's
+    end count as 0 and the surplus factor 31**k is undone with the inverse of 31 mod 2**32.
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(starts)
     out = np.zeros(n, dtype=np.uint32)
     ascii_ok = np.ones(n, dtype=bool)
-    nonempty = lengths > 0
-    if not nonempty.any():
+    idx = np.flatnonzero(lengths > 0)
+    if not len(idx):
         return out.view(np.int32), ascii_ok
+    short = lengths[idx] <= _SHORT_SPAN
+    if short.any():
+        sidx = idx[short]
+        widths = _row_width(lengths[sidx], 4)
+        for width in np.unique(widths).tolist():
+            g = sidx[widths == width]
+            out[g], ascii_ok[g] = _hash_rows(span_rows(blob, starts[g], int(width)), lengths[g])
+    if not short.all():
+        lidx = idx[~short]
+        out[lidx], ascii_ok[lidx] = _hash_long(blob, starts[lidx], lengths[lidx])
+    return out.view(np.int32), ascii_ok
+
+
+def _hash_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    k = len(rows)
+    h = np.zeros(k, dtype=np.uint32)
+    high = np.zeros(k, dtype=np.uint8)
+    full, top = int(lengths.min()), int(lengths.max())
+    with np.errstate(over="ignore"):
+        for j in range(top):
+            col = rows[:, j] if j < full else rows[:, j] * (lengths > j)
+            h *= np.uint32(31)
+            h += col
+            high |= col
+        if full < top:
+            h *= _INV31_POW[top - lengths]
+    return h, high < 0x80
+
+
+def _hash_long(blob, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """Per-byte gather for long spans (rare: property values over 256 bytes)."""
     total = int(lengths.sum())
-    owner = np.repeat(np.arange(n), lengths)
+    owner = np.repeat(np.arange(len(starts)), lengths)
     first = np.cumsum(lengths) - lengths
     pos_in_span = np.arange(total) - first[owner]
     data = blob[starts[owner] + pos_in_span]
     with np.errstate(over="ignore"):
         contrib = data.astype(np.uint32) * pow31(lengths[owner] - 1 - pos_in_span)
-    out[nonempty] = np.add.reduceat(contrib, first[nonempty]).astype(np.uint32)
-    ascii_ok[nonempty] = np.maximum.reduceat(data, first[nonempty]) < 0x80
-    return out.view(np.int32), ascii_ok
+    return (np.add.reduceat(contrib, first).astype(np.uint32),
+            np.maximum.reduceat(data, first) < 0x80)
 
 
 def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -69,30 +105,42 @@ def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
 
 
 def split_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sep: int):
-    """Split disjoint, ordered spans on a separator byte: (owner, token start, token length), empties dropped."""
+    """Split disjoint, ordered spans on a separator byte: (owner, token start, token length), empties dropped.
+
+    Tokens come in buffer order. Each span is copied into a row of a power-of-two width,
+    so only the spans' own bytes are searched.
+    """
     rec = np.flatnonzero(lengths > 0)
     if not len(rec):
         z = np.zeros(0, np.int64)
         return z, z, z
-    s = starts[rec]
-    e = s + lengths[rec]
-    lo, hi = int(s.min()), int(e.max())
-    seps = np.flatnonzero(blob[lo:hi] == sep) + lo
-    own = np.searchsorted(s, seps, side="right") - 1
-    inside = (own >= 0) & (seps < e[np.maximum(own, 0)])
-    seps, own = seps[inside], own[inside]
-    tok_start = np.concatenate([s, seps + 1])
-    tok_owner = np.concatenate([np.arange(len(rec)), own])
-    order = np.argsort(tok_start, kind="stable")
-    tok_start, tok_owner = tok_start[order], tok_owner[order]
-    tok_end = np.empty_like(tok_start)
-    tok_end[:-1] = tok_start[1:] - 1
-    last = np.ones(len(tok_start), dtype=bool)
-    last[:-1] = tok_owner[:-1] != tok_owner[1:]
-    tok_end[last] = e[tok_owner[last]]
-    length = tok_end - tok_start
-    keep = length > 0
-    return rec[tok_owner[keep]], tok_start[keep], length[keep]
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    widths = _row_width(lengths[rec], 8)
+    owners, tstarts, tlens = [], [], []
+    for width in np.unique(widths).tolist():
+        g = rec[widths == width]
+        s0, ln = starts[g], lengths[g]
+        flat = span_rows(blob, s0, int(width)).reshape(-1)
+        row_base = np.arange(len(g), dtype=np.int64) * width
+        row_end = row_base + ln
+        seps = np.flatnonzero(flat == sep)
+        seps = seps[seps < row_end[seps // width]]
+        tok = np.concatenate([row_base, seps + 1])
+        end = np.concatenate([seps, row_end])        # every token ends at a separator or its row's end
+        tok.sort()
+        end.sort()
+        keep = end > tok
+        tok, end = tok[keep], end[keep]
+        r = tok // width
+        owners.append(g[r])
+        tstarts.append(s0[r] + (tok - row_base[r]))
+        tlens.append(end - tok)
+    owner, tstart, tlen = (np.concatenate(x) for x in (owners, tstarts, tlens))
+    if len(owners) > 1:
+        order = np.argsort(tstart, kind="stable")
+        owner, tstart, tlen = owner[order], tstart[order], tlen[order]
+    return owner, tstart, tlen
 
 
 @dataclass
