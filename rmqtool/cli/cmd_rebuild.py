@@ -93,6 +93,15 @@ def _render(r, fmt: str, dry_run: bool) -> None:
     stdout.print(f"  {r.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
 
 
+def engine_walker_for(engine: str, *args):
+    """--engine: None (the local walk) or a Spark walker; pyarrow/pyspark load only for spark."""
+    import contextlib
+    if engine == "local":
+        return contextlib.nullcontext()
+    from rmqtool.engines.rebuild import engine_walker_for as spark_walker
+    return spark_walker(engine, *args)
+
+
 def _open(store: str, commitlog_dirs, slots=None, entries=None):
     from rmqtool.store import Store
     return Store(store, commitlog_dirs=commitlog_dirs)
@@ -111,6 +120,10 @@ def rebuild_consumequeue_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
     workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
+    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -120,8 +133,10 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
-        r = rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
-                                 dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes), workers=workers)
+        with engine_walker_for(engine, s, not no_crc, bar, master, remote, spark_conf) as walker:
+            r = rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
+                                     dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
+                                     workers=workers, walker=walker)
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -139,6 +154,10 @@ def rebuild_index_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
     workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
+    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
@@ -157,8 +176,9 @@ def rebuild_index_command(
         geometry = s.index_geometry
     bar = LazyProgress("rebuild index")
     try:
-        r = rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                          progress=bar, confirm=_confirm_factory(yes), workers=workers)
+        with engine_walker_for(engine, s, not no_crc, bar, master, remote, spark_conf) as walker:
+            r = rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
+                              progress=bar, confirm=_confirm_factory(yes), workers=workers, walker=walker)
     finally:
         bar.close()
     _render(r, fmt, dry_run)

@@ -57,18 +57,39 @@ def _validity(valid: np.ndarray):
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _binary(mv: memoryview, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
-    """Binary array of buf spans; length -1 is null."""
+def _raw(buf) -> bytes | memoryview:
+    """A bytes object for cheap slicing: the scanner's window itself when ``buf`` wraps one."""
+    base = getattr(buf, "base", None)
+    if isinstance(base, bytes) and len(base) == len(buf):
+        return base
+    return buf.tobytes() if isinstance(buf, np.ndarray) else bytes(buf)
+
+
+def _span_bytes(raw, starts: np.ndarray, size: np.ndarray, offsets: np.ndarray) -> bytes:
+    """The spans concatenated: a numpy gather for short spans, slicing + join for long ones."""
+    total = int(offsets[-1])
+    if total == 0:
+        return b""
+    if total <= 64 * max(int(np.count_nonzero(size)), 1):
+        arr = np.frombuffer(raw, dtype=np.uint8)
+        rel = np.repeat(starts - offsets[:-1], size) + np.arange(total, dtype=np.int64)
+        return arr[rel].tobytes()
+    return b"".join([raw[s:s + k] for s, k in zip(starts.tolist(), size.tolist()) if k])
+
+
+def _binary(raw, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
+    """Binary array of spans of ``raw`` (bytes); length -1 is null."""
     n = len(starts)
     valid = lens >= 0
     size = np.where(valid, lens, 0)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(size, out=offsets[1:])
-    data = b"".join([mv[s:s + k] for s, k in zip(starts.tolist(), size.tolist()) if k])
-    typ = pa.large_binary() if offsets[-1] >= (1 << 31) else pa.binary()
-    off = offsets if typ == pa.large_binary() else offsets.astype(np.int32)
-    arr = pa.Array.from_buffers(typ, n, [_validity(valid), pa.py_buffer(off), pa.py_buffer(data)])
-    return arr if typ == pa.binary() else arr.cast(pa.binary()) if offsets[-1] < (1 << 31) else arr
+    data = _span_bytes(raw, starts, size, offsets)
+    if offsets[-1] >= (1 << 31):
+        return pa.Array.from_buffers(pa.large_binary(), n, [_validity(valid), pa.py_buffer(offsets),
+                                                            pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.binary(), n, [_validity(valid), pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(data)])
 
 
 def _text(arr: pa.Array) -> pa.Array:
@@ -81,12 +102,16 @@ def _text(arr: pa.Array) -> pa.Array:
 
 
 def _by_value(values: np.ndarray, fmt) -> pa.Array:
-    """Format each distinct row of a (n, w) uint8 matrix once, then expand."""
-    if not len(values):
+    """Format each distinct row of a (n, w) uint8 matrix once (hash-based), then expand."""
+    n, width = values.shape
+    if not n:
         return pa.array([], pa.string())
-    uniq, inverse = np.unique(values, axis=0, return_inverse=True)
-    texts = pa.array([fmt(row) for row in uniq], pa.string())
-    return texts.take(pa.array(inverse.reshape(-1)))
+    fixed = pa.Array.from_buffers(pa.binary(width), n,
+                                  [None, pa.py_buffer(np.ascontiguousarray(values))])
+    enc = fixed.dictionary_encode()
+    texts = pa.array([fmt(np.frombuffer(v, dtype=np.uint8)) for v in enc.dictionary.to_pylist()],
+                     pa.string())
+    return texts.take(enc.indices)
 
 
 def _gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -147,7 +172,7 @@ def _properties(mv: memoryview, starts: np.ndarray, lens: np.ndarray) -> pa.Arra
     size = np.where(lens > 0, lens, 0)
     rec_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(size, out=rec_off[1:])
-    data = b"".join([mv[s:s + k] for s, k in zip(starts.tolist(), size.tolist()) if k])
+    data = _span_bytes(mv, starts, size, rec_off)
     arr = np.frombuffer(data, dtype=np.uint8)
     seps = np.flatnonzero(arr == 2)
     ones = np.flatnonzero(arr == 1)
@@ -164,7 +189,7 @@ def _properties(mv: memoryview, starts: np.ndarray, lens: np.ndarray) -> pa.Arra
     seg_x, seg_e, kv, seg_owner = seg_x[ok], seg_e[ok], kv[ok], seg_owner[ok]
     order = np.lexsort((seg_x, seg_owner))
     seg_x, seg_e, kv, seg_owner = seg_x[order], seg_e[order], kv[order], seg_owner[order]
-    dmv = memoryview(data)
+    dmv = data
     keys = _text(_binary(dmv, seg_x, kv - seg_x))
     values = _text(_binary(dmv, kv + 1, seg_e - kv - 1))
     if len(keys):
@@ -290,7 +315,7 @@ def batch_to_arrow(batch, store: str | None = None, body: str = "none") -> pa.Re
     c = batch.columns
     n = len(batch)
     buf = batch.buf
-    mv = memoryview(buf)
+    mv = _raw(buf)
     out: dict[str, pa.Array] = {}
     sys_flag = c["sys_flag"]
     magic = c["magic"]

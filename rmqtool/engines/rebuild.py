@@ -97,3 +97,30 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
             return records, to_offset, "to-offset"
         return records, end, kind
     return walk
+
+
+class engine_walker_for:
+    """Context manager for the CLI: ``None`` (rmqtool.rebuild's own walk) for ``local``,
+    else a walker on a Spark session that is stopped on exit if it was started here."""
+
+    def __init__(self, engine: str, store, check_crc: bool, progress=None, master=None, remote=None,
+                 spark_conf=None):
+        from rmqtool.engines import ENGINES
+        from rmqtool.errors import UsageError
+        if engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        self.args = (engine, store, check_crc, progress, master, remote, spark_conf or ())
+        self.engine = None
+
+    def __enter__(self):
+        from rmqtool.dispatch import DispatchConfig
+        from rmqtool.engines import get_engine
+        name, store, check_crc, progress, master, remote, conf = self.args
+        if name == "local":
+            return None
+        self.engine = get_engine(name, master=master, remote=remote, spark_conf=conf)
+        return engine_walker(self.engine, store, check_crc, DispatchConfig(), progress=progress)
+
+    def __exit__(self, *exc):
+        if self.engine is not None:
+            self.engine.close()
