@@ -10,6 +10,7 @@ path the bulk decoder is tested against.
 """
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -141,13 +142,18 @@ class FileScan:
     """Iterate the record batches of one commitlog file; ``end`` is set when exhausted."""
 
     def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
-                 check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False):
+                 check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False,
+                 reuse_buffer: bool = False):
         self.path = str(path)
         self.file_base = file_base
         self.lo, self.hi = lo, hi
         self.check_crc = check_crc
         self.chunk_size = max(chunk_size, 1 << 16)
         self.carved = carved
+        # read every window into one buffer: no fresh allocation (and page faults) per window,
+        # but a batch's ``buf`` is overwritten by the next window: consume batches one at a time
+        self.reuse_buffer = reuse_buffer
+        self._buffer: bytearray | None = None
         self.end: FileEnd | None = None
 
     def __iter__(self) -> Iterator[RecordBatch]:
@@ -165,7 +171,7 @@ class FileScan:
                 self.end = FileEnd(self.path, self.file_base, size, pos, kind, messages)
                 return
             want = min(self.chunk_size, size - pos)
-            window = fh.read(pos, want)
+            window = self._read_reused(fh, pos, want) if self.reuse_buffer else fh.read(pos, want)
             starts, stop, next_pos = _walk_chain(window, pos, size, hi)
             batch = None
             if starts:
@@ -185,6 +191,23 @@ class FileScan:
             if next_pos == pos:     # one record larger than the window: widen it
                 self.chunk_size = min(self.chunk_size * 2, size)
             pos = next_pos
+
+    def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
+        """``fh.read(pos, want)`` (exact) into the scan's reused buffer."""
+        if self._buffer is None or len(self._buffer) < want:
+            self._buffer = bytearray(max(want, min(self.chunk_size, fh.size())))
+        view = memoryview(self._buffer)[:want]
+        got = 0
+        while got < want:
+            try:
+                n = os.preadv(fh.fd, [view[got:]], pos + got)
+            except OSError as exc:
+                raise FileChangedError(f"read failed: {exc.strerror}", fh.path, pos + got) from None
+            if not n:
+                raise FileChangedError(f"file shorter than expected (wanted {want} bytes, got {got})",
+                                       fh.path, pos + got)
+            got += n
+        return view
 
 
 def _walk_chain(window: bytes, base: int, file_size: int, hi: int):
