@@ -13,6 +13,7 @@ from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
 from rmqtool.checkpoint import read_checkpoint
 from rmqtool.consumequeue import read_units
 from rmqtool.errors import StoreLayoutError, UsageError
+from rmqtool.fileio import file_size
 from rmqtool.indexfile import IndexFileReader, resolve_geometry
 from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
 from rmqtool.segments import SEGMENT_NAME, Segment, SegmentQueue
@@ -60,7 +61,7 @@ def commitlog_target(path: str, store_factory) -> tuple[object, list[Segment] | 
     p = Path(path)
     if p.is_file():
         base = int(p.name) if SEGMENT_NAME.match(p.name) else 0
-        seg = Segment(p, base, p.stat().st_size)
+        seg = Segment(p, base, file_size(p))
         queue = SegmentQueue("commitlog", [seg], seg.size)
         return _SingleFileStore(queue), [seg]
     return store_factory(path), None
@@ -119,7 +120,7 @@ def consumequeue_file_rows(path: Path, cq_file_size: int | None) -> Iterator[dic
     topic, queue = (m.group("topic"), int(m.group("queue"))) if m else (None, None)
     if not SEGMENT_NAME.match(path.name):
         raise StoreLayoutError("a ConsumeQueue file name must be 20 digits (its byte offset)", path)
-    size = path.stat().st_size
+    size = file_size(path)
     seg = Segment(path, int(path.name), size)
     yield from _queue_rows(topic, queue, SegmentQueue("consumequeue", [seg], cq_file_size or size))
 
@@ -175,7 +176,7 @@ def index_rows(files: list[Path], geometry, header_only: bool = False,
 def index_target(path: str, store_factory, slots, entries):
     p = Path(path)
     if p.is_file():
-        return [p], resolve_geometry([(p, p.stat().st_size)], slots, entries)
+        return [p], resolve_geometry([(p, file_size(p))], slots, entries)
     store = store_factory(path)
     files = store.index_files()
     if not files:

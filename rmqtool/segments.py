@@ -62,7 +62,13 @@ class SegmentQueue:
                     problems.append(LayoutProblem("names", e.path, None,
                                                   "file name is not 20 digits; ignored", "warning"))
                     continue
-                files.append(Segment(Path(e.path), int(e.name), e.stat(follow_symlinks=False).st_size))
+                try:
+                    size = e.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:          # deleted between listing and stat (retention)
+                    problems.append(LayoutProblem("names", e.path, None,
+                                                  "file vanished while listing; ignored", "warning"))
+                    continue
+                files.append(Segment(Path(e.path), int(e.name), size))
         files.sort(key=lambda s: s.name)
         nominal = file_size or _infer_file_size(files, unit)
         queue = cls(kind, files, nominal, problems)

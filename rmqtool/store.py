@@ -151,7 +151,12 @@ class Store:
 
     @cached_property
     def index_geometry(self) -> IndexGeometry:
-        files = [(p, p.stat().st_size) for p in self.index_files()]
+        files = []
+        for p in self.index_files():
+            try:
+                files.append((p, p.stat().st_size))
+            except FileNotFoundError:            # deleted since listing: nothing to infer from
+                continue
         return resolve_geometry(files, self._index_slots, self._index_entries)
 
     # --- checkpoint, liveness, config --------------------------------------------------------------

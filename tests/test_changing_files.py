@@ -203,3 +203,23 @@ def test_readers_never_mmap():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "rmqtool").rglob("*.py")
                  if re.search(r"^\s*(import mmap|from mmap )|mmap\.mmap\(", p.read_text(), re.M)]
     assert not offenders, f"mmap used in {offenders}"
+
+
+def test_segment_deleted_between_listing_and_stat(tmp_path, monkeypatch):
+    """Retention deleting a file right after the directory was listed: skipped with a warning."""
+    import os as _os
+    from rmqtool import segments
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    for start in (0, 1024, 2048):
+        (d / f"{start:020d}").write_bytes(bytes(1024))
+    real_scandir = _os.scandir
+
+    def scandir_then_delete(path):
+        entries = list(real_scandir(path))
+        subprocess.run(["rm", str(d / f"{0:020d}")], check=True)      # a second process deletes one
+        return iter(entries)
+    monkeypatch.setattr(segments.os, "scandir", scandir_then_delete)
+    queue = segments.SegmentQueue.discover([d], "commitlog", 1024)
+    assert [s.start for s in queue.files] == [1024, 2048]
+    assert any("vanished" in p.message and p.path.endswith(f"{0:020d}") for p in queue.problems)
