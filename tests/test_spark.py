@@ -152,3 +152,14 @@ def test_rebuild_on_spark_is_byte_identical_to_local_and_upstream(spark, name, t
     assert _index_files(tmp_path / "spark" / "ix") == _index_files(tmp_path / "local" / "ix") \
         == _index_files(reference_store(name) / "index")
     assert cq.records == ix.records > 0
+
+
+def test_distributed_rebuild_on_spark_is_byte_identical_to_upstream(spark, tmp_path):
+    """Spark shape: one task per queue writes its CQ files; one task per entry range writes
+    each IndexFile after the global order by physical offset."""
+    from test_engines import _index_files, _tree, distributed
+    with get_engine("spark", spark=spark) as eng:
+        out = distributed(reference_store("basic"), tmp_path, eng, 40000)
+    assert _tree(tmp_path / "cq") == _tree(reference_store("basic") / "consumequeue")
+    assert _index_files(tmp_path / "ix") == _index_files(reference_store("basic") / "index")
+    assert out["records"] == 3000

@@ -124,3 +124,333 @@ class engine_walker_for:
     def __exit__(self, *exc):
         if self.engine is not None:
             self.engine.close()
+
+
+# --- the distributed shape: executors write the files --------------------------------------------
+CQ_ROWS = pa.schema([("topic", pa.string()), ("queue_id", pa.int64()), ("task", pa.int64()),
+                     ("ord", pa.int64()), ("queue_offset", pa.int64()), ("phy_offset", pa.int64()),
+                     ("size", pa.int64()), ("tags_code", pa.int64())])
+KEY_ROWS = pa.schema([("task", pa.int64()), ("ord", pa.int64()), ("key_hash", pa.int64()),
+                      ("phy_offset", pa.int64()), ("store_timestamp", pa.int64())])
+PASS1 = pa.schema([("task", pa.int64()), ("cq_file", pa.string()), ("key_file", pa.string()),
+                   ("cq_rows", pa.int64()), ("key_rows", pa.int64()), ("records", pa.int64()),
+                   ("max_record_phy", pa.int64()), ("stops", pa.string())])
+CQ_WRITTEN = pa.schema([("topic", pa.string()), ("queue_id", pa.int64()), ("units", pa.int64()),
+                        ("files", pa.string()), ("warnings", pa.string())])
+INDEX_WRITTEN = pa.schema([("file_no", pa.int64()), ("name", pa.string()), ("entries", pa.int64()),
+                           ("last_phy", pa.int64()), ("last_ts", pa.int64())])
+
+
+class DispatchRowsStage:
+    """Pass 1, per task: dispatch its records and write CQ unit rows and index key rows
+    (in broker order: ``ord`` numbers them within the task) to Parquet under ``work``."""
+
+    def __init__(self, work: str, config, start: int, to_offset: int | None, cq: bool, index: bool):
+        self.work, self.config, self.start, self.to_offset = work, config, start, to_offset
+        self.cq, self.index = cq, index
+
+    def __call__(self, task, batches):
+        import os
+        import pyarrow.parquet as pq
+        from rmqtool.dispatch import dispatch_batch
+        names = {"cq": os.path.join(self.work, f"cq-{task.task_id:06d}.parquet"),
+                 "key": os.path.join(self.work, f"key-{task.task_id:06d}.parquet")}
+        writers = {"cq": pq.ParquetWriter(names["cq"], CQ_ROWS) if self.cq else None,
+                   "key": pq.ParquetWriter(names["key"], KEY_ROWS) if self.index else None}
+        n_cq = n_key = records = 0
+        max_phy, stops = -1, []
+        try:
+            for b in batches:
+                keep = b.phy_offset >= self.start
+                if self.to_offset is not None:
+                    keep &= b.phy_offset < self.to_offset
+                if not keep.any():
+                    continue
+                if not keep.all():
+                    b = select(b, np.flatnonzero(keep))
+                d = dispatch_batch(b, self.config)
+                records += len(b)
+                if d.stop:
+                    stops.append(d.stop)
+                if len(d.record_phy_offset):
+                    max_phy = max(max_phy, int(d.record_phy_offset.max()))
+                m = len(d.cq_topic)
+                if writers["cq"] is not None and m:
+                    writers["cq"].write_batch(pa.RecordBatch.from_arrays([
+                        pa.array(d.topics, pa.string()).take(pa.array(d.cq_topic.astype(np.int64))),
+                        pa.array(d.cq_queue_id.astype(np.int64)), pa.array(np.full(m, task.task_id)),
+                        pa.array(np.arange(n_cq, n_cq + m, dtype=np.int64)),
+                        pa.array(d.cq_queue_offset.astype(np.int64)), pa.array(d.cq_phy_offset.astype(np.int64)),
+                        pa.array(d.cq_size.astype(np.int64)), pa.array(d.cq_tags_code.astype(np.int64))],
+                        schema=CQ_ROWS))
+                    n_cq += m
+                k = len(d.key_hash)
+                if writers["key"] is not None and k:
+                    writers["key"].write_batch(pa.RecordBatch.from_arrays([
+                        pa.array(np.full(k, task.task_id)), pa.array(np.arange(n_key, n_key + k, dtype=np.int64)),
+                        pa.array(d.key_hash.astype(np.int64)), pa.array(d.key_phy_offset.astype(np.int64)),
+                        pa.array(d.key_store_timestamp.astype(np.int64))], schema=KEY_ROWS))
+                    n_key += k
+        finally:
+            for w in writers.values():
+                if w is not None:
+                    w.close()
+        yield pa.RecordBatch.from_pylist([{
+            "task": task.task_id, "cq_file": names["cq"] if self.cq else None,
+            "key_file": names["key"] if self.index else None, "cq_rows": n_cq, "key_rows": n_key,
+            "records": records, "max_record_phy": max_phy, "stops": "\n".join(stops)}], schema=PASS1)
+
+
+def _remove_pass1(table: pa.Table) -> None:
+    import os
+    for col in ("cq_file", "key_file"):
+        for f in table.column(col).to_pylist():
+            if f and os.path.exists(f):
+                os.unlink(f)
+
+
+class CqFileWriter:
+    """Pass 2 (one task per group of queues): the units of each (topic, queue), sorted in
+    broker order, laid out like the broker and written as that queue's files."""
+
+    def __init__(self, out: str, file_size: int):
+        self.out, self.file_size = out, file_size
+
+    def __call__(self, batches):
+        cur, parts = None, []
+        for b in batches:
+            topic = b.column("topic").to_pylist()
+            qid = b.column("queue_id").to_numpy()
+            cols = [b.column(c).to_numpy() for c in ("queue_offset", "phy_offset", "size", "tags_code")]
+            cut = [0] + [i for i in range(1, len(topic)) if topic[i] != topic[i - 1] or qid[i] != qid[i - 1]] \
+                + [len(topic)]
+            for lo, hi in zip(cut, cut[1:]):
+                if lo == hi:
+                    continue
+                key = (topic[lo], int(qid[lo]))
+                if key != cur:
+                    if cur is not None:
+                        yield self._flush(cur, parts)
+                    cur, parts = key, []
+                parts.append([c[lo:hi] for c in cols])
+        if cur is not None:
+            yield self._flush(cur, parts)
+
+    def _flush(self, key, parts) -> pa.RecordBatch:
+        import os
+        from pathlib import Path
+        from rmqtool.dispatch import QueueUnits, layout_cq
+        from rmqtool.topicpath import describe, queue_dir, topic_path_problem
+        topic, qid = key
+        q = QueueUnits(topic, qid, *[np.concatenate([p[i] for p in parts]) for i in range(4)])
+        problem = topic_path_problem(topic)
+        if problem is not None:
+            return pa.RecordBatch.from_pylist([{
+                "topic": topic, "queue_id": qid, "units": 0, "files": "",
+                "warnings": f"{problem}: queue {describe(topic)}/{qid} skipped ({len(q)} units not written)"}],
+                schema=CQ_WRITTEN)
+        layout = layout_cq(q, self.file_size)
+        qdir = queue_dir(Path(self.out), topic, qid)
+        qdir.mkdir(parents=True, exist_ok=True)
+        files = []
+        for start in layout.file_starts():
+            path = qdir / f"{start:020d}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, self.file_size)
+                data, pos = memoryview(layout.file_data(start)), 0
+                while data:
+                    n = os.pwrite(fd, data, pos)
+                    data, pos = data[n:], pos + n
+            finally:
+                os.close(fd)
+            files.append(f"{topic}/{qid}/{start:020d}")
+        return pa.RecordBatch.from_pylist([{"topic": topic, "queue_id": qid, "units": layout.real_units,
+                                            "files": "\n".join(files), "warnings": "\n".join(layout.warnings)}],
+                                          schema=CQ_WRITTEN)
+
+
+class IndexFileWriter:
+    """Pass 2 (one task per index file): the file's entry range in broker order, preceded by
+    the previous file's last key (its end timestamp seeds the header), written as one file."""
+
+    def __init__(self, out: str, hash_slots: int, index_entries: int, names: list[str]):
+        self.out, self.slots, self.entries, self.names = out, hash_slots, index_entries, names
+
+    def __call__(self, batches):
+        cur, parts = None, []
+        for b in batches:
+            fno = b.column("file_no").to_numpy()
+            cut = [0] + list(np.flatnonzero(np.diff(fno)) + 1) + [len(fno)]
+            for lo, hi in zip(cut, cut[1:]):
+                if lo == hi:
+                    continue
+                if int(fno[lo]) != cur:
+                    if cur is not None:
+                        yield self._write(cur, parts)
+                    cur, parts = int(fno[lo]), []
+                parts.append(b.slice(lo, hi - lo))
+        if cur is not None:
+            yield self._write(cur, parts)
+
+    def _write(self, file_no: int, parts) -> pa.RecordBatch:
+        import os
+        from rmqtool.dispatch import build_index_image
+        t = pa.Table.from_batches(parts)
+        seed = t.column("is_seed").to_numpy(zero_copy_only=False)
+        kh, ph, ts = (t.column(c).to_numpy() for c in ("key_hash", "phy_offset", "store_timestamp"))
+        seed_phy = int(ph[seed][-1]) if seed.any() else 0
+        seed_ts = int(ts[seed][-1]) if seed.any() else 0
+        keys = ~seed
+        image = build_index_image(kh[keys], ph[keys], ts[keys], self.slots, self.entries, seed_phy, seed_ts)
+        name = self.names[file_no]
+        fd = os.open(os.path.join(self.out, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            image.write_to(fd)
+        finally:
+            os.close(fd)
+        return pa.RecordBatch.from_pylist([{"file_no": file_no, "name": name, "entries": int(keys.sum()),
+                                            "last_phy": int(ph[keys][-1]), "last_ts": int(ts[keys][-1])}],
+                                          schema=INDEX_WRITTEN)
+
+
+def walk_outcome(store, tasks, statuses, start: int, to_offset: int | None) -> tuple[set, int, str]:
+    """Which tasks the broker's walk reaches (files up to the first one not ending in a
+    BLANK), and (end offset, end kind) as ``rmqtool.rebuild`` reports them."""
+    size = store.commitlog.file_size
+    ends = file_ends(tasks, statuses)
+    valid: set = set()
+    end, kind = start, "empty"
+    segs = [s for s in store.commitlog.files if s.start + size > start
+            and (to_offset is None or s.start < to_offset)]
+    for seg in segs:
+        valid |= {t.task_id for t in tasks if t.path == str(seg.path)}
+        fkind, fpos = ends.get(str(seg.path), (END_EOF, seg.size))
+        end, kind = (seg.start + size, fkind) if fkind == END_BLANK else (seg.start + fpos, fkind)
+        if to_offset is not None and end >= to_offset:
+            return valid, to_offset, "to-offset"
+        if fkind != END_BLANK:
+            break
+    if kind == END_RANGE and to_offset is not None:
+        return valid, to_offset, "to-offset"
+    return valid, end, kind
+
+
+def _shuffle(engine, files: list[str], prepare, key: list[str], order: list[str], fn, schema: pa.Schema,
+             partitions: int) -> pa.Table:
+    """Rows of Parquet ``files`` -> ``prepare`` -> grouped by ``key`` onto tasks, sorted by
+    key + order within each -> ``fn`` per task. Spark: repartition + sortWithinPartitions +
+    mapInArrow (executors read and write); local: one sorted table in this process."""
+    if not files:
+        return schema.empty_table()
+    if engine.name == "spark":
+        from pyspark.sql.pandas.types import from_arrow_schema
+        df = prepare(engine.spark.read.parquet(*files), True)
+        df = df.repartition(max(partitions, 1), *key).sortWithinPartitions(*(key + order))
+        out = df.mapInArrow(fn, from_arrow_schema(schema))
+        table = out.toArrow() if hasattr(out, "toArrow") else pa.Table.from_pandas(out.toPandas())
+        return table.select(schema.names).cast(schema)
+    import pyarrow.parquet as pq
+    table = prepare(pa.concat_tables([pq.read_table(f) for f in files]), False)
+    table = table.sort_by([(c, "ascending") for c in key + order])
+    return pa.Table.from_batches(list(fn(iter(table.to_batches(max_chunksize=1 << 16)))), schema)
+
+
+def _index_prepare(offsets: np.ndarray, cap: int, n_files: int):
+    """Adds ordinal (global entry number), file_no and the previous file's last key as a seed row."""
+    def prepare(data, spark: bool):
+        if spark:
+            from pyspark.sql import functions as F
+            off = F.element_at(F.array(*[F.lit(int(x)) for x in offsets]), F.col("task").cast("int") + 1)
+            df = data.withColumn("ordinal", off + F.col("ord"))
+            df = df.withColumn("file_no", F.floor(F.col("ordinal") / F.lit(cap)).cast("long"))
+            seeds = (df.where((F.col("ordinal") % cap == cap - 1) & (F.col("file_no") + 1 < n_files))
+                     .withColumn("file_no", F.col("file_no") + 1).withColumn("is_seed", F.lit(True)))
+            return df.withColumn("is_seed", F.lit(False)).unionByName(seeds)
+        ordinal = offsets[data.column("task").to_numpy()] + data.column("ord").to_numpy()
+        file_no = ordinal // cap
+        table = data.append_column("ordinal", pa.array(ordinal)).append_column("file_no", pa.array(file_no))
+        table = table.append_column("is_seed", pa.array(np.zeros(len(ordinal), dtype=bool)))
+        pick = np.flatnonzero((ordinal % cap == cap - 1) & (file_no + 1 < n_files))
+        seeds = table.take(pa.array(pick))
+        seeds = seeds.set_column(seeds.schema.get_field_index("file_no"), "file_no",
+                                 pa.array(file_no[pick] + 1))
+        seeds = seeds.set_column(seeds.schema.get_field_index("is_seed"), "is_seed",
+                                 pa.array(np.ones(len(pick), dtype=bool)))
+        return pa.concat_tables([table, seeds])
+    return prepare
+
+
+def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, cq_file_size: int = 0,
+                        geometry=None, check_crc: bool = True, config=None, to_offset: int | None = None,
+                        split_size: int = DEFAULT_SPLIT_SIZE, work_dir=None) -> dict:
+    """Rebuild the whole ConsumeQueue tree (into ``cq_out``) and/or all IndexFiles (into
+    ``index_out``) with the Spark shape: pass 1 dispatches byte ranges on the executors and
+    writes unit/key rows; pass 2 gives each (topic, queue) to one task that writes its CQ
+    files, and orders keys globally (per-task counts -> prefix sums -> entry ordinal) so
+    that each IndexFile is one entry range written by one task."""
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+    from rmqtool.dispatch import DispatchConfig, build_index_image
+    from rmqtool.rebuild import index_file_name
+    config = config or DispatchConfig()
+    outs = [Path(p) for p in (cq_out, index_out) if p is not None]
+    for p in outs:
+        p.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".rmqtool-work-", dir=work_dir or outs[0].parent))
+    try:
+        start = store.commitlog.min_offset
+        tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc)
+        stage = DispatchRowsStage(str(work), config, start, to_offset, cq_out is not None, index_out is not None)
+        p1 = engine.run(tasks, stage, PASS1, on_discard=_remove_pass1)
+        valid, end, kind = walk_outcome(store, engine.tasks, engine.statuses, start, to_offset)
+        rows = sorted((r for r in p1.to_pylist() if r["task"] in valid), key=lambda r: r["task"])
+        out = {"records": sum(r["records"] for r in rows), "range_start": start, "range_end": end,
+               "end_kind": kind, "warnings": [s for r in rows for s in r["stops"].split("\n") if s],
+               "cq_files": [], "units": 0, "index_files": [], "entries": 0}
+        slots = 4 * (getattr(engine, "parallelism", lambda: 1)())
+        if cq_out is not None:
+            written = _shuffle(engine, [r["cq_file"] for r in rows if r["cq_rows"]], lambda d, s: d,
+                               ["topic", "queue_id"], ["task", "ord"], CqFileWriter(str(cq_out), cq_file_size),
+                               CQ_WRITTEN, slots)
+            for r in sorted(written.to_pylist(), key=lambda r: (r["topic"], r["queue_id"])):
+                out["units"] += r["units"]
+                out["cq_files"] += [f for f in r["files"].split("\n") if f]
+                out["warnings"] += [w for w in r["warnings"].split("\n") if w]
+        if index_out is not None:
+            cap = geometry.index_entries - 1
+            counts = np.zeros(len(tasks) and max(t.task_id for t in tasks) + 1, dtype=np.int64)
+            for r in rows:
+                counts[r["task"]] = r["key_rows"]
+            offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            total = int(counts.sum())
+            n_files = -(-total // cap)
+            now = int(time.time() * 1000)
+            names = [index_file_name(now + i) for i in range(n_files + 1)]
+            written = _shuffle(engine, [r["key_file"] for r in rows if r["key_rows"]],
+                               _index_prepare(offsets, cap, n_files), ["file_no"], ["ordinal"],
+                               IndexFileWriter(str(index_out), geometry.hash_slots, geometry.index_entries, names),
+                               INDEX_WRITTEN, n_files)
+            done = sorted(written.to_pylist(), key=lambda r: r["file_no"])
+            out["entries"] = sum(r["entries"] for r in done)
+            out["index_files"] = [r["name"] for r in done]
+            # the broker opens one more file when a record arrives after the last one filled
+            max_phy = max((r["max_record_phy"] for r in rows), default=-1)
+            last = done[-1] if done else None
+            if (last is None and max_phy >= 0) or (last is not None and last["entries"] == cap
+                                                    and max_phy > last["last_phy"]):
+                seed_phy, seed_ts = (last["last_phy"], last["last_ts"]) if last else (0, 0)
+                image = build_index_image(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                          geometry.hash_slots, geometry.index_entries, seed_phy, seed_ts)
+                import os
+                fd = os.open(Path(index_out) / names[n_files], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    image.write_to(fd)
+                finally:
+                    os.close(fd)
+                out["index_files"].append(names[n_files])
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
