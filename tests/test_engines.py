@@ -341,3 +341,21 @@ def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
     assert (out["units"], out["entries"]) == (cq.units, ix.entries)
     assert _tree(tmp_path / "d" / "cq") == _tree(tmp_path / "lcq")
     assert _index_files(tmp_path / "d" / "ix") == _index_files(tmp_path / "lix")
+
+
+def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
+    from rmqtool.engines.rebuild import engine_rebuild
+    from rmqtool.indexfile import IndexGeometry
+    root = store_copy("mixed")
+    shutil.rmtree(root / "consumequeue")
+    (root / "index" / "00000000000000000").write_bytes(b"junk")      # an index file name: replaced
+    (root / "index" / "notes.txt").write_text("kept")                 # not an index file: carried
+    with get_engine("local") as eng:
+        r = engine_rebuild("consumequeue", Store(root), eng, cq_file_size=800, split_size=9000)
+        assert _tree(root / "consumequeue") == _tree(reference_store("mixed") / "consumequeue")
+        assert r.records == 662 and r.backup is None
+        i = engine_rebuild("index", Store(root), eng, geometry=IndexGeometry(61, 350),
+                           output=tmp_path / "ix", split_size=9000)
+    (tmp_path / "ix" / "notes.txt").unlink()
+    assert _index_files(tmp_path / "ix") == _index_files(reference_store("mixed") / "index")
+    assert i.entries > 0 and not [p for p in root.iterdir() if ".rmqtool-" in p.name]

@@ -163,3 +163,23 @@ def test_distributed_rebuild_on_spark_is_byte_identical_to_upstream(spark, tmp_p
     assert _tree(tmp_path / "cq") == _tree(reference_store("basic") / "consumequeue")
     assert _index_files(tmp_path / "ix") == _index_files(reference_store("basic") / "index")
     assert out["records"] == 3000
+
+
+def test_rebuild_cli_on_spark(spark, store_copy, tmp_path):
+    from typer.testing import CliRunner
+    from rmqtool.cli import app
+    from test_engines import _index_files, _tree
+    root = store_copy("mixed")
+    shutil.rmtree(root / "consumequeue")
+    res = CliRunner().invoke(app, ["rebuild", "consumequeue", str(root), "--yes", "--cq-file-size", "800",
+                                   "--engine", "spark"])
+    assert res.exit_code == 0, res.output
+    assert _tree(root / "consumequeue") == _tree(reference_store("mixed") / "consumequeue")
+    res = CliRunner().invoke(app, ["rebuild", "index", str(root), "--output", str(tmp_path / "ix"),
+                                   "--index-slots", "61", "--index-entries", "350", "--engine", "spark"])
+    assert res.exit_code == 0, res.output
+    assert _index_files(tmp_path / "ix") == _index_files(reference_store("mixed") / "index")
+    res = CliRunner().invoke(app, ["rebuild", "consumequeue", str(root), "--yes", "--cq-file-size", "800",
+                                   "--engine", "spark", "--topic", "MixedTopic", "--output", str(tmp_path / "sel")])
+    assert res.exit_code == 0, res.output
+    assert _tree(tmp_path / "sel") and all(k.startswith("MixedTopic/") for k in _tree(tmp_path / "sel"))

@@ -93,13 +93,16 @@ def _render(r, fmt: str, dry_run: bool) -> None:
     stdout.print(f"  {r.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
 
 
-def engine_walker_for(engine: str, *args):
-    """--engine: None (the local walk) or a Spark walker; pyarrow/pyspark load only for spark."""
-    import contextlib
+def _engine_rebuild(engine: str, kind: str, store, local_call, selective: bool, master, remote, spark_conf,
+                    progress, check_crc: bool, **options):
+    """--engine local: ``local_call(None)``; spark: rmqtool.engines.rebuild (pyspark loads only then)."""
     if engine == "local":
-        return contextlib.nullcontext()
-    from rmqtool.engines.rebuild import engine_walker_for as spark_walker
-    return spark_walker(engine, *args)
+        return local_call(None)
+    from rmqtool.engines import ENGINES
+    check_choice(engine, ENGINES, "--engine")
+    from rmqtool.engines.rebuild import rebuild_with_engine
+    return rebuild_with_engine(kind, store, engine, master, remote, spark_conf, selective=selective,
+                               local_call=local_call, progress=progress, check_crc=check_crc, **options)
 
 
 def _open(store: str, commitlog_dirs, slots=None, entries=None):
@@ -133,10 +136,13 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
-        with engine_walker_for(engine, s, not no_crc, bar, master, remote, spark_conf) as walker:
-            r = rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
-                                     dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
-                                     workers=workers, walker=walker)
+        r = _engine_rebuild(
+            engine, "consumequeue", s,
+            lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
+                                                dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
+                                                workers=workers, walker=walker),
+            bool(topic or queue or dry_run), master, remote, spark_conf, bar, not no_crc,
+            cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -176,9 +182,13 @@ def rebuild_index_command(
         geometry = s.index_geometry
     bar = LazyProgress("rebuild index")
     try:
-        with engine_walker_for(engine, s, not no_crc, bar, master, remote, spark_conf) as walker:
-            r = rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                              progress=bar, confirm=_confirm_factory(yes), workers=workers, walker=walker)
+        r = _engine_rebuild(
+            engine, "index", s,
+            lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
+                                         progress=bar, confirm=_confirm_factory(yes), workers=workers,
+                                         walker=walker),
+            bool(from_offset is not None or dry_run), master, remote, spark_conf, bar, not no_crc,
+            geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
     finally:
         bar.close()
     _render(r, fmt, dry_run)

@@ -99,33 +99,6 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
     return walk
 
 
-class engine_walker_for:
-    """Context manager for the CLI: ``None`` (rmqtool.rebuild's own walk) for ``local``,
-    else a walker on a Spark session that is stopped on exit if it was started here."""
-
-    def __init__(self, engine: str, store, check_crc: bool, progress=None, master=None, remote=None,
-                 spark_conf=None):
-        from rmqtool.engines import ENGINES
-        from rmqtool.errors import UsageError
-        if engine not in ENGINES:
-            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-        self.args = (engine, store, check_crc, progress, master, remote, spark_conf or ())
-        self.engine = None
-
-    def __enter__(self):
-        from rmqtool.dispatch import DispatchConfig
-        from rmqtool.engines import get_engine
-        name, store, check_crc, progress, master, remote, conf = self.args
-        if name == "local":
-            return None
-        self.engine = get_engine(name, master=master, remote=remote, spark_conf=conf)
-        return engine_walker(self.engine, store, check_crc, DispatchConfig(), progress=progress)
-
-    def __exit__(self, *exc):
-        if self.engine is not None:
-            self.engine.close()
-
-
 # --- the distributed shape: executors write the files --------------------------------------------
 CQ_ROWS = pa.schema([("topic", pa.string()), ("queue_id", pa.int64()), ("task", pa.int64()),
                      ("ord", pa.int64()), ("queue_offset", pa.int64()), ("phy_offset", pa.int64()),
@@ -454,3 +427,83 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_size: int | None = None,
+                   to_offset: int | None = None, output=None, check_crc: bool = True, confirm=None,
+                   split_size: int = DEFAULT_SPLIT_SIZE):
+    """`rebuild consumequeue|index` of the whole tree with ``distributed_rebuild``, installed
+    with the same crash-safe protocol as the local rebuild (or built into ``output``)."""
+    import os
+    import time
+    from pathlib import Path
+    from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+    from rmqtool import install as inst
+    from rmqtool.errors import RefusedError, UsageError
+    from rmqtool.rebuild import RebuildResult
+    t0 = time.perf_counter()
+    if not store.commitlog.files:
+        raise UsageError("no commitlog files: nothing to rebuild from", store.commitlog_dirs[0])
+    if output is None and store.is_live():
+        raise RefusedError(f"a running broker (pid {store.lock_holder()}) holds the store lock; "
+                           "stop it, or build elsewhere with --output", store.lock_path)
+    cq = kind == "consumequeue"
+    target = store.consumequeue_dir if cq else store.index_dir
+    file_size = (cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE) if cq else 0
+    if cq and file_size % CQ_UNIT_SIZE:
+        raise UsageError(f"--cq-file-size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+    result = RebuildResult(kind, str(store.root), str(target), str(output) if output else None, False,
+                           store.commitlog.min_offset, 0, "",
+                           geometry={"cq_file_size": file_size} if cq else
+                           {"hash_slots": geometry.hash_slots, "index_entries": geometry.index_entries})
+    if output is None:
+        result.recovered = inst.recover_leftovers(target)
+    carried = []
+    if target.is_dir():
+        indexes = {p.name for p in store.index_files()} if not cq else set()
+        for dirpath, _, filenames in os.walk(target):
+            rel_dir = Path(dirpath).relative_to(target)
+            for f in filenames:
+                rel = str(rel_dir / f)
+                replaced = len(rel_dir.parts) == 2 if cq else (not rel_dir.parts and f in indexes)
+                (result.files_replaced if replaced else carried).append(rel)
+    result.files_kept = carried
+    if output is None and confirm and not confirm(result):
+        result.seconds = time.perf_counter() - t0
+        return result
+    build = inst.prepare_output(Path(output)) if output else inst.new_build_dir(target)
+    out = distributed_rebuild(engine, store, cq_out=build if cq else None, index_out=None if cq else build,
+                              cq_file_size=file_size, geometry=geometry, check_crc=check_crc,
+                              to_offset=to_offset, split_size=split_size, work_dir=build)
+    result.records, result.range_end, result.end_kind = out["records"], out["range_end"], out["end_kind"]
+    result.units, result.entries, result.warnings = out["units"], out["entries"], out["warnings"]
+    if cq:
+        result.files_written = [{"path": p, "size": file_size} for p in out["cq_files"]]
+    else:
+        result.files_written = [{"path": p, "size": geometry.file_size} for p in out["index_files"]]
+        if to_offset is not None and result.end_kind == "to-offset":
+            result.warnings.append(f"records from {to_offset} on are not indexed (--to-offset)")
+    for rel in carried:
+        (build / rel).parent.mkdir(parents=True, exist_ok=True)
+        inst.link_or_copy(target / rel, build / rel)
+    if output is not None:
+        inst.fsync_tree(build)
+    else:
+        result.backup = inst.install(target, build).backup
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def rebuild_with_engine(kind: str, store, engine_name: str, master=None, remote=None, spark_conf=(),
+                        selective: bool = False, local_call=None, progress=None, check_crc: bool = True,
+                        **options):
+    """The CLI's entry for ``--engine spark``: whole trees with ``engine_rebuild`` (executors
+    write the files); a selective rebuild (``--topic``/``--queue``/``--from-offset``/
+    ``--dry-run``) runs ``local_call(walker)``, i.e. rmqtool.rebuild with the scan and
+    dispatch on the executors and the layout on the driver."""
+    from rmqtool.dispatch import DispatchConfig
+    from rmqtool.engines import get_engine
+    with get_engine(engine_name, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
+        if selective:
+            return local_call(engine_walker(eng, store, check_crc, DispatchConfig(), progress=progress))
+        return engine_rebuild(kind, store, eng, check_crc=check_crc, **options)
