@@ -141,7 +141,7 @@ def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
 # --- index ---------------------------------------------------------------------------------------
 def run_index(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.dump import index_rows
-    from rmqtool.indexfile import IndexFileReader, IndexGeometry, resolve_geometry
+    from rmqtool.indexfile import DEFAULT_GEOMETRY, IndexFileReader, IndexGeometry, resolve_geometry
     from rmqtool.query.indexwalk import IndexSet
     d = scratch / "index"
     d.mkdir(exist_ok=True)
@@ -153,7 +153,7 @@ def run_index(data: bytes, seed, scratch: Path) -> int:
     guess = steps(resolve_geometry, [(path, len(data))])          # content-based inference
     if guess is not None:
         check(guess.hash_slots > 0 and guess.index_entries > 0, "non-positive inferred geometry")
-        check(guess.file_size == len(data) or len(data) == 0 or guess.file_size == 420_000_040,
+        check(guess.file_size == len(data) or len(data) == 0 or guess == DEFAULT_GEOMETRY,
               "inferred geometry does not match the file size")
 
     def reader():
