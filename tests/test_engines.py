@@ -359,3 +359,15 @@ def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
     (tmp_path / "ix" / "notes.txt").unlink()
     assert _index_files(tmp_path / "ix") == _index_files(reference_store("mixed") / "index")
     assert i.entries > 0 and not [p for p in root.iterdir() if ".rmqtool-" in p.name]
+
+
+@pytest.mark.parametrize("key", ["key-0005", "key-0150", "nope"])
+def test_query_key_scan_through_tasks_equals_query_key_scan(key):
+    from rmqtool.engines.query import query_key_scan
+    from rmqtool.query.bykey import query_key
+    store = Store(reference_store("basic"))
+    want = query_key(store, key, scan=True)
+    with get_engine("local", jobs=2) as eng:
+        got = query_key_scan(store, key, eng, split_size=7000)
+    assert [h.record() for h in got.hits] == [h.record() for h in want.hits]
+    assert got.scanned_bytes == want.scanned_bytes

@@ -183,3 +183,15 @@ def test_rebuild_cli_on_spark(spark, store_copy, tmp_path):
                                    "--engine", "spark", "--topic", "MixedTopic", "--output", str(tmp_path / "sel")])
     assert res.exit_code == 0, res.output
     assert _tree(tmp_path / "sel") and all(k.startswith("MixedTopic/") for k in _tree(tmp_path / "sel"))
+
+
+def test_query_key_scan_cli_on_spark(spark):
+    from typer.testing import CliRunner
+    from rmqtool.cli import app
+    store = str(reference_store("basic"))
+    args = ["query-key", store, "key-0005", "--scan", "-f", "jsonl"]
+    local = CliRunner().invoke(app, args)
+    on_spark = CliRunner().invoke(app, args + ["--engine", "spark"])
+    assert local.exit_code == on_spark.exit_code == 0, on_spark.output
+    rows = lambda out: [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert rows(on_spark.output) == rows(local.output) and len(rows(local.output)) > 10

@@ -1,7 +1,7 @@
 """`query-key`, `query-id`, `query-queue`: find messages the way the broker does, offline."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -52,6 +52,10 @@ def query_key_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    engine: str = typer.Option("local", "--engine", help="with --scan: local (default) | spark"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
+    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog."""
     from rmqtool.query.bykey import LONG_MAX, query_key
@@ -62,8 +66,18 @@ def query_key_command(
     lo = parse_time(begin, "--begin")
     hi = parse_time(end, "--end")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    res = query_key(s, key, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
-                    max_num=max_num, raw=raw, scan=scan)
+    if engine != "local":
+        check_choice(engine, ("local", "spark"), "--engine")
+        if not scan:
+            raise UsageError("--engine spark runs the CommitLog scan: add --scan")
+        from rmqtool.engines import get_engine
+        from rmqtool.engines.query import query_key_scan
+        with get_engine(engine, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
+            res = query_key_scan(s, key, eng, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
+                                 max_num=max_num)
+    else:
+        res = query_key(s, key, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
+                        max_num=max_num, raw=raw, scan=scan)
     _notes(res.notes)
     if raw:
         rows = [dict(order=i, **r) for i, r in enumerate(res.raw)]

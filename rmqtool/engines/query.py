@@ -1,0 +1,62 @@
+"""`query-key --scan --engine spark`: the CommitLog scan for a key as engine tasks.
+
+Each task runs ``rmqtool.query.records.scan_batch`` (the local scan's matcher) on its
+record batches and returns only the matching offsets; the driver reads those records
+back and answers like ``rmqtool.query.bykey.query_key(scan=True)``.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
+
+MATCHES = pa.schema([("phy_offset", pa.int64()), ("match", pa.string()), ("scanned", pa.int64())])
+
+
+class KeyScanStage:
+    def __init__(self, key: str, topic: str | None, begin: int, end: int, uniq_only: bool, rollback: bool):
+        self.args = (key, topic, begin, end, uniq_only, rollback)
+
+    def __call__(self, task, batches):
+        from rmqtool.query.records import scan_batch
+        phy, kinds, scanned = [], [], 0
+        for b in batches:
+            for row, kind in scan_batch(b, *self.args):
+                phy.append(int(b.phy_offset[row]))
+                kinds.append(kind)
+            if len(b):
+                scanned += int(b.position[-1] + b.size[-1] - b.position[0])
+        yield pa.RecordBatch.from_pydict({"phy_offset": phy + [-1], "match": kinds + [None],
+                                          "scanned": [0] * len(phy) + [scanned]}, schema=MATCHES)
+
+
+def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
+                   end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
+                   rollback: bool = False, split_size: int = DEFAULT_SPLIT_SIZE):
+    """``query_key(..., scan=True)`` with the scan on ``engine``; returns a ``KeyResult``."""
+    from rmqtool.errors import UsageError
+    from rmqtool.query.bykey import Hit, KeyResult, store_topics
+    from rmqtool.query.records import RecordReader
+    if not key:
+        raise UsageError("the key is empty")
+    if max_num is not None and max_num <= 0:
+        raise UsageError(f"--max must be positive, not {max_num}")
+    res = KeyResult()
+    res.topics = [topic] if topic is not None else store_topics(store)
+    tasks = plan_tasks([("store", store)], split_size)
+    table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), MATCHES)
+    res.scanned_bytes = sum(table.column("scanned").to_pylist())
+    found = {}
+    reader = RecordReader(store)
+    try:
+        for phy, kind in zip(table.column("phy_offset").to_pylist(), table.column("match").to_pylist()):
+            if phy < 0 or phy in found:
+                continue
+            batch = reader.read(phy)
+            if batch is not None:
+                found[phy] = Hit(batch, 0, phy, kind, False)
+    finally:
+        reader.close()
+    hits = sorted(found.values(), key=lambda h: -h.phy_offset)
+    res.hits = hits[:max_num] if max_num is not None else hits
+    return res
