@@ -195,3 +195,16 @@ def test_query_key_scan_cli_on_spark(spark):
     assert local.exit_code == on_spark.exit_code == 0, on_spark.output
     rows = lambda out: [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert rows(on_spark.output) == rows(local.output) and len(rows(local.output)) > 10
+
+
+def test_a_worker_error_is_an_rmq_error_not_a_java_trace(spark, store_copy, tmp_path):
+    from rmqtool.errors import RmqError
+    root = store_copy("mixed")
+    stores = open_stores([str(root)], Store)            # files listed now ...
+    victim = stores[0][1].commitlog.files[1].path
+    victim.unlink()
+    victim.mkdir()                                      # ... and one is a directory when the task opens it
+    with get_engine("spark", spark=spark) as eng:
+        with pytest.raises(RmqError, match="directory") as info:
+            export(stores, tmp_path / "x", eng)
+    assert str(victim) in str(info.value)

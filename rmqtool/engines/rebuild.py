@@ -320,8 +320,12 @@ def _shuffle(engine, files: list[str], prepare, key: list[str], order: list[str]
         from pyspark.sql.pandas.types import from_arrow_schema
         df = prepare(engine.spark.read.parquet(*files), True)
         df = df.repartition(max(partitions, 1), *key).sortWithinPartitions(*(key + order))
+        from rmqtool.engines.spark import job_error
         out = df.mapInArrow(fn, from_arrow_schema(schema))
-        table = out.toArrow() if hasattr(out, "toArrow") else pa.Table.from_pandas(out.toPandas())
+        try:
+            table = out.toArrow() if hasattr(out, "toArrow") else pa.Table.from_pandas(out.toPandas())
+        except Exception as exc:
+            raise job_error(exc) from None
         return table.select(schema.names).cast(schema)
     import pyarrow.parquet as pq
     table = prepare(pa.concat_tables([pq.read_table(f) for f in files]), False)

@@ -201,13 +201,29 @@ class SparkEngine(Engine):
         if not tasks:
             return []
         df = self.dataframe(tasks, fn, schema)
-        table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        try:
+            table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        except Exception as exc:           # a worker's error arrives wrapped in a JVM/py4j error
+            raise job_error(exc) from None
         return split_results(table, schema, tasks)
 
     def close(self) -> None:
         if self._created and self.spark is not None:
             self.spark.stop()
         self.spark = None
+
+
+def job_error(exc: Exception):
+    """The RmqError a Spark job failed with (path@offset and message kept), else a one-line RmqError."""
+    import re
+    from rmqtool import errors
+    text = str(exc)
+    m = re.search(r"rmqtool\.errors\.(\w+): (.+)", text)
+    if m and isinstance(getattr(errors, m.group(1), None), type):
+        err = getattr(errors, m.group(1))(m.group(2).strip())
+        return err
+    first = next((line for line in text.splitlines() if line.strip()), exc.__class__.__name__)
+    return errors.RmqError(f"Spark job failed: {first.strip()[:500]}")
 
 
 def split_results(table: pa.Table, schema: pa.Schema, tasks: Sequence[Task]) -> list[tuple[TaskStatus, pa.Table]]:
