@@ -152,3 +152,17 @@ def test_absurd_total_size_in_store(tmp_path):
     res = run_bounded(["verify", root, "-f", "jsonl"])
     check_outcome(["verify"], res.code, res.err, "absurd")
     assert res.code == 1
+
+
+@pytest.mark.parametrize("text", ['{"topicConfigTable": [{"a": 1}]}', '[1, 2]', '{"topicConfigTable": 5}',
+                                  '{"topicConfigTable": {"T": {}}', '\xff\xfe', ''])
+def test_damaged_topics_json(tmp_path, text):
+    """config/topics.json names topics for query-key; a damaged one must not crash anything."""
+    root = tmp_path / "basic"
+    shutil.copytree(reference_store("basic"), root)
+    (root / "config").mkdir()
+    (root / "config" / "topics.json").write_text(text, encoding="latin-1")
+    for args in (["query-key", root, a_key("basic"), "-f", "jsonl"], ["info", root], ["verify", root, "-f", "jsonl"]):
+        res = run_bounded(args)
+        check_outcome(args, res.code, res.err, text)
+    assert run_bounded(["query-key", root, a_key("basic"), "-f", "jsonl"]).jsonl()

@@ -66,7 +66,7 @@ def store_topics(store) -> list[str]:
                 table = json.load(fh).get("topicConfigTable") or {}
             names.update(table)
             break
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape
             continue
     return sorted(names)
 
