@@ -44,6 +44,34 @@ class CountStage:
         yield pa.RecordBatch.from_pylist([{"rows": rows, "bytes": size}], schema=SUMMARY)
 
 
+class ByteStage:
+    """Only the record walk: how many bytes of records there are (for MiB/s)."""
+
+    def __call__(self, task, batches):
+        size = sum(int(b.size.sum()) for b in batches)
+        yield pa.RecordBatch.from_pylist([{"rows": 0, "bytes": size}], schema=SUMMARY)
+
+
+def _burn(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def cpu_scaling(n: int = 20_000_000) -> float:
+    """Control: the same pure-Python work in 2 processes vs 1 (2.0 on two idle cores)."""
+    import multiprocessing as mp
+    t = time.perf_counter()
+    _burn(n)
+    one = time.perf_counter() - t
+    with mp.get_context("fork").Pool(2) as pool:
+        t = time.perf_counter()
+        pool.map(_burn, [n, n])
+        two = time.perf_counter() - t
+    return 2 * one / two
+
+
 def ensure_store(path: Path, messages: int) -> None:
     if (path / "commitlog").is_dir():
         return
@@ -85,6 +113,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="local process pool size")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--spark-child", help=argparse.SUPPRESS)   # one Spark master in a fresh process
     args = ap.parse_args()
 
     from rmqtool.engines.local import LocalEngine
@@ -95,11 +124,8 @@ def main() -> None:
     ensure_store(root, args.messages)
     store = Store(root)
     stores = [(root.name, store)]
-    size = warm(store)
+    size = 1
     tasks = plan_tasks(stores, args.split_size)
-    print(f"store {root}: {len(store.commitlog.files)} commitlog files, {size / 2**30:.2f} GiB, "
-          f"{len(tasks)} tasks of <= {args.split_size >> 20} MiB; cpus {os.cpu_count()}", flush=True)
-
     results = []   # (label, seconds, rows)
 
     def scan(engine):
@@ -112,6 +138,32 @@ def main() -> None:
             return export(stores, dest / "out", engine, split_size=args.split_size)["rows"]
         finally:
             shutil.rmtree(dest, ignore_errors=True)
+
+    if args.spark_child:
+        import json
+        t0 = time.perf_counter()
+        session = spark_session(args.spark_child)
+        eng = SparkEngine(session=session, max_partitions=len(tasks))
+        t1 = time.perf_counter()
+        eng.run(tasks[:1], CountStage(), SUMMARY)          # first job: workers start, imports
+        t2 = time.perf_counter()
+        secs, rows = timed(lambda: scan(eng), args.repeat)
+        results.append((f"scan   Spark {args.spark_child}", secs, rows))
+        if not args.no_export:
+            secs, rows = timed(lambda: export_run(eng), 1)
+            results.append((f"export Spark {args.spark_child}", secs, rows))
+        t3 = time.perf_counter()
+        session.stop()
+        print("RESULT " + json.dumps({"results": results, "startup": [t1 - t0, t2 - t1, time.perf_counter() - t3]}))
+        return
+
+    size = warm(store)
+    data = sum(LocalEngine(1).run(tasks, ByteStage(), SUMMARY).column("bytes").to_pylist())
+    print(f"store {root}: {len(store.commitlog.files)} commitlog files of {store.commitlog.file_size >> 20} MiB, "
+          f"{data / 2**30:.2f} GiB of records, {len(tasks)} tasks of <= {args.split_size >> 20} MiB; "
+          f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}", flush=True)
+    size = data
+    control = [cpu_scaling()]
 
     for jobs in (1, args.jobs):
         with LocalEngine(jobs=jobs) as eng:
@@ -126,32 +178,32 @@ def main() -> None:
 
     startup = {}
     if not args.no_spark:
+        import json
         for master in ("local[1]", "local[2]"):
-            t0 = time.perf_counter()
-            session = spark_session(master)
-            eng = SparkEngine(session=session, max_partitions=len(tasks))
-            t1 = time.perf_counter()
-            eng.run(tasks[:1], CountStage(), SUMMARY)          # first job: workers start, imports
-            t2 = time.perf_counter()
-            secs, rows = timed(lambda: scan(eng), args.repeat)
-            results.append((f"scan   Spark {master}", secs, rows))
-            print(f"  {results[-1][0]}: {secs:.2f} s", flush=True)
-            if not args.no_export:
-                secs, rows = timed(lambda: export_run(eng), 1)
-                results.append((f"export Spark {master}", secs, rows))
-                print(f"  {results[-1][0]}: {secs:.2f} s", flush=True)
-            t3 = time.perf_counter()
-            session.stop()
-            startup[master] = (t1 - t0, t2 - t1, time.perf_counter() - t3)
-
+            cmd = [sys.executable, __file__, "--store", str(root), "--split-size", str(args.split_size),
+                   "--repeat", str(args.repeat), "--spark-child", master] + (["--no-export"] if args.no_export else [])
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                print(proc.stdout[-2000:], proc.stderr[-2000:])
+                raise SystemExit(f"Spark run for {master} failed")
+            got = json.loads(line[len("RESULT "):])
+            for label, secs, rows in got["results"]:
+                results.append((label, secs, rows))
+                print(f"  {label}: {secs:.2f} s", flush=True)
+            startup[master] = tuple(got["startup"]) + (time.perf_counter() - t,)
+    control.append(cpu_scaling())
     base = {k: v for k, v, _ in results}
     print()
     print(f"{'workload / engine':34} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
     for label, secs, rows in results:
         print(f"{label:34} {secs:8.2f} {rows / secs:12,.0f} {size / secs / 2**20:8.1f}")
-    for master, (start, first, stop) in startup.items():
-        print(f"Spark {master} fixed cost: session start {start:.2f} s, first job {first:.2f} s, "
-              f"stop {stop:.2f} s (not in the figures above)")
+    for master, (start, first, stop, wall) in startup.items():
+        print(f"Spark {master} fixed cost (not in the figures above): JVM + session {start:.2f} s, "
+              f"first job (workers, imports) {first:.2f} s, stop {stop:.2f} s; whole process {wall:.1f} s")
+    print(f"control: 2 processes / 1 process on pure-Python work = {control[0]:.2f}x before, "
+          f"{control[1]:.2f}x after (2.0 = two free cores; below that the machine is shared)")
     for work in ("scan  ", "export"):
         one, two = base.get(f"{work} Spark local[1]"), base.get(f"{work} Spark local[2]")
         if one and two:
