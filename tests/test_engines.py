@@ -371,3 +371,23 @@ def test_query_key_scan_through_tasks_equals_query_key_scan(key):
         got = query_key_scan(store, key, eng, split_size=7000)
     assert [h.record() for h in got.hits] == [h.record() for h in want.hits]
     assert got.scanned_bytes == want.scanned_bytes
+
+
+def test_spark_job_errors_become_rmq_errors():
+    from rmqtool.engines.spark import job_error
+    from rmqtool.errors import FileChangedError, RmqError
+    err = job_error(Exception("py4j...\n  File \"x\"\nrmqtool.errors.FileChangedError: /s/f@12: file vanished\n\tat org"))
+    assert isinstance(err, FileChangedError) and str(err) == "/s/f@12: file vanished"
+    err = job_error(RuntimeError("\nPythonException: boom\n  more"))
+    assert type(err) is RmqError and str(err) == "Spark job failed: PythonException: boom"
+
+
+def test_a_vanished_file_ends_its_tasks_like_a_changed_file(store_copy):
+    root = store_copy("basic")
+    stores = [("basic", Store(root))]
+    tasks = plan_tasks(stores, 30000)
+    victim = Store(root).commitlog.files[2].path
+    victim.unlink()
+    with get_engine("local") as eng:
+        table = eng.run(tasks, ScanStage("none"), arrow_schema("none"))
+    assert table.num_rows > 0 and str(victim) not in table.column("file").to_pylist()

@@ -92,7 +92,11 @@ def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Call
         if task.skip:
             state["status"] = TaskStatus(task.task_id, None, "skipped", task.lo)
             return
-        start = task.lo if task.exact else find_record_start(task.path, task.file_base, task.lo, task.hi)
+        try:
+            start = task.lo if task.exact else find_record_start(task.path, task.file_base, task.lo, task.hi)
+        except FileChangedError as exc:
+            state["status"] = TaskStatus(task.task_id, task.lo, END_TORN, exc.offset or task.lo)
+            return
         if start is None or start >= task.hi:
             state["status"] = TaskStatus(task.task_id, None, END_RANGE, task.hi)
             return

@@ -222,8 +222,11 @@ def job_error(exc: Exception):
     if m and isinstance(getattr(errors, m.group(1), None), type):
         err = getattr(errors, m.group(1))(m.group(2).strip())
         return err
-    first = next((line for line in text.splitlines() if line.strip()), exc.__class__.__name__)
-    return errors.RmqError(f"Spark job failed: {first.strip()[:500]}")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    python = [line for line in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)
+              and not line.startswith(("java.", "org.", "py4j.", "pyspark.", "scala."))]
+    what = python[-1] if python else (lines[0] if lines else exc.__class__.__name__)
+    return errors.RmqError(f"Spark job failed: {what[:500]}")
 
 
 def split_results(table: pa.Table, schema: pa.Schema, tasks: Sequence[Task]) -> list[tuple[TaskStatus, pa.Table]]:
