@@ -15,8 +15,14 @@ At every instant ``<name>`` is either the complete old or the complete new tree.
 ``recover_leftovers`` runs first on every install: it removes unfinished builds and
 finishes an interrupted swap (the old tree is moved to its backup name, never deleted).
 
+``write`` replaces the whole store root the same way (target = the root): ``link_tree``
+stages a hard-link mirror of the root, ``make_private`` turns a staged link into a private
+copy before the first write into it (so the old root, kept as the backup, never changes),
+and ``install`` swaps the stage in.
+
 Test hook: when the environment variable ``RMQTOOL_CRASH_AT`` names a step (``build``,
-``built``, ``journal``, ``exchanged``, ``moved``), the process SIGKILLs itself there.
+``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged`` and
+``mid-file``), the process SIGKILLs itself there.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from rmqtool.errors import RefusedError, RmqError
 
 CRASH_ENV = "RMQTOOL_CRASH_AT"
 CRASH_STEPS = ("build", "built", "journal", "exchanged", "moved")
+WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS
 TMP_MARK = ".rmqtool-tmp-"
 BACKUP_MARK = ".backup-"
 JOURNAL_SUFFIX = ".rmqtool-install"
@@ -145,8 +152,9 @@ def new_build_dir(target: Path) -> Path:
     return tmp
 
 
-def install(target: Path, tmp: Path) -> InstallResult:
-    """Steps 1 (fsync) to 5 for a tree already built in ``tmp`` (see module docstring)."""
+def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> InstallResult:
+    """Steps 1 (fsync) to 5 for a tree already built in ``tmp`` (see module docstring).
+    ``drop_empty_backup``: an original that was an empty directory is removed, not kept."""
     crash_point("built")
     fsync_tree(tmp)
     fsync_path(target.parent)
@@ -173,8 +181,11 @@ def install(target: Path, tmp: Path) -> InstallResult:
         fsync_path(target.parent)
     crash_point("moved")
     journal.unlink()
+    if drop_empty_backup and not any(backup.iterdir()):
+        backup.rmdir()
+        backup = None
     fsync_path(target.parent)
-    return InstallResult(str(target), str(backup), files, size)
+    return InstallResult(str(target), str(backup) if backup else None, files, size)
 
 
 def _write_synced(path: Path, text: str) -> None:
@@ -203,3 +214,110 @@ def link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def link_tree(src: Path, dst: Path) -> int:
+    """Mirror ``src`` into the existing directory ``dst``: directories recreated, regular files
+    hard-linked (copied where linking fails), symlinks recreated as symlinks (never followed).
+    Returns the number of entries carried. A mount point inside ``src`` is refused: its
+    files cannot be linked, and the swap would leave the mount behind with the original."""
+    n = 0
+    dev = os.stat(src).st_dev
+    with os.scandir(src) as it:
+        for e in it:
+            target = dst / e.name
+            if e.is_symlink():
+                os.symlink(os.readlink(e.path), target)
+            elif e.is_dir(follow_symlinks=False):
+                if e.stat(follow_symlinks=False).st_dev != dev:
+                    raise RefusedError("a mount point inside the store cannot be staged for a "
+                                       "crash-safe swap", e.path)
+                target.mkdir()
+                n += link_tree(Path(e.path), target)
+            elif e.is_file(follow_symlinks=False):
+                try:
+                    os.link(e.path, target)
+                except OSError:
+                    shutil.copy2(e.path, target)
+            else:
+                continue                    # sockets, fifos, devices: not store content
+            n += 1
+    return n
+
+
+def make_private(path: Path) -> None:
+    """Before writing into a staged file: if it is a hard link shared with the original tree,
+    replace it by a private copy (holes kept), so the original never changes."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if st.st_nlink <= 1:
+        return
+    tmp = path.with_name(path.name + ".rmqtool-copy")
+    copy_sparse(path, tmp)
+    os.chmod(tmp, st.st_mode & 0o7777)
+    os.rename(tmp, path)
+
+
+_FICLONE = 0x40049409
+
+
+def copy_sparse(src: Path, dst: Path) -> None:
+    """Copy a file: a reflink where the filesystem can, else only its data extents
+    (SEEK_DATA/SEEK_HOLE), so a preallocated-by-truncate file costs only what it holds."""
+    import fcntl
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            size = os.fstat(fin).st_size
+            try:
+                fcntl.ioctl(fout, _FICLONE, fin)
+                return
+            except OSError:
+                pass
+            os.ftruncate(fout, size)
+            for lo, hi in _extents(fin, size):
+                _copy_range(fin, fout, lo, hi, src)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _extents(fd: int, size: int):
+    """(start, end) of the data regions of a file; the whole file without SEEK_DATA."""
+    pos = 0
+    while pos < size:
+        try:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+            hi = os.lseek(fd, lo, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:          # no data after pos
+                return
+            yield pos, size
+            return
+        yield lo, min(hi, size)
+        pos = hi
+
+
+def _copy_range(fin: int, fout: int, lo: int, hi: int, src: Path) -> None:
+    pos = lo
+    while pos < hi:
+        n = 0
+        try:
+            n = os.copy_file_range(fin, fout, min(hi - pos, 1 << 30), pos, pos)
+        except (OSError, AttributeError):
+            n = 0
+        if n <= 0:
+            data = os.pread(fin, min(hi - pos, 8 << 20), pos)
+            if not data:
+                raise RmqError("file shrank while being copied", src, pos)
+            view = memoryview(data)
+            at = pos
+            while view:
+                w = os.pwrite(fout, view, at)
+                view, at = view[w:], at + w
+            n = len(data)
+        pos += n

@@ -7,10 +7,19 @@ a file when the record plus 8 bytes does not fit; files are created at the confi
 size. Queue offsets continue per topic/queue; the new records are dispatched to the
 ConsumeQueue and IndexFiles with ``rmqtool.dispatch`` (appending to the existing last
 files like the broker) and the checkpoint is written.
+
+Crash safety: nothing is written into the store itself. The run stages the whole new store
+in the sibling ``<root>.rmqtool-tmp-<ts>`` (a hard-link mirror of the root; a file is
+copied, holes kept, just before its first write: the last commitlog file, the last CQ file
+of each queue appended to, the live index file, the checkpoint), then swaps it in with
+``rmqtool.install`` (fsync, journal, atomic exchange); the old root becomes
+``<root>.backup-<UTC ts>``. It shares inodes only with files this run did not change.
+A new store is staged and renamed into place. A failed run removes its stage.
 """
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import random
 import struct
@@ -29,6 +38,7 @@ from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFi
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
 from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, magic_for, needs_blank,
                             patch_phy_offset)
+from rmqtool import install as inst
 from rmqtool.errors import RefusedError, RmqError, UsageError
 from rmqtool.topicpath import queue_dir, topic_path_problem
 from rmqtool.rebuild import _name_source
@@ -62,6 +72,8 @@ class WriteSummary:
     index_entries: int = 0
     index_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    backup: str | None = None
+    recovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
     geometry: dict = field(default_factory=dict)
 
@@ -261,6 +273,7 @@ class _CommitLogAppender:
 
     def _open(self) -> None:
         path = self.dir / f"{self.base:020d}"
+        inst.make_private(path)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self.fd).st_size < self.file_size:
             os.ftruncate(self.fd, self.file_size)     # a new mapped file: all zeros
@@ -275,6 +288,8 @@ class _CommitLogAppender:
                 n = os.pwrite(self.fd, view, at)
                 view, at = view[n:], at + n
             self.pending, self.pending_len = [], 0
+            if 0 < self.pos < self.file_size:
+                inst.crash_point("mid-file")
         self.pending_from = self.pos
 
     def place(self, length: int) -> int:
@@ -286,6 +301,7 @@ class _CommitLogAppender:
             self.pos = self.file_size
             self._flush()
             os.close(self.fd)
+            inst.crash_point("build")
             self.base += self.file_size
             self.pos = 0
             self._open()
@@ -340,23 +356,60 @@ def _existing_state(store, geometry: Geometry):
 
 
 class StoreWriter:
-    """Append records to ``root`` (created if missing), dispatch them, write the checkpoint."""
+    """Append records to ``root`` (created if missing), dispatch them, write the checkpoint.
+
+    Everything is written into a stage beside ``root`` (module docstring); ``close``
+    installs it, ``abort`` throws it away."""
 
     def __init__(self, root: Path, geometry: Geometry | None = None, config: DispatchConfig | None = None,
                  progress: Callable[[int, int], None] | None = None):
-        from rmqtool.store import Store
         self.t0 = time.perf_counter()
-        self.root = Path(root)
+        self.given = Path(root)
+        self.root = Path(os.path.realpath(root))      # stage beside the real directory, not a symlink
         self.config = config or DispatchConfig()
         self.progress = progress
         self.expected = 0                 # records expected in total, when known (progress)
-        created = not (self.root / "commitlog").is_dir()
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "commitlog").mkdir(exist_ok=True)
-        self.store = Store(self.root)
-        if self.store.is_live():
-            raise RefusedError(f"a running broker (pid {self.store.lock_holder()}) holds the store lock",
-                               self.store.lock_path)
+        self.out: Path | None = None      # the stage
+        self._lock_fd = -1
+        try:
+            self._stage()
+            self._setup(geometry)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _stage(self) -> None:
+        """Refuse a live store, finish what a crashed run left, take the lock, stage the root."""
+        from rmqtool.liveness import lock_holder
+        from rmqtool.store import Store
+        root = self.root
+        lock = root / "lock"
+        holder = lock_holder(lock) if lock.is_file() else None
+        if holder is not None:
+            raise RefusedError(f"a running broker (pid {holder}) holds the store lock", lock)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        self.recovered = inst.recover_leftovers(root)
+        if lock.is_file():
+            self._lock_fd = _take_lock(lock)
+        if root.is_dir():
+            for sub in ("consumequeue", "index"):        # an interrupted rebuild inside the store
+                self.recovered += inst.recover_leftovers(root / sub)
+        elif root.exists():
+            raise UsageError("the store path exists and is not a directory", root)
+        if root.is_dir() and os.stat(root).st_dev != os.stat(root.parent).st_dev:
+            raise RefusedError("the store root is a mount point: write stages the new store beside it "
+                               "and swaps the two, which needs one filesystem", root)
+        self.created = not (root / "commitlog").is_dir()
+        self.out = inst.new_build_dir(root)
+        if root.is_dir():
+            inst.link_tree(root, self.out)
+        (self.out / "commitlog").mkdir(exist_ok=True)
+        inst.crash_point("staged")
+        # read the existing state from the root itself (errors name its files), write the stage
+        self.store = Store(self.out if self.created else root)
+
+    def _setup(self, geometry: Geometry | None) -> None:
+        created = self.created
         self.geometry = geometry or self._infer_geometry()
         g = self.geometry
         if g.cq_file_size % CQ_UNIT_SIZE:
@@ -365,9 +418,9 @@ class StoreWriter:
             raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
                              f"not {g.commitlog_file_size}")
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
-        self.summary = WriteSummary(str(self.root), created, first_offset=end, end_offset=end,
-                                    geometry=dict(g.__dict__))
-        self.appender = _CommitLogAppender(self.root / "commitlog", g.commitlog_file_size, end)
+        self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
+                                    geometry=dict(g.__dict__), recovered=list(self.recovered))
+        self.appender = _CommitLogAppender(self.out / "commitlog", g.commitlog_file_size, end)
         self.cq = CqCollector()
         self._rows: list[dict] = []
         self._index = self._index_builder()
@@ -399,11 +452,11 @@ class StoreWriter:
                             seed_phy, seed_ts, open_image=open_image)
 
     def _sink(self, image: IndexFileImage) -> None:
-        g = self.geometry
-        index_dir = self.root / "index"
+        index_dir = self.out / "index"
         index_dir.mkdir(exist_ok=True)
         if self._open_path is not None:
-            path, self._open_path = self._open_path, None
+            path, self._open_path = index_dir / self._open_path.name, None
+            inst.make_private(path)
         else:
             path = index_dir / next(self._names)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -414,6 +467,7 @@ class StoreWriter:
             os.close(fd)
         self.summary.index_files.append(path.name)
         self._last_index_end_ts = int(image.header["end_timestamp"][0])
+        inst.crash_point("build")
 
     # -- appending ------------------------------------------------------------------------------
     def append(self, f: MessageFields) -> int:
@@ -477,27 +531,48 @@ class StoreWriter:
 
     # -- finishing ------------------------------------------------------------------------------
     def close(self) -> WriteSummary:
-        self._dispatch()
-        self.appender.close()
-        self.summary.end_offset = self.appender.offset
-        self.summary.commitlog_files = self.appender.files
-        self._index.finish()
-        self.summary.index_entries = self._index.entries
-        self._write_cq()
-        self._write_checkpoint()
-        for d in ("commitlog", "consumequeue", "index"):
-            p = self.root / d
-            if p.is_dir():
-                _fsync_dir(p)
-        _fsync_dir(self.root)
+        """Finish the stage and swap it in (crash-safe, ``rmqtool.install``)."""
+        try:
+            self._dispatch()
+            self.appender.close()
+            self.summary.end_offset = self.appender.offset
+            self.summary.commitlog_files = self.appender.files
+            self._index.finish()
+            self.summary.index_entries = self._index.entries
+            self._write_cq()
+            self._write_checkpoint()
+            done = inst.install(self.root, self.out, drop_empty_backup=True)
+        except BaseException:
+            self.abort()
+            raise
+        self.out = None
+        self.summary.backup = done.backup
+        self._release()
         self.summary.seconds = time.perf_counter() - self.t0
         return self.summary
+
+    def abort(self) -> None:
+        """Throw the stage away; the store is left as it was."""
+        appender = getattr(self, "appender", None)
+        if appender is not None and appender.fd >= 0:
+            os.close(appender.fd)
+            appender.fd = -1
+        if self.out is not None and self.out.exists():
+            import shutil
+            shutil.rmtree(self.out, ignore_errors=True)
+        self.out = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)              # closing drops the POSIX lock
+            self._lock_fd = -1
 
     def _write_cq(self) -> None:
         from rmqtool.consumequeue import read_units
         size = self.geometry.cq_file_size
         for q in self.cq.queues():
-            qdir = queue_dir(self.root / "consumequeue", q.topic, q.queue_id)
+            qdir = queue_dir(self.out / "consumequeue", q.topic, q.queue_id)
             existing = None
             if qdir.is_dir() and any(qdir.iterdir()):
                 existing = read_units(q.topic, q.queue_id, self.store.queue(q.topic, q.queue_id))
@@ -521,7 +596,8 @@ class StoreWriter:
             self.summary.cq_files += _write_units(qdir, start, units, size)
 
     def _write_checkpoint(self) -> None:
-        path = self.root / "checkpoint"
+        path = self.out / "checkpoint"
+        inst.make_private(path)
         values = {sc.name: 0 for sc in Checkpoint.subcons}
         if path.is_file():
             old = path.read_bytes()[:Checkpoint.sizeof()]
@@ -554,6 +630,7 @@ def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: i
         in_file = at - base
         chunk = raw[pos:pos + file_size - in_file]
         path = qdir / f"{base:020d}"
+        inst.make_private(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < file_size:
@@ -564,15 +641,20 @@ def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: i
             os.close(fd)
         files += 1
         pos += len(chunk)
+        inst.crash_point("build")
     return files
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _take_lock(lock: Path) -> int:
+    """Hold the broker's lock (byte 0, like the broker) for the run, so no broker starts
+    on the store meanwhile; refused when someone took it since the liveness test."""
+    fd = os.open(lock, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
     try:
-        os.fsync(fd)
-    finally:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
         os.close(fd)
+        raise RefusedError("another process holds the store lock", lock) from None
+    return fd
 
 
 _BATCH_KEY = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
@@ -616,8 +698,12 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
     w = StoreWriter(root, geometry, progress=progress)
     uniq = UniqKeyGenerator() if generate_uniq_key else None
     now = int(time.time() * 1000)
-    for group in group_batches(rows, detect_batches):
-        w.append_batch([fields_from_row(row, where, uniq, now) for where, row in group])
+    try:
+        for group in group_batches(rows, detect_batches):
+            w.append_batch([fields_from_row(row, where, uniq, now) for where, row in group])
+    except BaseException:
+        w.abort()
+        raise
     return w.close()
 
 
@@ -625,5 +711,9 @@ def write_synthetic(root: Path, spec: SyntheticSpec, geometry: Geometry | None =
                     progress=None) -> WriteSummary:
     w = StoreWriter(root, geometry, progress=progress)
     w.expected = spec.count
-    w.append_all(synthetic_fields(spec))
+    try:
+        w.append_all(synthetic_fields(spec))
+    except BaseException:
+        w.abort()
+        raise
     return w.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -187,3 +188,68 @@ def test_lossy_or_inflated_bodies_are_refused(tmp_path):
     with pytest.raises(UsageError, match="inflated"):
         write_rows(tmp_path / "b", [("r1", {"topic": "T", "body": "aGVsbG8=", "body_encoding": "base64",
                                             "body_length": 3, "compression": "zlib", "sys_flag": 1})])
+
+
+# --- crash-safe staging (the SIGKILL tests are in tests/test_crash_safety.py) ----------------------
+def _tree_with_inodes(d: Path) -> dict[str, tuple[str, int]]:
+    return {str(p.relative_to(d)): (hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_ino)
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_append_keeps_the_original_as_backup_sharing_only_unchanged_files(store_copy, tmp_path):
+    root = store_copy("basic")
+    before = _tree_with_inodes(root)
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "new", "queue_id": 1, "keys": "fresh"})],
+                   REF_GEOMETRY)
+    assert s.backup and Path(s.backup).name.startswith("basic.backup-") and s.recovered == []
+    backup = Path(s.backup)
+    assert _tree_with_inodes(backup) == before              # the original, byte for byte, same inodes
+    after = _tree_with_inodes(root)
+    changed = {k for k in after if k not in before or after[k][0] != before[k][0]}
+    assert "checkpoint" in changed and any(k.startswith("commitlog") for k in changed)
+    assert any(k.startswith(os.path.join("consumequeue", "TopicTest", "1")) for k in changed)
+    for k, (digest, ino) in after.items():                  # a changed file is a private copy
+        if k in before:
+            assert (ino == before[k][1]) == (k not in changed), k
+    # a second append copies again: the first backup stays the original
+    write_rows(root, [("r2", {"topic": "TopicTest", "body": "more", "queue_id": 1})], REF_GEOMETRY)
+    assert _tree_with_inodes(backup) == before
+    assert [p.name for p in tmp_path.iterdir() if ".rmqtool-tmp-" in p.name or "install" in p.name] == []
+
+
+def test_a_failed_write_changes_nothing(store_copy, tmp_path):
+    from rmqtool.errors import UsageError
+    root = store_copy("basic")
+    before = files(root)
+    rows = [("r1", {"topic": "T", "body": "fine"})] * 50 + [("r51", {"topic": "../x", "body": "bad"})]
+    with pytest.raises(UsageError):
+        write_rows(root, rows, REF_GEOMETRY)
+    assert files(root) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic"]       # no stage, no backup
+    with pytest.raises(UsageError):
+        write_rows(tmp_path / "new", rows, REF_GEOMETRY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic"]
+
+
+def test_the_store_lock_is_held_while_writing(store_copy):
+    from rmqtool.liveness import lock_holder
+    root = store_copy("basic")
+    w = StoreWriter(root, REF_GEOMETRY)
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import sys; from rmqtool.liveness import lock_holder; "
+                                "print(lock_holder(sys.argv[1]))", str(root / "lock")],
+                               capture_output=True, text=True, cwd=ROOT)
+        assert probe.stdout.strip() == str(os.getpid())        # a broker could not start meanwhile
+        w.append_all(synthetic_fields(SyntheticSpec(10, start_ms=1_700_000_000_000)))
+    finally:
+        w.close()
+    assert lock_holder(root / "lock") is None
+
+
+def test_a_store_path_given_as_symlink_is_staged_beside_its_target(tmp_path):
+    real = tmp_path / "disk" / "store"
+    write_rows(real, [("r1", {"topic": "T", "body": "a"})], REF_GEOMETRY)
+    (tmp_path / "link").symlink_to(real)
+    s = write_rows(tmp_path / "link", [("r2", {"topic": "T", "body": "b"})], REF_GEOMETRY)
+    assert (tmp_path / "link").is_symlink() and Path(s.backup).parent == real.parent
+    assert sum(1 for b in walk_store(Store(real)) if isinstance(b, RecordBatch) for _ in range(len(b))) == 2

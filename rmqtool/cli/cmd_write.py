@@ -94,6 +94,10 @@ def write_command(
     stdout.print(f"  consumequeue: {s.cq_units} units in {s.cq_files} file writes; index: {s.index_entries} "
                  f"entries in {len(s.index_files)} files", markup=False)
     stdout.print(f"  {s.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
+    if s.backup:
+        stdout.print(f"  originals kept in {s.backup}", markup=False)
+    for note in s.recovered:
+        stdout.print(f"  recovered: {note}", markup=False)
     for w in s.warnings[:20]:
         stderr.print(f"warning: {w}", markup=False)
     return 0
