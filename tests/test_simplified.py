@@ -367,3 +367,32 @@ def test_single_file_targets(tmp_path, article_store):
     assert out.code == 0 and [r["position"] for r in out.jsonl()][:3] == ARTICLE_OFFSETS[:3]
     out = run_cli("dump", "consumequeue", article_store / fmt.COMMITLOG_NAME, "-f", "jsonl")
     assert out.code == 2 and "not a consumerQueue.txt" in out.err
+
+
+# --- query-key and verify through the CLI ---------------------------------------------------------------
+def test_cli_query_key_and_verify(article_store):
+    msg = article_messages()[4]
+    out = run_cli("query-key", article_store, msg["msg_id"], "-f", "jsonl", "--body", "text")
+    assert out.code == 0, out.err
+    assert [(r["position"], r["size"], r["body"]) for r in out.jsonl()] == [(1271, 306, msg["body"])]
+    assert "offset after their record" in out.err
+    assert run_cli("query-key", article_store, "no-such-id", "-f", "jsonl").code == 1
+    out = run_cli("verify", article_store, "-f", "jsonl")
+    assert out.code == 0 and out.jsonl()[-1]["type"] == "summary" and out.jsonl()[-1]["errors"] == 0
+    _patch(article_store / fmt.CONSUMER_QUEUE_NAME, 28, struct.pack(">i", 1))
+    out = run_cli("verify", article_store)
+    assert out.code == 1 and "simplified.cq-length" in out.out
+
+
+def test_cli_overwritten_slot_note(tmp_path):
+    from rmqtool.simplified.writer import article_messages as generated
+    write_store(tmp_path / "s", generated(120, seed=3))
+    rows = [r for r in run_cli("dump", "index", tmp_path / "s", "-f", "jsonl").jsonl() if r["kind"] == "ENTRY"]
+    lost = [r for r in rows if not r["slot_holds"]]
+    assert len(rows) == 120 and lost                      # 120 keys in 100 slots: some overwritten
+    msgs = [r for r in run_cli("dump", "commitlog", tmp_path / "s", "-f", "jsonl").jsonl() if r["kind"] == "MESSAGE"]
+    target = [m for m in msgs if m["position"] + m["size"] == lost[0]["phy_offset"]][0]
+    out = run_cli("query-key", tmp_path / "s", target["msg_id"], "-f", "jsonl")
+    assert out.code == 0 and out.jsonl()[0]["position"] == target["position"]
+    assert "overwritten" in out.err and out.jsonl()[0]["via"] == "index-entry-scan"
+    assert run_cli("verify", tmp_path / "s").code == 0

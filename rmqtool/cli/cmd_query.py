@@ -56,11 +56,16 @@ def query_key_command(
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
     remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
     spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
+    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog."""
     from rmqtool.query.bykey import LONG_MAX, query_key
+    from rmqtool.simplified import use_simplified
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
+    if use_simplified(store, layout):          # the article's store: KEY is a msgId
+        from rmqtool.simplified import cli as simplified_cli
+        raise typer.Exit(simplified_cli.query_key(store, key, fmt, body))
     if raw and scan:
         raise UsageError("--raw reads the index only; it cannot be combined with --scan")
     lo = parse_time(begin, "--begin")

@@ -66,11 +66,16 @@ def verify_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable."""
+    from rmqtool.simplified import use_simplified
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
     check_choice(level, LEVELS, "--level")
     check_choice(fail_on, FAIL_ON, "--fail-on")
+    if use_simplified(store, layout):          # the article's store: simplified.* checks
+        from rmqtool.simplified import cli as simplified_cli
+        raise typer.Exit(simplified_cli.verify(store, fmt, fail_on, limit if limit >= 0 else None))
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)
     options.validate()
