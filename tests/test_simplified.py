@@ -396,3 +396,43 @@ def test_cli_overwritten_slot_note(tmp_path):
     assert out.code == 0 and out.jsonl()[0]["position"] == target["position"]
     assert "overwritten" in out.err and out.jsonl()[0]["via"] == "index-entry-scan"
     assert run_cli("verify", tmp_path / "s").code == 0
+
+
+# --- write through the CLI: the article's example, its generator, hostile input ---------------------------
+def test_cli_write_article_example(tmp_path):
+    src = tmp_path / "messages.jsonl"
+    src.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in article_messages()), encoding="utf-8")
+    out = run_cli("write", tmp_path / "a", "--layout", "simplified", "--from", src, "-f", "json")
+    assert out.code == 0, out.err
+    assert [m["position"] for m in json.loads(out.out)[0]["messages"]] == ARTICLE_OFFSETS
+    assert (tmp_path / "a" / fmt.COMMITLOG_NAME).read_bytes() == _hand_pack(article_messages())[0]
+    assert run_cli("write", tmp_path / "a", "--layout", "simplified", "--from", src).code == 3   # refused
+    out = run_cli("dump", "consumequeue", tmp_path / "a", "-f", "jsonl")
+    assert [(u["commit_log_offset"], u["msg_length"], u["tag_code"]) for u in out.jsonl()[:3]] == \
+        [(0, 338, 100), (338, 338, 100), (676, 296, 100)]
+    for i, m in enumerate(article_messages()):
+        hit = run_cli("query-key", tmp_path / "a", m["msg_id"], "-f", "jsonl", "--body", "text").jsonl()
+        assert [(r["position"], r["body"]) for r in hit] == [(ARTICLE_OFFSETS[i], m["body"])]
+
+
+def test_cli_write_synthetic_is_the_articles_generator(tmp_path):
+    out = run_cli("write", tmp_path / "s", "--layout", "simplified", "--synthetic", "10", "--seed", "7")
+    assert out.code == 0, out.err
+    msgs = [r for r in run_cli("dump", "commitlog", tmp_path / "s", "-f", "jsonl", "--body", "text").jsonl()
+            if r["kind"] == "MESSAGE"]
+    assert len(msgs) == 10 and all(r["topic"] == "Topic-test" and r["body"].startswith(PREFIX)
+                                   and 1 <= r["body_size"] - 12 <= 48 for r in msgs)
+    assert run_cli("verify", tmp_path / "s").code == 0
+
+
+@pytest.mark.parametrize("line", ['[1, 2]', '{"topic": "T"}', '{"topic": "T", "body": [1]}',
+                                  '{"topic": "T", "body": "x", "queue_offset": 1e400}',
+                                  '{"topic": "T", "body": "x", "queue_offset": 99999999999999999999}',
+                                  '{"topic": "T", "body": "x", "store_timestamp": "soon"}',
+                                  '{"topic": "' + "t" * 70 + '", "body": "x"}', 'not json'])
+def test_cli_write_bad_rows_are_usage_errors(tmp_path, line):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(line + "\n")
+    out = run_cli("write", tmp_path / "w", "--layout", "simplified", "--from", src)
+    assert out.code == 2 and out.err.startswith("error:") and "internal" not in out.err
+    assert not (tmp_path / "w" / fmt.COMMITLOG_NAME).exists()

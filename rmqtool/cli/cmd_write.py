@@ -50,6 +50,7 @@ def write_command(
     index_slots: Optional[int] = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000)"),
     index_entries: Optional[int] = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000)"),
     fmt: str = FormatOpt,
+    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
     from rmqtool.cli.cmd_rebuild import LazyProgress
@@ -57,6 +58,11 @@ def write_command(
     check_choice(fmt, ("table", "json"), "--format")
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")
+    from rmqtool.simplified import use_simplified
+    if use_simplified(store, layout):          # the article's three files (--synthetic: its generator)
+        from rmqtool.simplified import cli as simplified_cli
+        rows = None if source is None else (row for _, row in _rows(source))
+        raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
     geometry = None
     if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries)):
         g = Geometry()

@@ -48,6 +48,8 @@ def _body_bytes(msg: Mapping, n: int) -> bytes:
         raise UsageError(f"message {n}: no body")
     if isinstance(body, (bytes, bytearray)):
         return bytes(body)
+    if not isinstance(body, str):
+        raise UsageError(f"message {n}: body must be a string, not {type(body).__name__}")
     enc = msg.get("body_encoding") or "text"
     try:
         if enc == "text":
@@ -59,6 +61,21 @@ def _body_bytes(msg: Mapping, n: int) -> bytes:
     except (ValueError, binascii.Error) as exc:
         raise UsageError(f"message {n}: body is not valid {enc}: {exc}") from None
     raise UsageError(f"message {n}: body_encoding must be text, hex or base64, not {enc!r}")
+
+
+def _long(msg: Mapping, name: str, n: int, default: int) -> int:
+    value = msg.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"message {n}: {name} must be an integer, not {type(value).__name__}")
+    try:
+        value = int(value)
+    except ValueError:
+        raise UsageError(f"message {n}: {name} {value!r} is not an integer") from None
+    if not -(1 << 63) <= value < (1 << 63):
+        raise UsageError(f"message {n}: {name} {value} does not fit in a long")
+    return value
 
 
 def _text(msg: Mapping, names: tuple[str, ...], n: int, default=None) -> str:
@@ -85,12 +102,14 @@ def build(messages: Iterable[Mapping], *, index_points_at: str = "end", tag_code
     rows, entries, offset = [], [], 0
     slots = np.zeros(fmt.HASH_SLOTS, dtype=fmt.INDEX_SLOT_DTYPE)
     for n, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise UsageError(f"message {n}: expected an object with topic and body, not {type(msg).__name__}")
         topic = _text(msg, ("topic",), n)
         msg_id = _text(msg, ("msg_id", "uniq_key"), n, lambda: str(uuid.uuid4()))
         txn = _text(msg, ("transaction_id",), n, lambda: str(uuid.uuid4()))
         body = _body_bytes(msg, n)
-        queue_offset = int(msg.get("queue_offset", n) if msg.get("queue_offset") is not None else n)
-        stamp = int(msg["store_timestamp"]) if msg.get("store_timestamp") is not None else now_ms()
+        queue_offset = _long(msg, "queue_offset", n, n)
+        stamp = _long(msg, "store_timestamp", n, None) if msg.get("store_timestamp") is not None else now_ms()
         total = fmt.article_total_len(len(body))
         if offset + total > commitlog_size:
             raise UsageError(f"message {n}: commitLog.txt is {commitlog_size} bytes; "
