@@ -140,20 +140,6 @@ def test_export_cli_on_spark(spark, tmp_path):
     assert spark.sparkContext._jsc is not None       # the shared session was not stopped
 
 
-@pytest.mark.parametrize("name", ["mixed"])
-def test_rebuild_on_spark_is_byte_identical_to_local_and_upstream(spark, name, tmp_path):
-    from test_engines import _index_files, _tree, rebuild_both
-    with get_engine("spark", spark=spark) as eng:
-        cq, ix = rebuild_both(reference_store(name), tmp_path / "spark", eng, 30000)
-    with get_engine("local") as eng:
-        rebuild_both(reference_store(name), tmp_path / "local", eng, 1 << 40)
-    assert _tree(tmp_path / "spark" / "cq") == _tree(tmp_path / "local" / "cq") \
-        == _tree(reference_store(name) / "consumequeue")
-    assert _index_files(tmp_path / "spark" / "ix") == _index_files(tmp_path / "local" / "ix") \
-        == _index_files(reference_store(name) / "index")
-    assert cq.records == ix.records > 0
-
-
 def test_distributed_rebuild_on_spark_is_byte_identical_to_upstream(spark, tmp_path):
     """Spark shape: one task per queue writes its CQ files; one task per entry range writes
     each IndexFile after the global order by physical offset."""
