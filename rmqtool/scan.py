@@ -286,14 +286,14 @@ def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: 
 
 def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:
     """crc32(body) & 0x7FFFFFFF == BODYCRC; no check for an empty body (as upstream)."""
-    mv = memoryview(buf)
-    out = np.ones(len(cols["body_start"]), dtype=bool)
-    crc = zlib.crc32
-    for i, (s, n, want) in enumerate(zip(cols["body_start"].tolist(), cols["body_len"].tolist(),
-                                         cols["body_crc"].tolist())):
-        if n > 0 and (crc(mv[s:s + n]) & 0x7FFFFFFF) != want:
-            out[i] = False
-    return out
+    start = cols["body_start"]
+    length = cols["body_len"]
+    if not len(start):
+        return np.ones(0, dtype=bool)
+    # one zlib.crc32 call per body, iterated in C (map over slices of one memoryview)
+    spans = map(memoryview(buf).__getitem__, map(slice, start.tolist(), (start + length).tolist()))
+    got = np.fromiter(map(zlib.crc32, spans), dtype=np.int64, count=len(start))
+    return ((got & 0x7FFFFFFF) == cols["body_crc"]) | (length <= 0)
 
 
 def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
@@ -392,6 +392,8 @@ def _row_width(lengths: np.ndarray, minimum: int) -> np.ndarray:
 
 _KEY_PATTERNS = {name: np.frombuffer((key + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
                  for name, key in EXTRACTED_PROPERTIES.items()}
+_KEY_HEADS = {name: np.ascontiguousarray(p[:4]).view(np.uint32)[0] for name, p in _KEY_PATTERNS.items()}
+assert all(len(p) >= 5 for p in _KEY_PATTERNS.values())
 _SEP = ord(cl.PROPERTY_SEPARATOR)
 
 
@@ -435,12 +437,12 @@ def _extract_rows(buf, rec, starts, lens, width: int, out: dict) -> None:
     seg = np.concatenate([row_base, opening + 1])
     seg.sort()                                                 # row order, then position order
     seg = seg[seg < len(flat) - 2]          # room for a key byte, 0x01 and a value byte
-    first = flat[seg]
+    head = np.ascontiguousarray(span_rows(flat, seg, 4)).view(np.uint32).reshape(-1)
     for name, pattern in _KEY_PATTERNS.items():
         m = len(pattern)
-        s = seg[first == pattern[0]]
+        s = seg[head == _KEY_HEADS[name]]      # first four bytes at once, the rest on the survivors
         s = s[s + m < len(flat)]
-        for j in range(1, m):                  # narrow byte by byte: most segments fail at once
+        for j in range(4, m):
             s = s[flat[s + j] == pattern[j]]
         if not len(s):
             continue
