@@ -113,4 +113,4 @@ def test_chain_fast_check_implies_no_chain_findings(hashes, S, mutations):
     if _chains_consistent(bucket, prev, num, slots):
         assert not sink.findings
     else:
-        assert sink.findings or (prev >= num).any() or (prev < 0).any() or (slots > n).any()
+        assert sink.findings or (prev >= num).any() or (prev < 0).any() or (slots > n).any() or (slots < 0).any()
