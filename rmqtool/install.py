@@ -66,11 +66,18 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory under root, then root itself."""
+def fsync_tree(root: Path, skip_linked: bool = False) -> None:
+    """fsync every file and directory under root, then root itself. ``skip_linked``: files
+    with more than one link are carried-over originals whose data predates the build; their
+    new names are made durable by the directory fsync (and syncing each would force a
+    journal commit per file, for its changed link count)."""
     for dirpath, dirnames, filenames in os.walk(root):
         for f in filenames:
-            fsync_path(Path(dirpath) / f)
+            path = Path(dirpath) / f
+            if skip_linked and os.stat(path, follow_symlinks=False).st_nlink > 1:
+                continue
+            if not os.path.islink(path):
+                fsync_path(path)
         fsync_path(Path(dirpath))
 
 
@@ -156,10 +163,10 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     """Steps 1 (fsync) to 5 for a tree already built in ``tmp`` (see module docstring).
     ``drop_empty_backup``: an original that was an empty directory is removed, not kept."""
     crash_point("built")
-    fsync_tree(tmp)
+    fsync_tree(tmp, skip_linked=True)
     fsync_path(target.parent)
     files = sum(len(f) for _, _, f in os.walk(tmp))
-    size = sum((Path(d) / f).stat().st_size for d, _, fs in os.walk(tmp) for f in fs)
+    size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(tmp) for f in fs)
     if not target.exists():
         os.rename(tmp, target)
         fsync_path(target.parent)
