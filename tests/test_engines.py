@@ -3,7 +3,6 @@ their chain check, the local process pool, export layout and topic-name safety."
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import urllib.parse
@@ -84,15 +83,6 @@ def test_split_ranges_equal_one_range(split):
 def test_process_pool_equals_in_process():
     stores = [(n, Store(reference_store(n))) for n in STORE_NAMES]
     assert scan_all(stores, 8192, jobs=2).equals(scan_all(stores, 8192, jobs=1))
-
-
-def _first_records(path: Path, count: int):
-    store = Store(path.parent.parent)
-    seg = store.commitlog.files[0]
-    for item in walk_store(store, files=[seg]):
-        if isinstance(item, RecordBatch):
-            return seg, item
-    raise AssertionError("no records")
 
 
 def test_false_magic_inside_a_body_is_rerun_from_the_chain(store_copy):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from rmqtool.errors import FileChangedError, RmqError, UsageError
+from rmqtool.errors import FileChangedError, UsageError
 
 #: default byte-range size of one task (a 1 GiB CommitLog file becomes 8 tasks)
 DEFAULT_SPLIT_SIZE = 128 << 20
@@ -236,4 +236,4 @@ def default_jobs() -> int:
 
 
 __all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "run_one",
-           "get_engine", "run_tasks", "store_names", "DEFAULT_SPLIT_SIZE", "RmqError"]
+           "get_engine", "run_tasks", "store_names", "DEFAULT_SPLIT_SIZE"]
