@@ -253,3 +253,30 @@ def test_a_store_path_given_as_symlink_is_staged_beside_its_target(tmp_path):
     s = write_rows(tmp_path / "link", [("r2", {"topic": "T", "body": "b"})], REF_GEOMETRY)
     assert (tmp_path / "link").is_symlink() and Path(s.backup).parent == real.parent
     assert sum(1 for b in walk_store(Store(real)) if isinstance(b, RecordBatch) for _ in range(len(b))) == 2
+
+
+def test_copy_sparse_keeps_bytes_and_holes(tmp_path):
+    from rmqtool.install import copy_sparse, make_private
+    src = tmp_path / "f"
+    with open(src, "wb") as fh:
+        fh.truncate(64 << 20)
+        fh.seek(0)
+        fh.write(b"head" * 1000)
+        fh.seek(40 << 20)
+        fh.write(b"tail" * 1000)
+    copy_sparse(src, tmp_path / "g")
+    assert (tmp_path / "g").read_bytes() == src.read_bytes()
+    assert (tmp_path / "g").stat().st_blocks * 512 < 4 << 20          # the holes stayed holes
+    os.link(src, tmp_path / "h")
+    make_private(tmp_path / "h")
+    assert (tmp_path / "h").stat().st_ino != src.stat().st_ino and (tmp_path / "h").read_bytes() == src.read_bytes()
+
+
+def test_write_finishes_an_interrupted_rebuild_inside_the_store(store_copy):
+    root = store_copy("basic")
+    stale = root / "consumequeue.rmqtool-tmp-20200101T000000000000Z"
+    stale.mkdir()
+    (stale / "junk").write_bytes(b"x")
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
+    assert any("consumequeue.rmqtool-tmp-" in note for note in s.recovered)
+    assert not (root / stale.name).exists() and not (Path(s.backup) / stale.name).exists()
