@@ -19,7 +19,7 @@ from rmqtool.javahash import tags_code
 @dataclass(frozen=True)
 class Field:
     name: str
-    type: str            # int, str, bool, map, obj
+    type: str            # int, str, bool, bytes (base64 in JSON), map, obj
     doc: str
 
 
@@ -48,6 +48,7 @@ RECORD_FIELDS: tuple[Field, ...] = (
     Field("body_length", "int", "BODYLEN as stored (possibly compressed)"),
     Field("topic", "str", "topic"),
     Field("properties", "map", "parsed properties (upstream parser: last duplicate wins)"),
+    Field("properties_raw", "bytes", "the exact properties bytes (base64 in JSON); write uses them verbatim"),
     Field("keys", "str", "KEYS property, raw"),
     Field("tags", "str", "TAGS property"),
     Field("uniq_key", "str", "UNIQ_KEY property (client message id)"),
@@ -56,8 +57,8 @@ RECORD_FIELDS: tuple[Field, ...] = (
     Field("uniq_key_info", "obj", "decoded UNIQ_KEY: ip, pid, counter, timestamp"),
     Field("compression", "str", "zlib / lz4 / zstd when sysFlag says compressed"),
     Field("inflated_body_length", "int", "body length after decompression"),
-    Field("body_encoding", "str", "text / hex / base64 / none"),
-    Field("body", "str", "the body, rendered per --body"),
+    Field("body_encoding", "str", "raw (base64 of the stored bytes) / text / hex / base64 / none"),
+    Field("body", "str", "the body, rendered per --body (text/hex/base64 inflate compressed bodies)"),
     Field("note", "str", "anything the decoder could not do (e.g. codec missing)"),
 )
 FIELD_NAMES = tuple(f.name for f in RECORD_FIELDS)
@@ -125,6 +126,10 @@ def render_body(body: bytes, mode: str) -> str | None:
     return body.decode("utf-8", "replace")
 
 
+def _b64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
 def dispatch_tags_code(topic: str, props: dict, store_timestamp: int) -> int:
     """tagsCode as the dispatcher computes it (deliver time for delayed messages)."""
     if topic == cl.SCHEDULE_TOPIC and cl.PROPERTY_DELAY_TIME_LEVEL in props:
@@ -175,6 +180,7 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "body_length": int(c["body_length"][i]),
         "topic": topic,
         "properties": props,
+        "properties_raw": _b64(batch.span("props", i)),
         "keys": props.get(cl.PROPERTY_KEYS),
         "tags": props.get(cl.PROPERTY_TAGS),
         "uniq_key": uniq,
@@ -183,7 +189,7 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "uniq_key_info": decode_uniq_key(uniq, born_ts, store_ts),
         "compression": codec,
         "inflated_body_length": None if inflated is None else len(inflated),
-        "body_encoding": body if body != "raw" else "base64",
+        "body_encoding": body,
         "body": render_body(shown, body),
         "note": note,
     }

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (BODY_MODES, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+from rmqtool.cli.common import (BODY_MODES, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
@@ -40,12 +40,15 @@ def dump_commitlog(
     begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
     end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
     limit: Optional[int] = LimitOpt,
-    body: str = BodyOpt,
+    body: Optional[str] = typer.Option(
+        None, "--body", help="raw (base64 of the stored bytes; default for json/jsonl, so `write` can "
+                             "read it back byte-exact) | text | hex | base64 | none (default for table)"),
     commitlog_dirs: str = CommitlogDirsOpt,
     layout: str = LayoutOpt,
 ):
     """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    body = body or ("none" if fmt == "table" else "raw")
     check_choice(body, BODY_MODES, "--body")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops

@@ -33,10 +33,11 @@ stdout = Console(soft_wrap=True, highlight=False, width=_width())
 stderr = Console(stderr=True, soft_wrap=True, highlight=False)
 
 FORMATS = ("table", "json", "jsonl")
-BODY_MODES = ("text", "hex", "base64", "none")
+BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl")
-BodyOpt = typer.Option("none", "--body", help="text | hex | base64 | none")
+BodyOpt = typer.Option("none", "--body",
+                       help="raw (base64 of the stored bytes) | text | hex | base64 | none")
 IndexSlotsOpt = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000 or inferred)")
 IndexEntriesOpt = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000 or inferred)")
 CommitlogDirsOpt = typer.Option(None, "--commitlog-dirs",

@@ -35,7 +35,7 @@ OBJECT_TYPES = {
         ("month_offset_ms", pa.int64()), ("timestamp", pa.int64()), ("anchor", pa.string()),
     ]),
 }
-_SCALAR_TYPES = {"int": pa.int64(), "str": pa.string(), "bool": pa.bool_(),
+_SCALAR_TYPES = {"int": pa.int64(), "str": pa.string(), "bool": pa.bool_(), "bytes": pa.binary(),
                  "map": pa.map_(pa.string(), pa.string())}
 
 
@@ -339,6 +339,7 @@ def batch_to_arrow(batch, store: str | None = None, body: str = "none") -> pa.Re
     topic = _text(_binary(mv, c["topic_start"], c["topic_len"]))
     out["topic"] = topic
     out["properties"] = _properties(mv, c["props_start"], c["props_len"])
+    out["properties_raw"] = _binary(mv, c["props_start"], c["props_len"])
     out["keys"] = _text(_binary(mv, c["keys_start"], c["keys_len"]))
     tags = _text(_binary(mv, c["tags_start"], c["tags_len"]))
     out["tags"] = tags
@@ -411,7 +412,10 @@ def rows_for_json(table) -> list[dict]:
         b = r.get("body")
         if isinstance(b, (bytes, bytearray)):
             r["body"] = base64.b64encode(b).decode("ascii")
-            r["body_encoding"] = "base64"
+            r["body_encoding"] = "raw"
+        pr = r.get("properties_raw")
+        if isinstance(pr, (bytes, bytearray)):
+            r["properties_raw"] = base64.b64encode(pr).decode("ascii")
     return rows
 
 
