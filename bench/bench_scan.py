@@ -30,8 +30,8 @@ def ensure_store(root: Path, gib: float) -> Store:
     if have < gib * (1 << 30):
         messages = int(gib * (1 << 30) / MESSAGE_BYTES) + 1000
         subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", str(messages),
-                        "--body-min", "700", "--body-max", "900", "--topics", "8", "--queues", "4",
-                        "--commitlog-file-size", str(1 << 30), "--seed", "1", "--yes"], check=True)
+                        "--body-size", "700-900", "--topics", "8", "--queues", "4",
+                        "--commitlog-file-size", str(1 << 30), "--seed", "1"], check=True)
     return Store(root)
 
 
