@@ -193,3 +193,31 @@ def test_a_worker_error_is_one_rmq_error_not_a_java_trace(spark, tmp_path):
         with pytest.raises(RmqError, match="Spark job failed: .*NotADirectoryError") as info:
             eng.run(plan_tasks(stores, 1 << 40), stage, SUMMARY_SCHEMA)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("case", [None, "bad-magic", "body-flip", "torn-tail"])
+def test_verify_spark_equals_local(spark, store_copy, case):
+    """verify --engine spark: the same findings, summary and forecast as the in-process walk."""
+    from corruptions import corrupt
+    from rmqtool.verify import VerifyOptions, verify
+    root = store_copy("crashed" if case == "torn-tail" else "basic")
+    if case:
+        corrupt(root, case)
+    opts = lambda: VerifyOptions(level="deep", limit_per_check=None)   # noqa: E731
+    want = verify(Store(root), opts()).as_dict()
+    with get_engine("spark", spark=spark) as eng:
+        got = verify(Store(root), opts(), engine=eng, split_size=30000).as_dict()
+        assert len(eng.tasks) > len(Store(root).commitlog.files)
+    assert got == want
+    assert (want["summary"]["findings"]["error"] > 0) == bool(case)
+
+
+def test_verify_cli_engine_spark(tmp_path):
+    """The installed command with --engine spark (its own local session) prints the local JSON."""
+    from conftest import run_cli_process
+    store = str(reference_store("mixed"))
+    a = run_cli_process("verify", store, "--level", "deep", "-f", "json")
+    b = run_cli_process("verify", store, "--level", "deep", "-f", "json", "--engine", "spark",
+                        "--master", "local[2]", "--split-size", "50000", timeout=300)
+    assert a.returncode == b.returncode == 0, b.stderr[-2000:]
+    assert json.loads(a.stdout) == json.loads(b.stdout)

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from typing import List, Optional
 
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, emit_jsonl, escape_control, open_store, stderr, stdout)
+from rmqtool.errors import MissingDependencyError, UsageError
 from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
 
 PROGRESS_AFTER_S = 1.0
@@ -43,6 +45,26 @@ class Progress:
             self.bar.stop()
 
 
+@contextmanager
+def _engine(engine: str, jobs: int, master, remote, spark_conf):
+    """None for the in-process walk (local, one job: needs no pyarrow), else an Engine."""
+    check_choice(engine, ("local", "spark"), "--engine")
+    if jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
+    if engine == "local" and jobs == 1:
+        yield None
+        return
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(f"verify --engine {engine} / --jobs needs pyarrow: "
+                                     "pip install 'rmqtool[parquet]' (or [spark])") from None
+    from rmqtool.engines import default_jobs, get_engine
+    with get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
+                    spark_conf=spark_conf or ()) as eng:
+        yield eng
+
+
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
     if not values:
         return KINDS
@@ -67,6 +89,12 @@ def verify_command(
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
+    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog walk runs"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)"),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
+    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
+    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
+    split_size: Optional[int] = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)"),
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable."""
     from rmqtool.simplified import use_simplified
@@ -79,11 +107,14 @@ def verify_command(
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)
     options.validate()
+    if split_size is not None and split_size <= 0:
+        raise UsageError(f"--split-size must be positive, not {split_size}")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
     total = sum(seg.size for seg in s.commitlog.files)
     progress = Progress(total, sys.stderr.isatty())
     try:
-        report = verify(s, options, progress=progress)
+        with _engine(engine, jobs, master, remote, spark_conf) as eng:
+            report = verify(s, options, progress=progress, engine=eng, split_size=split_size)
     finally:
         progress.close()
     code = report.exit_code(fail_on)

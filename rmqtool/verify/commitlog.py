@@ -81,16 +81,25 @@ class CommitLogVerifier:
             self.add(check, p.path, offset, p.message, p.severity, excerpt=False)
 
     # --- walk --------------------------------------------------------------------------------
-    def walk(self) -> RecordTable:
+    def walk(self, engine=None, split_size: int | None = None) -> RecordTable:
+        """Walk every file; with an ``engine`` its tasks walk byte ranges in parallel and this
+        process adopts their batches, then judges each file's end as the sequential walk does."""
         files = self.store.commitlog.files
         self._starts_with_data = [_starts_with_data(seg.path) for seg in files]
+        prepared = None
+        if engine is not None:
+            from rmqtool.engines.verify import engine_walk
+            prepared = engine_walk(engine, self.store, self.deep, split_size)
         for idx, seg in enumerate(files):
             self.files.append(str(seg.path))
             if seg.size == 0:
                 self.data_end[idx] = (0, END_ZERO)
                 continue
             try:
-                self._walk_file(idx, seg)
+                if prepared is None:
+                    self._walk_file(idx, seg)
+                else:
+                    self._adopt_file(idx, seg, prepared)
             except FileChangedError as exc:
                 self.file_changed = True
                 self.add("commitlog.file-changed", seg.path, exc.offset, exc.message,
@@ -115,8 +124,30 @@ class CommitLogVerifier:
         if batch.carved:
             self.carved += len(batch)
 
-    def _walk_file(self, idx: int, seg) -> None:
-        lo, carved = 0, False
+    def _adopt_file(self, idx: int, seg, prepared) -> None:
+        """Take the engine's batches of one file, then go on from where its walk stopped."""
+        from rmqtool.engines.verify import remap_topics
+        path = str(seg.path)
+        for part in prepared.parts.get(path, ()):
+            cols = part.cols
+            cols["topic_id"] = remap_topics(part, self.topics.intern)
+            cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
+            for f in part.findings:
+                if f.check == "commitlog.body-crc":
+                    at = self.crc_failures.get(idx)
+                    self.crc_failures[idx] = f.offset if at is None else min(at, f.offset)
+                if self.report_records:
+                    self.sink.put(f)
+            self.parts.append(cols)
+            self.records += len(cols["phy"])
+        _, pos = prepared.ends.get(path, (END_EOF, 0))
+        self.bytes += pos
+        # the end is judged here: a walk resumed at the stop position stops there again (or,
+        # on a live store, reads what was appended since), then reports and carves as usual
+        self._walk_file(idx, seg, lo=pos)
+
+    def _walk_file(self, idx: int, seg, lo: int = 0) -> None:
+        carved = False
         # the last file holding data: every later file starts with zeros (the pre-allocated next file)
         last_file = not any(self._starts_with_data[idx + 1:])
         while True:

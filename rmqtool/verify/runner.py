@@ -80,8 +80,13 @@ def _geometry(store, sink: FindingSink):
         return None
 
 
-def verify(store, options: VerifyOptions | None = None, progress=None) -> VerifyReport:
-    """Verify a store without writing anything; findings go into the report, never raised."""
+def verify(store, options: VerifyOptions | None = None, progress=None, engine=None,
+           split_size: int | None = None) -> VerifyReport:
+    """Verify a store without writing anything; findings go into the report, never raised.
+
+    ``engine`` (an ``rmqtool.engines.Engine``) runs the CommitLog walk and the per-record
+    checks as tasks over ``split_size`` byte ranges; the report is the same as without it.
+    """
     options = options or VerifyOptions()
     options.validate()
     deep = options.level == "deep"
@@ -97,7 +102,7 @@ def verify(store, options: VerifyOptions | None = None, progress=None) -> Verify
     clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
                             report_records="commitlog" in want)
     clv.check_layout()
-    table = clv.walk()
+    table = clv.walk(engine, split_size)
     c = table.cols
     selected = np.ones(len(table), dtype=bool)
     tid = None
