@@ -221,3 +221,19 @@ def test_verify_cli_engine_spark(tmp_path):
                         "--master", "local[2]", "--split-size", "50000", timeout=300)
     assert a.returncode == b.returncode == 0, b.stderr[-2000:]
     assert json.loads(a.stdout) == json.loads(b.stdout)
+
+
+def test_query_key_scan_over_a_fleet_in_one_spark_job(spark):
+    """query-key --scan --engine spark over several stores: per store the local scan's answer."""
+    from rmqtool.engines.query import query_key_scan_stores
+    from rmqtool.query.bykey import query_key
+    stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
+    for key in ("key-0005", "hcAaBB"):
+        with get_engine("spark", spark=spark) as eng:
+            got = query_key_scan_stores(stores, key, eng, split_size=30000)
+            assert len({t.store for t in eng.tasks}) == len(stores)
+        for (name, res), (name2, store) in zip(got, stores):
+            want = query_key(store, key, scan=True)
+            assert name == name2
+            assert [(h.phy_offset, h.match) for h in res.hits] == [(h.phy_offset, h.match) for h in want.hits]
+            assert res.scanned_bytes == want.scanned_bytes

@@ -36,8 +36,9 @@ def _render(records: list[dict], fmt: str, extra: list[str], title: str) -> None
 
 @app.command("query-key")
 def query_key_command(
-    store: str = typer.Argument(..., help="store root"),
-    key: str = typer.Argument(..., help="message key (a KEYS token) or UNIQ_KEY"),
+    stores: List[str] = typer.Argument(..., metavar="STORE... KEY",
+                                       help="store root(s) (several paths or quoted globs: a fleet), then the "
+                                            "message key (a KEYS token) or UNIQ_KEY"),
     topic: Optional[str] = typer.Option(None, "--topic", "-t",
                                         help="topic; default: every topic named by consumequeue/ "
                                              "directories and config/topics.json"),
@@ -58,45 +59,74 @@ def query_key_command(
     spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
-    """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog."""
+    """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog.
+
+    With several stores each is searched (``--max`` applies per store) and every row names
+    its store; ``--scan --engine spark`` scans them all in one Spark job."""
     from rmqtool.query.bykey import LONG_MAX, query_key
     from rmqtool.simplified import use_simplified
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
-    if use_simplified(store, layout):          # the article's store: KEY is a msgId
+    if len(stores) < 2:
+        raise UsageError("query-key needs a STORE and a KEY")
+    *paths, key = stores
+    if len(paths) == 1 and use_simplified(paths[0], layout):     # the article's store: KEY is a msgId
         from rmqtool.simplified import cli as simplified_cli
-        raise typer.Exit(simplified_cli.query_key(store, key, fmt, body))
+        raise typer.Exit(simplified_cli.query_key(paths[0], key, fmt, body))
     if raw and scan:
         raise UsageError("--raw reads the index only; it cannot be combined with --scan")
     lo = parse_time(begin, "--begin")
     hi = parse_time(end, "--end")
-    s = open_store(store, commitlog_dirs, index_slots, index_entries)
+    lo, hi = 0 if lo is None else lo, LONG_MAX if hi is None else hi
+    opened = _open_stores(paths, commitlog_dirs, index_slots, index_entries)
+    check_choice(engine, ("local", "spark"), "--engine")
     if engine != "local":
-        check_choice(engine, ("local", "spark"), "--engine")
         if not scan:
             raise UsageError("--engine spark runs the CommitLog scan: add --scan")
         from rmqtool.engines import get_engine
-        from rmqtool.engines.query import query_key_scan
+        from rmqtool.engines.query import query_key_scan_stores
         with get_engine(engine, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
-            res = query_key_scan(s, key, eng, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
-                                 max_num=max_num)
+            results = query_key_scan_stores(opened, key, eng, topic, lo, hi, max_num=max_num)
     else:
-        res = query_key(s, key, topic, 0 if lo is None else lo, LONG_MAX if hi is None else hi,
-                        max_num=max_num, raw=raw, scan=scan)
-    _notes(res.notes)
+        results = [(name, query_key(s, key, topic, lo, hi, max_num=max_num, raw=raw, scan=scan))
+                   for name, s in opened]
+    fleet = len(opened) > 1
+    rows, records, unconfirmed = [], [], 0
+    for name, res in results:
+        _notes([f"{name}: {n}" if fleet else n for n in res.notes])
+        unconfirmed += res.unconfirmed
+        if raw:
+            rows += [dict(order=i, **({"store": name} if fleet else {}), **r) for i, r in enumerate(res.raw)]
+        for h in ([] if raw else res.hits):
+            rec = h.record(body)
+            if fleet:
+                rec["store"] = name
+            records.append(rec)
     if raw:
-        rows = [dict(order=i, **r) for i, r in enumerate(res.raw)]
-        emit(rows, fmt, ["order", "topic", "phy_offset"], title="unconfirmed index hits")
+        emit(rows, fmt, (["store"] if fleet else []) + ["order", "topic", "phy_offset"],
+             title="unconfirmed index hits")
         found = bool(rows)
     else:
-        records = [h.record(body) for h in res.hits]
-        _render(records, fmt, ["matched_by", "indexed"], f"messages with key {key!r}")
-        if res.unconfirmed:
-            stderr.print(f"note: {res.unconfirmed} index hash hit(s) were other keys or outside the "
+        title = f"messages with key {key!r}"
+        if fmt == "table" and fleet:
+            emit(_table_rows(records, []), "table", ["store"] + TABLE_COLUMNS + ["matched_by", "indexed"],
+                 title=title)
+        else:
+            _render(records, fmt, ["matched_by", "indexed"], title)
+        if unconfirmed:
+            stderr.print(f"note: {unconfirmed} index hash hit(s) were other keys or outside the "
                          f"window (not reported; see --raw)", markup=False)
         found = bool(records)
     if not found:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _open_stores(paths, commitlog_dirs, index_slots, index_entries) -> list[tuple[str, object]]:
+    """One store as given, or several (globs expanded) named like ``export`` names them."""
+    if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
+        return [(paths[0], open_store(paths[0], commitlog_dirs, index_slots, index_entries))]
+    from rmqtool.export import open_stores
+    return open_stores(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 
 @app.command("query-id")

@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
 
-MATCHES = pa.schema([("phy_offset", pa.int64()), ("match", pa.string()), ("scanned", pa.int64())])
+MATCHES = pa.schema([("store", pa.string()), ("phy_offset", pa.int64()), ("match", pa.string()),
+                     ("scanned", pa.int64())])
 
 
 class KeyScanStage:
@@ -26,14 +27,24 @@ class KeyScanStage:
                 kinds.append(kind)
             if len(b):
                 scanned += int(b.position[-1] + b.size[-1] - b.position[0])
-        yield pa.RecordBatch.from_pydict({"phy_offset": phy + [-1], "match": kinds + [None],
-                                          "scanned": [0] * len(phy) + [scanned]}, schema=MATCHES)
+        yield pa.RecordBatch.from_pydict({"store": [task.store] * (len(phy) + 1), "phy_offset": phy + [-1],
+                                          "match": kinds + [None], "scanned": [0] * len(phy) + [scanned]},
+                                         schema=MATCHES)
 
 
 def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
                    end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
                    rollback: bool = False, split_size: int = DEFAULT_SPLIT_SIZE):
     """``query_key(..., scan=True)`` with the scan on ``engine``; returns a ``KeyResult``."""
+    return query_key_scan_stores([("store", store)], key, engine, topic, begin, end, max_num, uniq_only,
+                                 rollback, split_size)[0][1]
+
+
+def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
+                          end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
+                          rollback: bool = False, split_size: int = DEFAULT_SPLIT_SIZE):
+    """The key scan over several ``(name, Store)`` in one engine job: ``[(name, KeyResult)]``
+    in the order given; ``max_num`` applies to each store."""
     from rmqtool.errors import UsageError
     from rmqtool.query.bykey import Hit, KeyResult, store_topics
     from rmqtool.query.records import RecordReader
@@ -41,22 +52,29 @@ def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, be
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
         raise UsageError(f"--max must be positive, not {max_num}")
-    res = KeyResult()
-    res.topics = [topic] if topic is not None else store_topics(store)
-    tasks = plan_tasks([("store", store)], split_size)
+    tasks = plan_tasks(list(stores), split_size)
     table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), MATCHES)
-    res.scanned_bytes = sum(table.column("scanned").to_pylist())
-    found = {}
-    reader = RecordReader(store)
-    try:
-        for phy, kind in zip(table.column("phy_offset").to_pylist(), table.column("match").to_pylist()):
-            if phy < 0 or phy in found:
-                continue
-            batch = reader.read(phy)
-            if batch is not None:
-                found[phy] = Hit(batch, 0, phy, kind, False)
-    finally:
-        reader.close()
-    hits = sorted(found.values(), key=lambda h: -h.phy_offset)
-    res.hits = hits[:max_num] if max_num is not None else hits
-    return res
+    names = table.column("store").to_pylist()
+    scanned = table.column("scanned").to_pylist()
+    phys = table.column("phy_offset").to_pylist()
+    kinds = table.column("match").to_pylist()
+    out = []
+    for name, store in stores:
+        res = KeyResult()
+        res.topics = [topic] if topic is not None else store_topics(store)
+        res.scanned_bytes = sum(n for sn, n in zip(names, scanned) if sn == name)
+        found = {}
+        reader = RecordReader(store)
+        try:
+            for sn, phy, kind in zip(names, phys, kinds):
+                if sn != name or phy < 0 or phy in found:
+                    continue
+                batch = reader.read(phy)
+                if batch is not None:
+                    found[phy] = Hit(batch, 0, phy, kind, False)
+        finally:
+            reader.close()
+        hits = sorted(found.values(), key=lambda h: -h.phy_offset)
+        res.hits = hits[:max_num] if max_num is not None else hits
+        out.append((name, res))
+    return out
