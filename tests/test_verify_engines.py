@@ -59,3 +59,20 @@ def test_cli_bad_engine_options_are_usage_errors():
     for args in (["--engine", "flink"], ["--jobs", "-1"], ["--split-size", "0"]):
         r = run_cli("verify", store, *args)
         assert r.code == 2 and r.err.startswith("error:") and "Traceback" not in r.err, args
+
+
+def test_verify_a_fleet_reports_each_store(store_copy):
+    """verify STORE... : one report per store, JSONL lines tagged with the store, worst exit code."""
+    bad = store_copy("basic")
+    corrupt(bad, "bad-magic")
+    good = str(reference_store("mixed"))
+    fleet = run_cli("verify", good, str(bad), "-f", "json")
+    assert fleet.code == 1
+    doc = json.loads(fleet.out)
+    alone = [json.loads(run_cli("verify", p, "-f", "json").out) for p in (good, str(bad))]
+    assert doc["reports"] == alone and doc["exit_code"] == 1
+    lines = run_cli("verify", good, str(bad), "-f", "jsonl", "--jobs", "2").jsonl()
+    assert {line["store"] for line in lines} == {"mixed", bad.name}
+    assert [line["check"] for line in lines if line["type"] == "finding" and line["store"] == "mixed"
+            and line["severity"] != "info"] == []
+    assert run_cli("verify", good, good + "/../mixed").code == 0

@@ -6,8 +6,8 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
-                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time,
-                                open_store, parse_time, stderr, stdout)
+                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time, open_store,
+                                open_stores, parse_time, stderr, stdout)
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
 TABLE_COLUMNS = ["phy_offset", "topic", "queue_id", "queue_offset", "store_time", "keys", "uniq_key"]
@@ -78,7 +78,7 @@ def query_key_command(
     lo = parse_time(begin, "--begin")
     hi = parse_time(end, "--end")
     lo, hi = 0 if lo is None else lo, LONG_MAX if hi is None else hi
-    opened = _open_stores(paths, commitlog_dirs, index_slots, index_entries)
+    opened = open_stores(paths, commitlog_dirs, index_slots, index_entries)
     check_choice(engine, ("local", "spark"), "--engine")
     if engine != "local":
         if not scan:
@@ -120,13 +120,6 @@ def query_key_command(
     if not found:
         raise typer.Exit(EXIT_FINDINGS)
 
-
-def _open_stores(paths, commitlog_dirs, index_slots, index_entries) -> list[tuple[str, object]]:
-    """One store as given, or several (globs expanded) named like ``export`` names them."""
-    if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
-        return [(paths[0], open_store(paths[0], commitlog_dirs, index_slots, index_entries))]
-    from rmqtool.export import open_stores
-    return open_stores(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 
 @app.command("query-id")

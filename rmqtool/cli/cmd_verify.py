@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, emit_jsonl, escape_control, open_store, stderr, stdout)
+                                check_choice, emit, emit_jsonl, escape_control, open_stores, stderr, stdout)
 from rmqtool.errors import MissingDependencyError, UsageError
 from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
 
@@ -76,7 +76,8 @@ def _split(values: Optional[List[str]]) -> tuple[str, ...]:
 
 @app.command("verify")
 def verify_command(
-    store: str = typer.Argument(..., help="store root directory"),
+    stores: List[str] = typer.Argument(..., metavar="STORE...",
+                                       help="store root directory (several, or quoted globs: a fleet)"),
     level: str = typer.Option("shallow", "--level", "-l", help="shallow | deep"),
     only: Optional[List[str]] = typer.Option(None, "--only",
                                              help="commitlog | consumequeue | index | checkpoint (repeat or comma-separate)"),
@@ -96,37 +97,51 @@ def verify_command(
     spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
     split_size: Optional[int] = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)"),
 ):
-    """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable."""
+    """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
+
+    Several stores are verified one after the other (one engine session for all); JSON is then
+    one object per store under ``reports``, JSONL lines carry ``store``; exit 1 if any has findings."""
     from rmqtool.simplified import use_simplified
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
     check_choice(level, LEVELS, "--level")
     check_choice(fail_on, FAIL_ON, "--fail-on")
-    if use_simplified(store, layout):          # the article's store: simplified.* checks
+    if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks
         from rmqtool.simplified import cli as simplified_cli
-        raise typer.Exit(simplified_cli.verify(store, fmt, fail_on, limit if limit >= 0 else None))
+        raise typer.Exit(simplified_cli.verify(stores[0], fmt, fail_on, limit if limit >= 0 else None))
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)
     options.validate()
     if split_size is not None and split_size <= 0:
         raise UsageError(f"--split-size must be positive, not {split_size}")
-    s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    total = sum(seg.size for seg in s.commitlog.files)
-    progress = Progress(total, sys.stderr.isatty())
-    try:
-        with _engine(engine, jobs, master, remote, spark_conf) as eng:
-            report = verify(s, options, progress=progress, engine=eng, split_size=split_size)
-    finally:
-        progress.close()
-    code = report.exit_code(fail_on)
+    opened = open_stores(stores, commitlog_dirs, index_slots, index_entries)
+    fleet = len(opened) > 1
+    results = []
+    with _engine(engine, jobs, master, remote, spark_conf) as eng:
+        for name, s in opened:
+            progress = Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty())
+            try:
+                report = verify(s, options, progress=progress, engine=eng, split_size=split_size)
+            finally:
+                progress.close()
+            results.append((name, report, report.exit_code(fail_on)))
+    code = max(c for _, _, c in results)
     if fmt == "json":
-        sys.stdout.write(json.dumps({**report.as_dict(), "exit_code": code}, ensure_ascii=False, indent=2) + "\n")
+        docs = [{**r.as_dict(), "exit_code": c} for _, r, c in results]
+        doc = {"reports": docs, "exit_code": code} if fleet else docs[0]
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     elif fmt == "jsonl":
-        emit_jsonl([{"type": "finding", **f.as_dict()} for f in report.findings]
-                   + [{"type": "summary", **report.summary, "exit_code": code},
-                      {"type": "forecast", **report.forecast}])
+        lines = []
+        for name, report, c in results:
+            tag = {"store": name} if fleet else {}
+            lines += ([{"type": "finding", **tag, **f.as_dict()} for f in report.findings]
+                      + [{"type": "summary", **tag, **report.summary, "exit_code": c},
+                         {"type": "forecast", **tag, **report.forecast}])
+        emit_jsonl(lines)
     else:
-        _render_table(report, code)
+        for _, report, c in results:
+            _render_table(report, c)
     raise typer.Exit(code)
+
 
 
 def _render_table(report, code: int) -> None:

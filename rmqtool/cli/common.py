@@ -50,6 +50,16 @@ def open_store(path: str, commitlog_dirs: str | None = None, index_slots: int | 
     return Store(path, commitlog_dirs=commitlog_dirs, index_slots=index_slots, index_entries=index_entries)
 
 
+def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | None = None,
+                index_entries: int | None = None) -> list[tuple[str, object]]:
+    """``[(name, Store)]`` for STORE... arguments: one path as given, or several paths and globs
+    named like ``export`` names them (directory name, full path when names collide)."""
+    if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
+        return [(paths[0], open_store(paths[0], commitlog_dirs, index_slots, index_entries))]
+    from rmqtool.export import open_stores as open_many
+    return open_many(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
+
+
 def check_choice(value: str, choices: Iterable[str], option: str) -> str:
     if value not in choices:
         raise UsageError(f"{option} must be one of {', '.join(choices)}, not {value!r}")
