@@ -12,7 +12,7 @@ from formats.consumequeue import CQ_UNIT_SIZE
 from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
 from rmqtool.checkpoint import read_checkpoint
 from rmqtool.consumequeue import read_units
-from rmqtool.errors import StoreLayoutError, UsageError
+from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.fileio import file_size
 from rmqtool.indexfile import IndexFileReader, resolve_geometry
 from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
@@ -171,6 +171,9 @@ def index_rows(files: list[Path], geometry, header_only: bool = False,
                        "entry": n, "key_hash": int(e["key_hash"]), "slot": int(e["key_hash"]) % geometry.hash_slots,
                        "phy_offset": phy, "time_diff": diff, "prev_index": int(e["prev_index"]),
                        "time": header.begin_timestamp + diff * 1000}
+            if reader.size != geometry.file_size:       # rows above are what the file holds; then fail
+                raise CorruptDataError(f"index file is {reader.size} bytes, its geometry needs "
+                                       f"{geometry.file_size} (truncated or wrong size)", path, reader.size)
 
 
 def index_target(path: str, store_factory, slots, entries):

@@ -96,7 +96,7 @@ def resolve_geometry(files: list[tuple[Path, int]], slots: int | None = None,
             if size not in (geometry.file_size, 0):
                 raise StoreLayoutError(
                     f"index file is {size} bytes but --index-slots {slots} / --index-entries {entries} "
-                    f"give {geometry.file_size}", path)
+                    f"give {geometry.file_size}", path, size)
         return geometry
     sizes = {size for _, size in files if size}
     if not sizes or sizes == {DEFAULT_GEOMETRY.file_size}:
@@ -108,9 +108,11 @@ def resolve_geometry(files: list[tuple[Path, int]], slots: int | None = None,
         if guess and (slots is None or guess.hash_slots == slots) and (
                 entries is None or guess.index_entries == entries):
             return guess
+    usual = max(sorted(sizes), key=[s for _, s in files].count)       # name the odd file out, with its size
+    odd = next(((p, s) for p, s in files if s and s != usual), next(((p, s) for p, s in files if s), (None, None)))
     raise StoreLayoutError(
         f"cannot tell the index geometry from file sizes {sorted(sizes)}: pass --index-slots and "
-        f"--index-entries (broker maxHashSlotNum / maxIndexNum)", files[0][0] if files else None)
+        f"--index-entries (broker maxHashSlotNum / maxIndexNum)", *odd)
 
 
 class IndexFileReader:

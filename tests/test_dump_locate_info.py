@@ -8,6 +8,23 @@ from conftest import load_answers, reference_store, run_cli
 from formats.indexfile import IndexEntry, IndexHeader, entry_position
 
 
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+def test_dump_commitlog_jsonl_every_field_matches_upstream(name):
+    """The CLI's own JSONL (not just the scanner underneath) against upstream's decoded messages."""
+    from test_scan import FIELD_MAP
+    answers = load_answers(name)
+    res = run_cli("dump", "commitlog", reference_store(name), "--format", "jsonl", "--body", "base64")
+    assert res.code == 0, res.err
+    recs = [r for r in res.jsonl() if r["kind"] == "MESSAGE"]
+    assert len(recs) == len(answers["messages"]) == answers["commitlog"]["messageCount"]
+    for rec, msg in zip(recs, answers["messages"]):
+        for theirs, ours in FIELD_MAP.items():
+            assert rec[ours] == msg[theirs], (msg["phyOffset"], ours)
+        size = answers["config"]["mappedFileSizeCommitLog"]
+        assert os.path.basename(rec["file"]) == f"{msg['phyOffset'] // size * size:020d}"
+        assert rec["position"] == msg["phyOffset"] % size
+
+
 @pytest.mark.parametrize("name", ["basic", "mixed"])
 def test_dump_consumequeue_lists_exactly_upstreams_units(name):
     answers = load_answers(name)
@@ -19,6 +36,21 @@ def test_dump_consumequeue_lists_exactly_upstreams_units(name):
                 [r["queue_offset"], r["commitlog_offset"], r["size"], r["tags_code"]])
     want = {(q["topic"], q["queueId"]): q["entries"] for q in answers["consumeQueues"]}
     assert got == want
+
+
+def test_dump_consumequeue_of_crashed_store_as_shipped():
+    """Upstream's load()+recover() of the crashed CQ files, before any commitlog recovery."""
+    before = load_answers("crashed")["recovery"]["consumeQueuesBefore"]
+    rows = run_cli("dump", "consumequeue", reference_store("crashed"), "-f", "jsonl").jsonl()
+    ends = {(r["topic"], r["queue_id"]): r["queue_offset"] for r in rows if r["kind"] == "END"}
+    units = {}
+    for r in rows:
+        if r["kind"] in ("UNIT", "PRE_BLANK"):
+            units[(r["topic"], r["queue_id"])] = units.get((r["topic"], r["queue_id"]), 0) + 1
+    assert ends == {(q["topic"], q["queueId"]): q["maxOffsetInQueue"] for q in before}
+    assert units == {(q["topic"], q["queueId"]): q["maxOffsetInQueue"] - q["minOffsetInQueue"] for q in before}
+    assert max(r["commitlog_offset"] + r["size"] for r in rows if r["kind"] == "UNIT") == \
+        load_answers("crashed")["recovery"]["maxPhyOffsetInConsumeQueueBefore"]
 
 
 @pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
@@ -63,18 +95,44 @@ def test_dump_commitlog_filters_and_blank_rows():
     assert run_cli("dump", "commitlog", store, "-f", "jsonl", "--limit", "5").out.count("\n") == 5
 
 
-def test_locate_every_message_offset():
-    answers = load_answers("mixed")
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+def test_locate_every_message_offset(name):
+    """First and last byte of every message, and every BLANK, land in upstream's file layout."""
+    answers = load_answers(name)
     size = answers["config"]["mappedFileSizeCommitLog"]
     from rmqtool.locate import locate_offset
     from rmqtool.store import Store
-    s = Store(reference_store("mixed"))
+    s = Store(reference_store(name))
     for m in answers["messages"]:
         for probe in (m["phyOffset"], m["phyOffset"] + m["size"] - 1):
             r = locate_offset(s, probe)
             assert os.path.basename(r["file"]) == f"{probe // size * size:020d}"
             assert r["position"] == probe % size
+            assert r["kind"] == "MESSAGE", (probe, r)
             assert r["record"]["start"] == m["phyOffset"] and r["record"]["size"] == m["size"]
+            assert r["record"]["offset_msg_id"] == m["offsetMsgId"]
+    for f in answers["commitlog"]["files"]:
+        if f["blankMagicAt"] is None:
+            continue
+        for probe in (f["blankMagicAt"], f["fromOffset"] + size - 1):
+            r = locate_offset(s, probe)
+            assert os.path.basename(r["file"]) == f["name"] and r["kind"] == "BLANK", (probe, r)
+            assert (r["record"]["start"], r["record"]["size"]) == (f["blankMagicAt"], f["blankLength"])
+
+
+def test_locate_cli_answers_match_upstream_layout():
+    answers = load_answers("mixed")
+    size = answers["config"]["mappedFileSizeCommitLog"]
+    for m in answers["messages"][::60]:
+        res = run_cli("locate", reference_store("mixed"), m["phyOffset"] + 3, "-f", "jsonl")
+        assert res.code == 0, res.err
+        r = res.jsonl()[0]
+        assert os.path.basename(r["file"]) == f"{m['phyOffset'] // size * size:020d}"
+        assert (r["position"], r["record"]["start"], r["record"]["size"]) == (
+            (m["phyOffset"] + 3) % size, m["phyOffset"], m["size"])
+    end = answers["commitlog"]["maxPhyOffset"]
+    assert run_cli("locate", reference_store("mixed"), 10 ** 12, "-f", "jsonl").code == 1
+    assert run_cli("locate", reference_store("mixed"), end + 5, "-f", "jsonl").jsonl()[0]["kind"] == "PAST_END"
 
 
 def test_locate_queue_offset_points_at_its_record():
@@ -128,3 +186,41 @@ def test_random_bytes_commitlog_reports_end_not_traceback(tmp_path):
     assert res.code == 0
     rows = res.jsonl()
     assert rows[-1]["kind"] == "END" and rows[-1]["end"] in ("corrupt", "torn") and rows[-1]["position"] == 0
+
+
+def _copy(name, tmp_path):
+    import shutil
+    dest = tmp_path / name
+    shutil.copytree(reference_store(name), dest)
+    return dest
+
+
+def test_bad_input_classes_give_one_line_with_path_and_offset(tmp_path):
+    """truncated file, random bytes, wrong size, empty directory, not a store: exit 2, one line."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    not_a_store = tmp_path / "random.bin"
+    not_a_store.write_bytes(np.random.default_rng(2).bytes(3000))
+    for target in (empty, not_a_store, tmp_path / "missing"):
+        for args in (["info"], ["verify"], ["query-key", "k"], ["query-id", "k"], ["locate", "5"],
+                     ["dump", "commitlog"], ["dump", "index"], ["rebuild", "index", "--dry-run"]):
+            cmd = [*args[:2], target, *args[2:]] if args[0] in ("dump", "rebuild") else [args[0], target,
+                                                                                         *args[1:]]
+            if target == not_a_store and args[0] == "dump":
+                continue                              # dump takes single files: below
+            _assert_one_line_error(run_cli(*cmd), target.name)
+    store = _copy("basic", tmp_path)
+    index = sorted((store / "index").iterdir())[4]
+    os.truncate(index, 5000)                                                # truncated: wrong size
+    _assert_one_line_error(run_cli("dump", "index", store, "-f", "jsonl"), f"{index.name}@5000")
+    _assert_one_line_error(run_cli("dump", "index", index, "--index-slots", "61", "--index-entries", "350"),
+                           f"{index.name}@5000")
+    index.write_bytes(np.random.default_rng(3).bytes(30))                   # random bytes, too short
+    _assert_one_line_error(run_cli("dump", "index", index, "--index-slots", "61", "--index-entries", "350"),
+                           f"{index.name}@30")
+    cp = store / "checkpoint"
+    cp.write_bytes(np.random.default_rng(4).bytes(17))
+    _assert_one_line_error(run_cli("dump", "checkpoint", store), "checkpoint@17")
+    cq = store / "consumequeue" / "TopicTest" / "0" / "not-a-cq-name"
+    cq.write_bytes(bytes(40))
+    _assert_one_line_error(run_cli("dump", "consumequeue", cq), "not-a-cq-name")
