@@ -47,6 +47,7 @@ DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_STORE_HOST = "127.0.0.1:10911"
 DEFAULT_BORN_HOST = "127.0.0.1:0"
 DISPATCH_CHUNK = 65536
+PROGRESS_EVERY = 1024             # records between progress callbacks (a dispatch chunk is too coarse)
 _NOT_IN_QUEUE = (cl.TRANSACTION_PREPARED_TYPE, cl.TRANSACTION_ROLLBACK_TYPE)
 
 
@@ -369,6 +370,7 @@ class StoreWriter:
         self.config = config or DispatchConfig()
         self.progress = progress
         self.expected = 0                 # records expected in total, when known (progress)
+        self._progress_at = 0             # records at the last progress callback
         self.out: Path | None = None      # the stage
         self._lock_fd = -1
         try:
@@ -511,6 +513,9 @@ class StoreWriter:
                 self._last_cq_ts = f.store_timestamp
         if len(self._rows) >= DISPATCH_CHUNK:
             self._dispatch()
+        elif self.progress and self.summary.records - self._progress_at >= PROGRESS_EVERY:
+            self._progress_at = self.summary.records
+            self.progress(self.summary.records, self.expected)
         return offsets
 
     def _dispatch(self) -> None:

@@ -63,21 +63,24 @@ def test_round_trip_reproduces_upstream_store(tmp_path, name):
     assert contents(out / "index") == contents(ref / "index")
 
 
-def test_cli_pipeline_dump_to_write(tmp_path):
-    """The literal pipeline. Needs dump's JSONL to carry raw bodies and raw properties."""
-    ref = reference_store("basic")
-    dump = subprocess.run([sys.executable, "-m", "rmqtool", "dump", "commitlog", str(ref), "--format", "jsonl"],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert dump.returncode == 0, dump.stderr
-    first = json.loads(dump.stdout.splitlines()[0])
-    if first.get("body") is None or "properties_raw" not in first:
-        pytest.skip("dump --format jsonl does not yet carry raw bodies and properties_raw "
-                    "(needed for a byte-identical round trip)")
+@pytest.mark.parametrize("name", ["basic", "mixed"])
+def test_cli_pipeline_dump_to_write(tmp_path, name):
+    """The literal pipeline `rmqtool dump commitlog REF -f jsonl | rmqtool write NEW --from -`."""
+    ref = reference_store(name)
+    dump = subprocess.Popen([sys.executable, "-m", "rmqtool", "dump", "commitlog", str(ref), "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     proc = subprocess.run([sys.executable, "-m", "rmqtool", "write", str(tmp_path / "n"), "--from", "-",
                            "--commitlog-file-size", "98304", "--cq-file-size", "800", "--index-slots", "61",
-                           "--index-entries", "350"], input=dump.stdout, capture_output=True, text=True, cwd=ROOT)
+                           "--index-entries", "350", "--format", "json"], stdin=dump.stdout, capture_output=True,
+                          text=True, cwd=ROOT)
+    dump.stdout.close()
+    assert dump.wait() == 0, dump.stderr.read()
+    dump.stderr.close()
     assert proc.returncode == 0, proc.stderr
-    assert files(tmp_path / "n" / "commitlog") == files(ref / "commitlog")
+    assert json.loads(proc.stdout)[0]["records"] == len(load_answers(name)["messages"])
+    assert files(tmp_path / "n" / "commitlog") == files(ref / "commitlog")     # byte-identical, same names
+    assert files(tmp_path / "n" / "consumequeue") == files(ref / "consumequeue")
+    assert contents(tmp_path / "n" / "index") == contents(ref / "index")
 
 
 def test_batches_are_detected_from_rows():

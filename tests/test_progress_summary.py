@@ -1,0 +1,135 @@
+"""`rebuild` and `write`: the end-of-run summary (files written, units/entries, time; JSON with
+--format json) and the progress bar that appears on a terminal once a run has taken more than 1 s.
+
+The clock is faked (no timed assertions): the bar's clock is replaced by one that a test moves.
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from conftest import load_answers, reference_store, run_cli
+from rmqtool.cli import cmd_rebuild
+
+
+class FakeClock:
+    """perf_counter() that advances ``step`` seconds at every call."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 1000.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """Point the progress bar at a recording terminal console and at a fake clock."""
+    def install(step: float, is_terminal: bool = True) -> io.StringIO:
+        buf = io.StringIO()
+        console = Console(file=buf, force_terminal=is_terminal, width=120, color_system=None)
+        monkeypatch.setattr(cmd_rebuild, "stderr", console)
+        monkeypatch.setattr(cmd_rebuild, "time", SimpleNamespace(perf_counter=FakeClock(step).perf_counter))
+        return buf
+    return install
+
+
+def _store(tmp_path, name="basic"):
+    root = tmp_path / name
+    shutil.copytree(reference_store(name), root)
+    return root
+
+
+# --- summaries ------------------------------------------------------------------------------------
+def test_rebuild_consumequeue_json_summary(tmp_path):
+    root = _store(tmp_path)
+    shutil.rmtree(root / "consumequeue")
+    res = run_cli("rebuild", "consumequeue", root, "--yes", "--workers", "1", "--cq-file-size", 800, "-f", "json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)[0]
+    on_disk = sorted(str(p.relative_to(root / "consumequeue")) for p in (root / "consumequeue").rglob("*")
+                     if p.is_file())
+    assert sorted(f["path"] for f in doc["files_written"]) == on_disk and all(
+        f["size"] == 800 for f in doc["files_written"])
+    answers = load_answers("basic")
+    assert doc["units"] == sum(len(q["entries"]) for q in answers["consumeQueues"])
+    assert doc["records"] == answers["commitlog"]["messageCount"]
+    assert isinstance(doc["seconds"], float) and doc["seconds"] >= 0
+    assert doc["kind"] == "consumequeue" and doc["dry_run"] is False
+
+
+def test_rebuild_index_json_and_table_summary(tmp_path):
+    root = _store(tmp_path)
+    shutil.rmtree(root / "index")
+    args = ["--yes", "--workers", "1", "--index-slots", 61, "--index-entries", 350]
+    res = run_cli("rebuild", "index", root, *args, "-f", "json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)[0]
+    answers = load_answers("basic")
+    assert len(doc["files_written"]) == len(answers["indexFiles"]) == len(list((root / "index").iterdir()))
+    assert doc["entries"] == sum(f["indexCount"] - 1 for f in answers["indexFiles"])
+    assert isinstance(doc["seconds"], float) and doc["seconds"] >= 0
+    table = run_cli("rebuild", "index", root, *args)                   # the people's summary says the same
+    assert table.code == 0, table.err
+    assert f"wrote {len(answers['indexFiles'])} files" in table.out and f"{doc['entries']} entries" in table.out
+    assert " s, " in table.out and "messages/s" in table.out
+
+
+def test_write_json_summary(tmp_path):
+    res = run_cli("write", tmp_path / "w", "--synthetic", 1500, "--seed", 3, "--commitlog-file-size", 65536,
+                  "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350, "-f", "json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)[0]
+    root = tmp_path / "w"
+    assert doc["records"] == 1500 and doc["cq_units"] == 1500 and doc["index_entries"] > 1500
+    assert doc["commitlog_files"] == sorted(p.name for p in (root / "commitlog").iterdir())
+    assert doc["index_files"] == sorted(p.name for p in (root / "index").iterdir())
+    assert doc["cq_files"] > 0 and isinstance(doc["seconds"], float) and doc["seconds"] >= 0
+    units = [r for r in run_cli("dump", "consumequeue", root, "-f", "jsonl").jsonl() if r["kind"] == "UNIT"]
+    entries = [r for r in run_cli("dump", "index", root, "-f", "jsonl").jsonl() if r["kind"] == "ENTRY"]
+    assert (len(units), len(entries)) == (doc["cq_units"], doc["index_entries"])
+
+
+# --- progress bars --------------------------------------------------------------------------------
+def _rebuild(tmp_path):
+    root = _store(tmp_path)
+    return run_cli("rebuild", "consumequeue", root, "--yes", "--workers", "1", "-f", "json")
+
+
+def test_rebuild_shows_a_progress_bar_once_past_one_second(tmp_path, terminal):
+    buf = terminal(step=0.7)                 # the second look at the clock is past 1 s
+    res = _rebuild(tmp_path)
+    assert res.code == 0, res.err
+    assert "rebuild consumequeue" in buf.getvalue()
+    json.loads(res.out)                      # stdout stays clean JSON
+
+
+def test_no_progress_bar_for_a_run_under_one_second(tmp_path, terminal):
+    buf = terminal(step=0.0)
+    assert _rebuild(tmp_path).code == 0
+    assert buf.getvalue() == ""
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, terminal):
+    buf = terminal(step=5.0, is_terminal=False)
+    assert _rebuild(tmp_path).code == 0
+    assert buf.getvalue() == ""
+
+
+def test_write_shows_a_progress_bar_once_past_one_second(tmp_path, terminal):
+    buf = terminal(step=0.7)
+    res = run_cli("write", tmp_path / "w", "--synthetic", 3000, "--commitlog-file-size", 65536,
+                  "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350, "-f", "json")
+    assert res.code == 0, res.err
+    assert "write" in buf.getvalue()
+    assert json.loads(res.out)[0]["records"] == 3000
+    buf = terminal(step=0.0)
+    assert run_cli("write", tmp_path / "w2", "--synthetic", 3000, "--commitlog-file-size", 65536,
+                   "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350).code == 0
+    assert buf.getvalue() == ""
