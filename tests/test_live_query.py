@@ -126,8 +126,7 @@ def _logged(log: Path) -> set[int]:
     return {int(x) for x in lines}
 
 
-@pytest.mark.slow
-def test_query_key_while_a_writer_appends(store_copy, tmp_path):
+def _query_while_appending(store_copy, tmp_path, count: int, min_rounds: int):
     root = store_copy("basic")
     answers = load_answers("basic")
     original = {m["phyOffset"] for m in answers["messages"]
@@ -135,14 +134,15 @@ def test_query_key_while_a_writer_appends(store_copy, tmp_path):
     start_phy = answers["commitlog"]["maxPhyOffset"]
     log = tmp_path / "appended.log"
     ctx = mp.get_context("fork")
-    writer = ctx.Process(target=appender, args=(str(root), str(log), 1200, start_phy))
+    writer = ctx.Process(target=appender, args=(str(root), str(log), count, start_phy))
     writer.start()
-    rounds = cli_rounds = 0
+    rounds = cli_rounds = during = 0
     try:
-        deadline = time.time() + 60
-        while writer.is_alive() and time.time() < deadline:
+        deadline = time.time() + 60 + count / 10          # a bound against hangs, not a speed check
+        while (writer.is_alive() or rounds < min_rounds) and time.time() < deadline:
             before = _logged(log)
-            if rounds % 5 == 4:
+            during += 0 < len(before) < count and writer.is_alive()
+            if rounds % 5 == 2:
                 p = subprocess.run([sys.executable, "-m", "rmqtool", "query-key", str(root), KEY,
                                     "--topic", TOPIC, "--format", "jsonl"],
                                    capture_output=True, text=True)
@@ -158,11 +158,25 @@ def test_query_key_while_a_writer_appends(store_copy, tmp_path):
     finally:
         writer.join(120)
     assert writer.exitcode == 0
-    assert rounds >= 10 and cli_rounds >= 1
-    print(f"{rounds} queries ({cli_rounds} through the CLI) while 1200 records were appended")
+    assert rounds >= min_rounds and cli_rounds >= 1 and during >= 1
+    print(f"{rounds} queries ({cli_rounds} through the CLI, {during} mid-append) while {count} records "
+          f"were appended")
     final = _logged(log)
-    assert len(final) == 1200
+    assert len(final) == count
     res = query_key(Store(root), KEY, TOPIC)
     assert {h.phy_offset for h in res.hits} == original | final
+    return root, res, final
+
+
+def test_query_key_while_a_writer_appends(store_copy, tmp_path):
+    """Short variant for every run: a few hundred records, a new index file, the CLI in the loop."""
+    root, res, final = _query_while_appending(store_copy, tmp_path, count=400, min_rounds=3)
+    assert len(list((root / "index").glob("9999*"))) >= 1           # a new index file was started
+    assert any(h.indexed for h in res.hits if h.phy_offset in final)
+
+
+@pytest.mark.slow
+def test_query_key_while_a_writer_appends_long(store_copy, tmp_path):
+    root, res, final = _query_while_appending(store_copy, tmp_path, count=1200, min_rounds=10)
     assert len(list((root / "index").glob("9999*"))) >= 2           # new index files were started
     assert any(h.indexed for h in res.hits if h.phy_offset in final)
