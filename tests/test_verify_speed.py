@@ -114,3 +114,33 @@ def test_chain_fast_check_implies_no_chain_findings(hashes, S, mutations):
         assert not sink.findings
     else:
         assert sink.findings or (prev >= num).any() or (prev < 0).any() or (slots > n).any() or (slots < 0).any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=64), st.lists(st.integers(-8, 80), max_size=12), st.integers(1, 16))
+def test_strided_gathers_equal_byte_slices(raw, positions, width):
+    """_gather / _gather_int / span_rows (one memcpy per item from a stride-1 view) against plain slicing."""
+    import struct
+    from rmqtool.scan import _gather, _gather_int
+    buf = np.frombuffer(raw, np.uint8)
+    pos = np.array(positions, dtype=np.int64)
+    padded = raw + bytes(max(0, width - len(raw)))
+    limit = len(padded) - width
+    rows = _gather(buf, pos, width)
+    assert rows.shape == (len(pos), width)
+    for p, row in zip(positions, rows.tolist()):
+        q = min(max(p, 0), limit)
+        assert bytes(row) == padded[q:q + width]
+    for fmt, code in ((">i1", ">b"), (">i2", ">h"), (">i4", ">i"), (">i8", ">q")):
+        size = struct.calcsize(code)
+        pad = raw + bytes(max(0, size - len(raw)))
+        got = _gather_int(buf, pos, fmt)
+        assert got.dtype == np.int64
+        for p, v in zip(positions, got.tolist()):
+            q = min(max(p, 0), len(pad) - size)
+            assert v == struct.unpack_from(code, pad, q)[0]
+    ok = [p for p in positions if 0 <= p < len(raw)]
+    if ok:
+        spans = span_rows(buf, np.array(ok, dtype=np.int64), width)
+        for p, row in zip(ok, spans.tolist()):
+            assert bytes(row) == (raw[p:p + width] + bytes(width))[:width]
