@@ -39,7 +39,8 @@ def locate_offset(store, offset: int) -> dict:
             result["kind"] = "BLANK"
             result["record"] = {"start": end.phy_offset, "position": end.position, "size": end.blank_size}
         else:
-            result["kind"] = "PAST_END"
+            result["kind"] = "PAST_END"      # inside a file, but no record holds it: nothing found
+            result["found"] = False
             result["reason"] = f"past the end of the data in this file ({end.kind} at position {end.position}" + (
                 f": {end.detail})" if end.detail else ")")
     return result

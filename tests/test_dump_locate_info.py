@@ -132,7 +132,8 @@ def test_locate_cli_answers_match_upstream_layout():
             (m["phyOffset"] + 3) % size, m["phyOffset"], m["size"])
     end = answers["commitlog"]["maxPhyOffset"]
     assert run_cli("locate", reference_store("mixed"), 10 ** 12, "-f", "jsonl").code == 1
-    assert run_cli("locate", reference_store("mixed"), end + 5, "-f", "jsonl").jsonl()[0]["kind"] == "PAST_END"
+    past = run_cli("locate", reference_store("mixed"), end + 5, "-f", "jsonl")
+    assert past.code == 1 and past.jsonl()[0]["kind"] == "PAST_END" and past.jsonl()[0]["found"] is False
 
 
 def test_locate_queue_offset_points_at_its_record():
@@ -183,9 +184,31 @@ def test_random_bytes_commitlog_reports_end_not_traceback(tmp_path):
     p = tmp_path / "00000000000000000000"
     p.write_bytes(np.random.default_rng(1).bytes(5000))
     res = run_cli("dump", "commitlog", p, "-f", "jsonl")
-    assert res.code == 0
+    _assert_one_line_error(res, f"{p.name}@0")                 # the rows are printed, then one error line
     rows = res.jsonl()
     assert rows[-1]["kind"] == "END" and rows[-1]["end"] in ("corrupt", "torn") and rows[-1]["position"] == 0
+
+
+def test_dump_commitlog_prints_rows_before_damage_then_fails(tmp_path):
+    """A corrupt record mid-store: every row up to it (and past it, in later files), then exit 2
+    naming the file and position; a clean store and a --limit that stops before it exit 0."""
+    import struct
+    from formats import commitlog as cl
+    store = _copy("basic", tmp_path)
+    answers = load_answers("basic")
+    m = [x for x in answers["messages"] if 3 * 98304 <= x["phyOffset"] < 4 * 98304][7]
+    path = store / "commitlog" / f"{3 * 98304:020d}"
+    pos = m["phyOffset"] - 3 * 98304
+    with open(path, "r+b") as fh:
+        fh.seek(pos + cl.MESSAGE_HEAD_OFFSETS["magic"])
+        fh.write(struct.pack(">I", 0x12345678))
+    res = run_cli("dump", "commitlog", store, "-f", "jsonl", "--body", "none")
+    _assert_one_line_error(res, f"{path.name}@{pos}")
+    rows = [r for r in res.jsonl() if r["kind"] == "MESSAGE"]
+    assert m["phyOffset"] not in {r["phy_offset"] for r in rows}
+    assert len(rows) > answers["commitlog"]["messageCount"] * 0.9
+    assert run_cli("dump", "commitlog", store, "-f", "jsonl", "--limit", "5").code == 0
+    assert run_cli("dump", "commitlog", reference_store("crashed"), "-f", "jsonl").code == 0
 
 
 def _copy(name, tmp_path):

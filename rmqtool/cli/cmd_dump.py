@@ -11,7 +11,7 @@ from rmqtool.cli.common import (BODY_MODES, CommitlogDirsOpt, FormatOpt, IndexEn
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
-from rmqtool.errors import UsageError
+from rmqtool.errors import CorruptDataError, UsageError
 from rmqtool.simplified import use_simplified
 
 dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
@@ -59,13 +59,39 @@ def dump_commitlog(
                        parse_time(end, "--end"))
     check_range(flt)
     store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs))
-    rows = _limited(commitlog_rows(store, flt, body=body, files=files), limit)
+    damage = _FirstDamage(live=bool(getattr(store, "is_live", lambda: False)()))
+    rows = damage.watch(_limited(commitlog_rows(store, flt, body=body, files=files), limit))
     if fmt == "table":
         rows = ({**r, "store_time": format_time(r.get("store_timestamp")),
                  "body": (r.get("body") or "")[:60] if r.get("body") else r.get("detail")} for r in rows)
         emit(rows, "table", COMMITLOG_TABLE)
     else:
         emit(rows, fmt)
+    damage.raise_if_found()
+
+
+class _FirstDamage:
+    """Remembers the first END row where a walk stopped on torn or corrupt bytes: after every row
+    was printed, that is one ``error: file@position`` line and exit 2. On a store a broker holds,
+    a torn record is the live tail being written, not damage."""
+
+    def __init__(self, live: bool):
+        self.live = live
+        self.row: dict | None = None
+
+    def watch(self, rows):
+        for r in rows:
+            if self.row is None and r.get("kind") == "END" and r.get("end") in ("torn", "corrupt") and not (
+                    self.live and r.get("end") == "torn"):
+                self.row = r
+            yield r
+
+    def raise_if_found(self) -> None:
+        r = self.row
+        if r is not None:
+            raise CorruptDataError(f"the walk stopped on {r['end']} data: {r.get('detail') or r['end']}"
+                                   f"{' (' + r['check'] + ')' if r.get('check') else ''}; "
+                                   "the rows before it were printed", r["file"], r["position"])
 
 
 @dump_app.command("consumequeue")
