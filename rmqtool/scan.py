@@ -410,16 +410,37 @@ def span_rows(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return rows
 
 
-def _row_width(lengths: np.ndarray, minimum: int) -> np.ndarray:
-    """Power-of-two row width >= each length (groups spans into a few matrix shapes)."""
+def _row_width(lengths: np.ndarray, minimum: int, steps: int = 1) -> np.ndarray:
+    """Row width >= each length that groups spans into a few matrix shapes.
+
+    With ``steps`` 1 the power of two at or above the length; with 2 or 4 that octave is cut
+    into as many equal widths (less padding to copy and search, a few more shapes).
+    """
     w = np.maximum(lengths, minimum).astype(np.int64)
-    return (1 << np.ceil(np.log2(w)).astype(np.int64)).astype(np.int64)
+    top = (1 << np.ceil(np.log2(w)).astype(np.int64)).astype(np.int64)
+    if steps == 1:
+        return top
+    q = np.maximum(top // (2 * steps), 1)
+    return (w + q - 1) // q * q
+
+
+def distinct_widths(widths: np.ndarray) -> list[int]:
+    """Sorted distinct values of a few small non-negative ints (``np.unique`` without its hash table)."""
+    if not len(widths):
+        return []
+    lo, hi = int(widths.min()), int(widths.max())
+    if hi - lo > 1 << 20:
+        return np.unique(widths).tolist()
+    return (np.flatnonzero(np.bincount(widths - lo)) + lo).tolist()
 
 
 _KEY_PATTERNS = {name: np.frombuffer((key + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
                  for name, key in EXTRACTED_PROPERTIES.items()}
 _KEY_HEADS = {name: np.ascontiguousarray(p[:4]).view(np.uint32)[0] for name, p in _KEY_PATTERNS.items()}
-assert all(len(p) >= 5 for p in _KEY_PATTERNS.values())
+_KEY_WORDS = {name: [(j, np.ascontiguousarray(p[j:j + 4]).view(np.uint32)[0]) for j in range(4, len(p) - 3, 4)]
+              for name, p in _KEY_PATTERNS.items()}
+_MIN_KEY = min(len(p) for p in _KEY_PATTERNS.values())
+assert _MIN_KEY >= 5
 _SEP = ord(cl.PROPERTY_SEPARATOR)
 
 
@@ -444,48 +465,79 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
     rec = np.flatnonzero(props_len > 0)
     if not len(rec):
         return out
-    widths = _row_width(props_len[rec], 64)
-    for width in np.unique(widths).tolist():
+    widths = _row_width(props_len[rec], 64, steps=4)
+    for width in distinct_widths(widths):
         group = rec[widths == width] if len(rec) else rec
         _extract_rows(buf, group, props_start[group], props_len[group], int(width), out)
     return out
 
 
 def _extract_rows(buf, rec, starts, lens, width: int, out: dict) -> None:
-    """``extract_properties`` for records whose properties fit ``width`` bytes."""
+    """``extract_properties`` for records whose properties fit ``width`` bytes.
+
+    Segments open at a row's start and after every 0x02 inside the row. Their first four
+    bytes are matched against each key at once, the rest of the key on the survivors. A
+    segment's value ends at the next 0x02 (the separator after the one that opened it, or
+    the row's first one) or at the row's end. The segments after separators are in row and
+    position order, and every row-start segment precedes them in its row: assigning the
+    row-start matches first and the last separator match of a row after them keeps the last
+    duplicate, as the Java parser does, without sorting.
+    """
     flat = span_rows(buf, starts, width).reshape(-1)
-    row_base = np.arange(len(rec), dtype=np.int64) * width
+    size = len(flat)
+    nrows = len(rec)
+    row_base = np.arange(nrows, dtype=np.int64) * width
     row_end = row_base + lens
     seps = np.flatnonzero(flat == _SEP)
     seps = seps[seps < row_end[seps // width]]                 # bytes past a row's length are not its own
     sep_row = seps // width
-    opening = seps[seps + 1 < row_end[sep_row]]                # a trailing 0x02 opens no segment
-    seg = np.concatenate([row_base, opening + 1])
-    seg.sort()                                                 # row order, then position order
-    seg = seg[seg < len(flat) - 2]          # room for a key byte, 0x01 and a value byte
-    head = np.ascontiguousarray(span_rows(flat, seg, 4)).view(np.uint32).reshape(-1)
+    opening = np.flatnonzero(seps + 1 < row_end[sep_row])      # a trailing 0x02 opens no segment
+    # index of each row's first separator (== len(seps) past the last one)
+    row_first_sep = np.zeros(nrows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(sep_row, minlength=nrows), out=row_first_sep[1:])
+    n_seps = len(seps)
+    heads = _strided(flat, np.uint32) if size >= 4 else np.zeros(0, np.uint32)
+    kinds = []      # (segment starts, their first four bytes, index of the separator that may end them, rows)
+    for seg, nxt_sep, seg_row in ((row_base, row_first_sep[:nrows], None),
+                                  (seps[opening] + 1, opening + 1, sep_row[opening])):
+        room = seg < size - _MIN_KEY        # a match needs the key, 0x01 and one value byte in the row
+        if not room.all():
+            seg, nxt_sep = seg[room], nxt_sep[room]
+            seg_row = None if seg_row is None else seg_row[room]
+        kinds.append((seg, heads[seg], nxt_sep, seg_row))
     for name, pattern in _KEY_PATTERNS.items():
         m = len(pattern)
-        s = seg[head == _KEY_HEADS[name]]      # first four bytes at once, the rest on the survivors
-        s = s[s + m < len(flat)]
-        for j in range(4, m):
-            s = s[flat[s + j] == pattern[j]]
-        if not len(s):
-            continue
-        r = s // width
-        v0 = s + m
-        j = np.searchsorted(seps, v0)
-        nxt = seps[np.minimum(j, len(seps) - 1)] if len(seps) else row_end[r]
-        v1 = np.where((j < len(seps)) & (nxt < row_end[r]), nxt, row_end[r])
-        ok = v1 > v0                                           # empty values are dropped
-        s, r, v0, v1 = s[ok], r[ok], v0[ok], v1[ok]
-        if not len(s):
-            continue
-        last = np.ones(len(s), dtype=bool)
-        last[:-1] = r[:-1] != r[1:]                            # the last duplicate wins
-        r, v0, v1 = r[last], v0[last], v1[last]
-        out[f"{name}_start"][rec[r]] = starts[r] + (v0 - row_base[r])
-        out[f"{name}_len"][rec[r]] = v1 - v0
+        for seg, head, nxt_sep, seg_row in kinds:
+            hit = np.flatnonzero(head == _KEY_HEADS[name])     # first four bytes at once
+            hit = hit[seg[hit] < size - m]
+            for j, word in _KEY_WORDS[name]:                   # the rest four bytes at a time
+                if not len(hit):
+                    break
+                hit = hit[heads[seg[hit] + j] == word]
+            for j in range(4 + 4 * len(_KEY_WORDS[name]), m):
+                if not len(hit):
+                    break
+                hit = hit[flat[seg[hit] + j] == pattern[j]]
+            if not len(hit):
+                continue
+            s = seg[hit]
+            r = s // width if seg_row is None else seg_row[hit]
+            v0 = s + m
+            k = nxt_sep[hit]
+            v1 = row_end[r]
+            if n_seps:
+                cut = seps[np.minimum(k, n_seps - 1)]
+                v1 = np.where((k < n_seps) & (cut < v1), cut, v1)
+            ok = v1 > v0                                       # empty values are dropped
+            r, v0, v1 = r[ok], v0[ok], v1[ok]
+            if not len(r):
+                continue
+            if seg_row is not None and len(r) > 1:
+                last = np.ones(len(r), dtype=bool)
+                last[:-1] = r[:-1] != r[1:]                    # the last duplicate wins
+                r, v0, v1 = r[last], v0[last], v1[last]
+            out[f"{name}_start"][rec[r]] = starts[r] + (v0 - row_base[r])
+            out[f"{name}_len"][rec[r]] = v1 - v0
 
 
 def decode_record_reference(raw: bytes) -> dict:

@@ -144,3 +144,14 @@ def test_strided_gathers_equal_byte_slices(raw, positions, width):
         spans = span_rows(buf, np.array(ok, dtype=np.int64), width)
         for p, row in zip(ok, spans.tolist()):
             assert bytes(row) == (raw[p:p + width] + bytes(width))[:width]
+
+
+@given(st.lists(st.integers(0, 5000), min_size=1, max_size=50), st.sampled_from([1, 2, 4]), st.sampled_from([4, 8, 64]))
+def test_row_widths_cover_lengths_and_distinct_equals_unique(lengths, steps, minimum):
+    from rmqtool.scan import _row_width, distinct_widths
+    lens = np.array(lengths, dtype=np.int64)
+    w = _row_width(lens, minimum, steps=steps)
+    assert (w >= np.maximum(lens, minimum)).all()
+    assert len(distinct_widths(w)) <= len(np.unique(_row_width(lens, minimum))) * steps
+    assert distinct_widths(w) == np.unique(w).tolist()
+    assert distinct_widths(np.array([0, 1 << 22, 7])) == [0, 7, 1 << 22]

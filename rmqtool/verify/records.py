@@ -16,7 +16,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
-from rmqtool.scan import _row_width, body_crc_matches, span_rows
+from rmqtool.scan import _row_width, body_crc_matches, distinct_widths, span_rows
 from rmqtool.schema import dispatch_tags_code
 from rmqtool.verify.findings import Finding, ERROR
 
@@ -57,7 +57,7 @@ def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tupl
     if short.any():
         sidx = idx[short]
         widths = _row_width(lengths[sidx], 4)
-        for width in np.unique(widths).tolist():
+        for width in distinct_widths(widths):
             g = sidx[widths == width]
             out[g], ascii_ok[g] = _hash_rows(span_rows(blob, starts[g], int(width)), lengths[g])
     if not short.all():
@@ -116,9 +116,9 @@ def split_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sep: 
         return z, z, z
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
-    widths = _row_width(lengths[rec], 8)
+    widths = _row_width(lengths[rec], 8, steps=4)
     owners, tstarts, tlens = [], [], []
-    for width in np.unique(widths).tolist():
+    for width in distinct_widths(widths):
         g = rec[widths == width]
         s0, ln = starts[g], lengths[g]
         flat = span_rows(blob, s0, int(width)).reshape(-1)
