@@ -108,21 +108,42 @@ def commitlog_rows(store, flt: RecordFilter, body: str = "none", files=None,
 _CQ_PATH = re.compile(r"(?:^|/)(?P<topic>[^/]+)/(?P<queue>-?\d+)/\d{20}$")
 
 
-def consumequeue_rows(store, topic: str | None, queue: int | None) -> Iterator[dict]:
+def consumequeue_rows(store, topic: str | None, queue: int | None,
+                      problems: list | None = None) -> Iterator[dict]:
+    """Rows of every selected queue; wrong-size files are appended to ``problems`` (when given)."""
     refs = [r for r in store.queues()
             if (topic is None or r.topic == topic) and (queue is None or r.queue_id == queue)]
     for ref in refs:
-        yield from _queue_rows(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id))
+        q = store.queue(ref.topic, ref.queue_id)
+        _size_problems(q, problems)
+        yield from _queue_rows(ref.topic, ref.queue_id, q)
 
 
-def consumequeue_file_rows(path: Path, cq_file_size: int | None) -> Iterator[dict]:
+def _size_problems(queue: SegmentQueue, problems: list | None) -> None:
+    """Files of the wrong size or holding a partial unit, as ``(path, size, message)``."""
+    if problems is None:
+        return
+    for p in queue.problems:
+        if p.check == "file-size":
+            problems.append((p.path, file_size(Path(p.path)), p.message))
+    for seg in queue.files:
+        if seg.size % CQ_UNIT_SIZE:
+            problems.append((str(seg.path), seg.size, f"size {seg.size} is not a whole number of "
+                                                      f"{CQ_UNIT_SIZE}-byte units"))
+
+
+def consumequeue_file_rows(path: Path, cq_file_size: int | None, problems: list | None = None) -> Iterator[dict]:
     m = _CQ_PATH.search(str(path).replace("\\", "/"))
     topic, queue = (m.group("topic"), int(m.group("queue"))) if m else (None, None)
     if not SEGMENT_NAME.match(path.name):
         raise StoreLayoutError("a ConsumeQueue file name must be 20 digits (its byte offset)", path)
     size = file_size(path)
     seg = Segment(path, int(path.name), size)
-    yield from _queue_rows(topic, queue, SegmentQueue("consumequeue", [seg], cq_file_size or size))
+    q = SegmentQueue("consumequeue", [seg], cq_file_size or size)
+    if cq_file_size and size != cq_file_size and problems is not None:
+        problems.append((str(path), size, f"size {size} differs from --cq-file-size {cq_file_size}"))
+    _size_problems(q, problems)
+    yield from _queue_rows(topic, queue, q)
 
 
 def _queue_rows(topic, queue_id, queue: SegmentQueue) -> Iterator[dict]:
@@ -135,9 +156,10 @@ def _queue_rows(topic, queue_id, queue: SegmentQueue) -> Iterator[dict]:
                "kind": "PRE_BLANK" if blank[i] else "UNIT", "topic": topic, "queue_id": queue_id,
                "queue_offset": int(data.queue_offset[i]), "commitlog_offset": int(u["commitlog_offset"]),
                "size": int(u["size"]), "tags_code": int(u["tags_code"])}
-    last_file = files[-1] if files else None
-    if last_file is not None:
-        yield {"file": last_file, "position": data.end_queue_offset * CQ_UNIT_SIZE - queue.files[-1].start,
+    if files:
+        end = data.end_queue_offset * CQ_UNIT_SIZE
+        seg = next((f for f in queue.files if f.start <= end < f.start + max(f.size, 1)), queue.files[-1])
+        yield {"file": str(seg.path), "position": end - seg.start,
                "kind": "END", "topic": topic, "queue_id": queue_id, "queue_offset": data.end_queue_offset,
                "stale_units_after_end": data.stale_units_after_end}
 

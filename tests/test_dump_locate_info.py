@@ -247,3 +247,20 @@ def test_bad_input_classes_give_one_line_with_path_and_offset(tmp_path):
     cq = store / "consumequeue" / "TopicTest" / "0" / "not-a-cq-name"
     cq.write_bytes(bytes(40))
     _assert_one_line_error(run_cli("dump", "consumequeue", cq), "not-a-cq-name")
+
+
+def test_dump_consumequeue_wrong_size_file_prints_units_then_fails(tmp_path):
+    """A CQ file cut inside a unit: its whole units, an END row inside that file, then exit 2
+    naming the file and its size (single file and store alike)."""
+    store = _copy("basic", tmp_path)
+    cq = store / "consumequeue" / "TopicTest" / "0" / "00000000000000000000"
+    os.truncate(cq, 790)
+    for target in (cq, store):
+        res = run_cli("dump", "consumequeue", target, "-f", "jsonl", *([] if target == cq else
+                                                                       ["--topic", "TopicTest", "--queue", "0"]))
+        _assert_one_line_error(res, f"{cq.name}@790")
+        rows = res.jsonl()
+        assert [r["queue_offset"] for r in rows if r["kind"] == "UNIT"] == list(range(39))
+        end = rows[-1]
+        assert end["kind"] == "END" and os.path.basename(end["file"]) == cq.name and end["position"] == 780
+    assert run_cli("dump", "consumequeue", reference_store("basic"), "-f", "jsonl").code == 0

@@ -11,7 +11,7 @@ from rmqtool.cli.common import (BODY_MODES, CommitlogDirsOpt, FormatOpt, IndexEn
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
-from rmqtool.errors import CorruptDataError, UsageError
+from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
 
 dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
@@ -111,10 +111,15 @@ def dump_consumequeue(
         emit(_limited(ops.consumer_queue_rows(target), limit), fmt, ops.CQ_COLUMNS if fmt == "table" else None)
         return
     p = Path(target)
-    rows = consumequeue_file_rows(p, cq_file_size) if p.is_file() else consumequeue_rows(
-        open_store(target), topic, queue)
+    problems: list = []           # wrong-size files: an error after the rows they still yield
+    rows = consumequeue_file_rows(p, cq_file_size, problems) if p.is_file() else consumequeue_rows(
+        open_store(target), topic, queue, problems)
     emit(_limited(rows, limit), fmt, ["topic", "queue_id", "queue_offset", "kind", "commitlog_offset",
                                       "size", "tags_code", "file", "position"])
+    if problems:
+        path, size, message = problems[0]
+        raise StoreLayoutError(f"ConsumeQueue file {message}; the whole units it holds were printed",
+                               path, size)
 
 
 @dump_app.command("index")
