@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, stderr, stdout)
+                                check_choice, emit, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
@@ -32,7 +32,7 @@ class LazyProgress:
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                        TimeRemainingColumn)
             self.bar = Progress(TextColumn(self.label), BarColumn(), DownloadColumn(),
-                                TimeRemainingColumn(), console=stderr, transient=True)
+                                TimeRemainingColumn(), console=real_console(stderr), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=total)
         self.bar.update(self.task, completed=min(done, total), total=total)

@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, emit_jsonl, escape_control, open_stores, stderr, stdout)
+                                check_choice, emit, emit_jsonl, escape_control, open_stores, real_console,
+                                stderr, stdout)
 from rmqtool.errors import MissingDependencyError, UsageError
 from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
 
@@ -34,7 +35,7 @@ class Progress:
         if self.bar is None and time.monotonic() - self.started > PROGRESS_AFTER_S:
             from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TransferSpeedColumn
             self.bar = RichProgress("verify", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                    console=stderr, transient=True)
+                                    console=real_console(stderr), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("commitlog", total=self.total)
         if self.bar is not None:

@@ -8,7 +8,6 @@ import sys
 from typing import Iterable, Optional
 
 import typer
-from rich.console import Console
 
 from rmqtool.errors import EXIT_BAD_INPUT, RmqError, UsageError
 
@@ -29,8 +28,32 @@ def _width() -> int | None:
     return int(os.environ.get("COLUMNS", "200"))
 
 
-stdout = Console(soft_wrap=True, highlight=False, width=_width())
-stderr = Console(stderr=True, soft_wrap=True, highlight=False)
+class LazyConsole:
+    """A rich Console made on first use, so a command that prints only JSON never imports rich
+    (~20-40 ms of start-up). Attribute access goes to the Console; ``get()`` returns it."""
+
+    def __init__(self, stderr: bool = False):
+        self._stderr = stderr
+        self._console = None
+
+    def get(self):
+        if self._console is None:
+            from rich.console import Console
+            self._console = (Console(stderr=True, soft_wrap=True, highlight=False) if self._stderr
+                             else Console(soft_wrap=True, highlight=False, width=_width()))
+        return self._console
+
+    def __getattr__(self, name):
+        return getattr(self.get(), name)
+
+
+def real_console(console):
+    """The rich Console behind a LazyConsole (or the console itself), for rich's own widgets."""
+    return console.get() if isinstance(console, LazyConsole) else console
+
+
+stdout = LazyConsole()
+stderr = LazyConsole(stderr=True)
 
 FORMATS = ("table", "json", "jsonl")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
