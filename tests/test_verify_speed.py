@@ -155,3 +155,73 @@ def test_row_widths_cover_lengths_and_distinct_equals_unique(lengths, steps, min
     assert len(distinct_widths(w)) <= len(np.unique(_row_width(lens, minimum))) * steps
     assert distinct_widths(w) == np.unique(w).tolist()
     assert distinct_widths(np.array([0, 1 << 22, 7])) == [0, 7, 1 << 22]
+
+
+def _record(props: bytes, pos: int, body: bytes = b"body") -> bytes:
+    size = cl.message_length(cl.MESSAGE_MAGIC_V2, 0, len(body), 5, len(props))
+    return cl.Message.build(dict(
+        total_size=size, magic=cl.MESSAGE_MAGIC_V2, body_crc=zlib.crc32(body) & 0x7FFFFFFF, queue_id=0, flag=0,
+        queue_offset=0, physical_offset=pos, sys_flag=0, born_timestamp=1, born_host={"address": b"\x01" * 4, "port": 1},
+        store_timestamp=2, store_host={"address": b"\x02" * 4, "port": 2}, reconsume_times=0,
+        prepared_transaction_offset=0, body_length=len(body), body=body, topic_length=5, topic=b"Topic",
+        properties_length=len(props), properties=props))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["good", "bad", "none", "near", "short"]), st.binary(max_size=30)),
+                min_size=1, max_size=8))
+def test_prop_crc_findings_equal_per_record_check(tmp_path_factory, kinds):
+    """check_batch's __CRC32# candidates (one gather + compare) against a per-record scalar check."""
+    from rmqtool.scan import FileScan
+    from rmqtool.verify.records import check_batch
+    prefix = (cl.PROPERTY_CRC32 + cl.NAME_VALUE_SEPARATOR).encode()
+    raw, want = b"", []
+    for kind, junk in kinds:
+        head = b"KEYS\x01k\x02" + junk.replace(b"\x00", b"")
+        if kind == "short":
+            props = head[:3] + b"\x02"
+        elif kind == "none":
+            props = head + b"X" * 19 + b"\x02"
+        else:
+            lead = prefix if kind != "near" else b"__CRC33#\x01"
+            probe = _record(head + lead + b"0" * 10 + b"\x02", len(raw))
+            crc = zlib.crc32(probe[:len(probe) - cl.CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF
+            digits = cl.crc32_property_digits(crc) if kind != "bad" else "9" * 10
+            props = head + lead + digits.encode() + b"\x02"
+        rec = _record(props, len(raw))
+        stored_ok = True
+        if len(props) >= cl.CRC32_RESERVED_LENGTH and props[-cl.CRC32_RESERVED_LENGTH:].startswith(prefix):
+            digits_at = len(rec) - cl.CRC32_RESERVED_LENGTH + len(prefix)
+            stored = rec[digits_at:digits_at + 10].decode("ascii", "replace")
+            crc = zlib.crc32(rec[:len(rec) - cl.CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF
+            stored_ok = stored == cl.crc32_property_digits(crc)
+            if not stored_ok:
+                want.append(len(raw) + digits_at)
+        raw += rec
+    path = tmp_path_factory.mktemp("cl") / "00000000000000000000"
+    path.write_bytes(raw + bytes(64))
+    got = [f.offset for b in FileScan(path, 0) for f in check_batch(b) if f.check == "commitlog.prop-crc"]
+    assert got == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["Aa", "BB", "AaBB", "BBAa", "T", "", "topic", "topicé", "x" * 70]),
+                         min_size=1, max_size=12), min_size=1, max_size=4), st.binary(max_size=3))
+def test_topic_ids_known_keys_equal_exact_interning(batches, gap):
+    """Batches after the first map known (hash, length) keys to ids and compare bytes; ids must be
+    what exact interning gives ("Aa"/"BB" share a Java hash and a length)."""
+    from types import SimpleNamespace
+    from rmqtool.verify.records import TopicTable
+    table = TopicTable()
+    for topics in batches:
+        raw = [t.encode("utf-8") for t in topics]
+        blob, starts = b"", []
+        for r in raw:
+            blob += gap
+            starts.append(len(blob))
+            blob += r
+        batch = SimpleNamespace(buf=np.frombuffer(blob + b"\x00", np.uint8), topic_start=np.array(starts, dtype=np.int64),
+                                topic_len=np.array([len(r) for r in raw], dtype=np.int64))
+        ids = table.topic_ids(batch)
+        for r, tid in zip(raw, ids.tolist()):
+            assert table.ids[r] == tid

@@ -16,7 +16,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
-from rmqtool.scan import _row_width, body_crc_matches, distinct_widths, span_rows
+from rmqtool.scan import _gather, _row_width, body_crc_matches, distinct_widths, span_rows
 from rmqtool.schema import dispatch_tags_code
 from rmqtool.verify.findings import Finding, ERROR
 
@@ -68,17 +68,19 @@ def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tupl
 
 def _hash_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = len(rows)
-    h = np.zeros(k, dtype=np.uint32)
-    high = np.zeros(k, dtype=np.uint8)
     full, top = int(lengths.min()), int(lengths.max())
+    # one contiguous copy of the columns in use (a Horner step then reads a contiguous column)
+    cols = np.ascontiguousarray(rows[:, :top].T)
+    if full < top:
+        cols[full:] *= np.arange(full, top)[:, None] < lengths     # bytes past a span's end count as 0
+    h = np.zeros(k, dtype=np.uint32)
     with np.errstate(over="ignore"):
         for j in range(top):
-            col = rows[:, j] if j < full else rows[:, j] * (lengths > j)
             h *= np.uint32(31)
-            h += col
-            high |= col
+            h += cols[j]
         if full < top:
             h *= _INV31_POW[top - lengths]
+    high = cols.max(axis=0) if top else np.zeros(k, dtype=np.uint8)
     return h, high < 0x80
 
 
@@ -150,6 +152,10 @@ class TopicTable:
     ids: dict[bytes, int] = field(default_factory=dict)
     by_name: dict[str, int] = field(default_factory=dict)
     prefix_hash: list[int] = field(default_factory=list)      # hashCode(topic + "#")
+    # topic_ids' memory of earlier batches: (hash << 16 | length) -> id, its sorted arrays, padded bytes per width
+    _key_ids: dict = field(default_factory=dict, repr=False, compare=False)
+    _lookup: tuple | None = field(default=None, repr=False, compare=False)
+    _canon: dict = field(default_factory=dict, repr=False, compare=False)
 
     def intern(self, raw: bytes) -> int:
         tid = self.ids.get(raw)
@@ -166,16 +172,26 @@ class TopicTable:
         return self.by_name.get(name, -1)
 
     def topic_ids(self, batch) -> np.ndarray:
-        """Topic id of every record of a batch (grouped by byte hash + length, then verified)."""
+        """Topic id of every record of a batch (grouped by byte hash + length, then verified).
+
+        Keys (hash, length) seen in earlier batches map straight to their id; those records'
+        bytes are then compared with the topic's in one matrix pass. Only records with a new
+        key (or failing the comparison) are grouped and interned one topic at a time.
+        """
         buf = batch.buf
         starts, lens = batch.topic_start, batch.topic_len
         h, _ = span_hash(buf, starts, lens)
         key = (h.astype(np.int64) & 0xFFFFFFFF) << 16 | (lens & 0xFFFF)
-        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        out = np.empty(len(starts), dtype=np.int32)
+        out = np.full(len(starts), -1, dtype=np.int32)
+        self._known_topics(buf, starts, lens, key, out)
+        rest = np.flatnonzero(out < 0)
+        if not len(rest):
+            return out
+        key_r = key[rest]
+        uniq, first, inv = np.unique(key_r, return_index=True, return_inverse=True)
         for g in range(len(uniq)):
-            members = np.flatnonzero(inv == g) if len(uniq) > 1 else np.arange(len(starts))
-            i0 = int(first[g])
+            members = rest[np.flatnonzero(inv == g)] if len(uniq) > 1 else rest
+            i0 = int(rest[first[g]])
             n = int(lens[i0])
             raw0 = buf[starts[i0]:starts[i0] + n]
             if n and len(members) > 1:
@@ -183,10 +199,46 @@ class TopicTable:
                 same = (mat == raw0).all(axis=1)
             else:
                 same = np.ones(len(members), dtype=bool)
-            out[members[same]] = self.intern(raw0.tobytes())
+            tid = self.intern(raw0.tobytes())
+            out[members[same]] = tid
+            self._remember(int(uniq[g]), tid)
             for i in members[~same]:      # a byte-hash collision between two topics: exact path
                 out[i] = self.intern(buf[starts[i]:starts[i] + lens[i]].tobytes())
         return out
+
+    def _remember(self, key: int, tid: int) -> None:
+        if key not in self._key_ids:
+            self._key_ids[key] = tid
+            self._lookup = None
+
+    def _known_topics(self, buf, starts, lens, key, out) -> None:
+        """Fill ``out`` for records whose key is known and whose bytes equal that topic's."""
+        if not self._key_ids or not len(key):
+            return
+        if self._lookup is None:
+            keys = np.array(sorted(self._key_ids), dtype=np.int64)
+            self._lookup = (keys, np.array([self._key_ids[k] for k in keys.tolist()], dtype=np.int32))
+            self._canon.clear()
+        keys, ids = self._lookup
+        at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+        hit = np.flatnonzero(keys[at] == key)
+        if not len(hit):
+            return
+        tid = ids[at[hit]]
+        n = lens[hit]
+        width = int(_row_width(np.array([max(int(n.max()), 1)]), 8)[0])
+        if width > _SHORT_SPAN:
+            return
+        canon = self._canon.get(width)
+        if canon is None:
+            canon = np.zeros((len(self.names), width), dtype=np.uint8)
+            for raw, t in self.ids.items():
+                if len(raw) <= width:
+                    canon[t, :len(raw)] = np.frombuffer(raw, np.uint8)
+            self._canon[width] = canon
+        rows = span_rows(buf, starts[hit], width)
+        same = ((rows == canon[tid]) | (np.arange(width) >= n[:, None])).all(axis=1)
+        out[hit[same]] = tid[same]
 
 
 def tags_codes(batch, topic_id: np.ndarray, topics: TopicTable) -> np.ndarray:
@@ -287,8 +339,7 @@ def check_batch(batch, deep: bool = True) -> list[Finding]:
     cand = np.flatnonzero(plen >= cl.CRC32_RESERVED_LENGTH)
     if len(cand):
         tail = cols["props_start"][cand] + plen[cand] - cl.CRC32_RESERVED_LENGTH
-        mat = buf[tail[:, None] + np.arange(len(_CRC_PREFIX))]
-        hit = (mat == _CRC_PREFIX).all(axis=1)
+        hit = (_gather(buf, tail, len(_CRC_PREFIX)) == _CRC_PREFIX).all(axis=1)
         for j in np.flatnonzero(hit):
             i = int(cand[j])
             rel = int(batch.position[i]) - base
