@@ -8,6 +8,7 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from formats import commitlog as cl
@@ -225,3 +226,110 @@ def test_topic_ids_known_keys_equal_exact_interning(batches, gap):
         ids = table.topic_ids(batch)
         for r, tid in zip(raw, ids.tolist()):
             assert table.ids[r] == tid
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9)), min_size=0, max_size=12),
+       st.lists(st.integers(-5, 120), max_size=20))
+def test_locate_equals_scalar_search(records, offsets):
+    """RecordTable.locate (in-place temporaries) against a per-offset scan of the records."""
+    from rmqtool.verify.records import RecordTable, TopicTable
+    phy, size, at = [], [], 3
+    for gap, n in records:
+        phy.append(at)
+        size.append(n)
+        at += n + gap - 1
+    table = RecordTable({"phy": np.array(phy, dtype=np.int64), "size": np.array(size, dtype=np.int64)}, TopicTable(), [])
+    exact, inside = table.locate(np.array(offsets, dtype=np.int64))
+    for o, e, i in zip(offsets, exact.tolist(), inside.tolist()):
+        want_e = phy.index(o) if o in phy else -1
+        cont = [k for k, p in enumerate(phy) if p < o < p + size[k]]
+        want_i = cont[-1] if want_e < 0 and cont else -1
+        assert (e, i) == (want_e, want_i)
+
+
+@pytest.mark.parametrize("mutation", ["none", "phy", "hash", "time", "mixed"])
+def test_deep_index_checks_equal_reference(store_copy, mutation):
+    """deep_index_checks (entries numbered by position, suffix slices, in-place time math) gives the
+    findings and matched pairs of the straightforward formulation, on mutated reference index files."""
+    import struct as st_
+    from formats.indexfile import INDEX_ENTRY_DTYPE, entry_position
+    from rmqtool.store import Store
+    from rmqtool.verify import index as vix
+    from rmqtool.verify.commitlog import CommitLogVerifier
+    from rmqtool.verify.findings import FindingSink
+    from rmqtool.verify.records import is_member
+    root = store_copy("basic")
+    store = Store(root)
+    geometry = store.index_geometry
+    S = geometry.hash_slots
+    rng = np.random.default_rng(len(mutation))
+    for n, path in enumerate(store.index_files()):
+        state = vix.check_index_file(path, geometry, FindingSink(None), False)
+        count = len(state.entries)
+        with open(path, "r+b") as fh:
+            for e in rng.integers(1, count + 1, size=min(count, 6)).tolist() if mutation != "none" else []:
+                kind = mutation if mutation != "mixed" else ["phy", "hash", "time"][e % 3]
+                pos = entry_position(S, e)
+                if kind == "phy":
+                    fh.seek(pos + 4)
+                    fh.write(st_.pack(">q", int(rng.integers(0, 1 << 20))))
+                elif kind == "hash":
+                    fh.seek(pos)
+                    fh.write(st_.pack(">i", int(rng.integers(-50, 1 << 31))))
+                else:
+                    fh.seek(pos + 12)
+                    fh.write(st_.pack(">i", int(rng.integers(-3, 1 << 20))))
+    store = Store(root)
+    clv = CommitLogVerifier(store, FindingSink(None), deep=True, live=False)
+    table = clv.walk()
+    selected = np.ones(len(table), dtype=bool)
+    selected[::3] = False
+    valid_end = int(table.cols["phy"][-1]) - 500
+
+    def reference(state):
+        sink = FindingSink(None)
+        ent = state.entries
+        num = np.arange(1, len(ent) + 1)
+        phy = ent["phy_offset"].astype(np.int64)
+        h = ent["key_hash"].astype(np.int64)
+        live_part = phy >= store.commitlog.min_offset
+        exact, inside = table.locate(phy)
+        past = live_part & (exact < 0) & (phy >= valid_end)
+        if past.any():
+            i = int(np.flatnonzero(past)[0])
+            sink.add("index.entry-target", state.path, entry_position(S, int(num[i])), f"{int(past.sum())} {int(num[i])}")
+        for i in np.flatnonzero(live_part & (exact < 0) & ~past):
+            sink.add("index.entry-target", state.path, entry_position(S, int(num[i])) + 4, f"{int(phy[i])}" + (f" {int(table.cols['phy'][inside[i]])}" if inside[i] >= 0 else ""))
+        hit = np.flatnonzero(exact >= 0)
+        r = exact[hit]
+        pairs = (r.astype(np.int64) << 32) | h[hit]
+        keys = (table.cols["key_rec"] << 32) | table.cols["key_hash"].astype(np.int64)
+        ok = is_member(pairs, keys)
+        sel = selected[r]
+        for k in np.flatnonzero(~ok & sel):
+            sink.add("index.entry-key", state.path, entry_position(S, int(num[hit[k]])), f"{int(h[hit[k]])}")
+        if state.header.begin_timestamp > 0:
+            rest = np.flatnonzero(num[hit] >= 2)
+            ts = table.cols["store_ts"][r[rest]]
+            want = np.clip((ts - state.header.begin_timestamp) // 1000, 0, (1 << 31) - 1)
+            got = ent["time_diff"].astype(np.int64)[hit[rest]]
+            for k in np.flatnonzero((want != got) & sel[rest]):
+                sink.add("index.entry-time", state.path, entry_position(S, int(num[hit[rest[k]]])) + 12,
+                         f"{int(got[k])} {int(want[k])}")
+        return sink, pairs[ok]
+
+    total = 0
+    for path in store.index_files():
+        state = vix.check_index_file(path, geometry, FindingSink(None), False)
+        if not state.usable:
+            continue
+        sink = FindingSink(None)
+        got_pairs = vix.deep_index_checks(state, geometry, table, store, valid_end, sink, selected)
+        ref_sink, ref_pairs = reference(state)
+        assert got_pairs.tolist() == ref_pairs.tolist()
+        assert [(f.check, f.offset) for f in sink.findings] == [(f.check, f.offset) for f in ref_sink.findings]
+        for f, g in zip(sink.findings, ref_sink.findings):
+            assert all(part in f.message for part in g.message.split())
+        total += len(sink.findings)
+    assert total > 0 if mutation != "none" else True

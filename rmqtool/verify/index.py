@@ -200,46 +200,56 @@ def deep_index_checks(state: IndexFileState, geometry, table: RecordTable, store
     ent = state.entries
     if not len(ent) or not table.has_keys:
         return np.zeros(0, np.int64)
-    num = np.arange(1, len(ent) + 1)
+    # entry numbers are positions + 1; columns are gathered only where used (few full-size temporaries)
     phy = ent["phy_offset"].astype(np.int64)
-    h = ent["key_hash"].astype(np.int64)
-    live_part = phy >= store.commitlog.min_offset
     exact, inside = table.locate(phy)
-    past = live_part & (exact < 0) & (phy >= valid_end)
+    miss = exact < 0
+    miss &= phy >= store.commitlog.min_offset            # live part only
+    past = miss & (phy >= valid_end)
     if past.any():
         i = int(np.flatnonzero(past)[0])
-        sink.add("index.entry-target", state.path, entry_position(S, int(num[i])),
-                 f"{int(past.sum())} entr(ies) from entry {int(num[i])} point at or past the CommitLog's valid end "
+        sink.add("index.entry-target", state.path, entry_position(S, i + 1),
+                 f"{int(past.sum())} entr(ies) from entry {i + 1} point at or past the CommitLog's valid end "
                  f"{valid_end}", WARNING, excerpt_len=INDEX_ENTRY_SIZE)
-    for i in np.flatnonzero(live_part & (exact < 0) & ~past):
-        e = int(num[i])
+    for i in np.flatnonzero(miss & ~past):
+        e = int(i) + 1
         what = (f"into the middle of the record at {int(table.cols['phy'][inside[i]])}" if inside[i] >= 0
                 else "where no record was found")
         sink.add("index.entry-target", state.path, entry_position(S, e) + _ENTRY_FIELD["phy_offset"],
                  f"entry {e} points at commitlog offset {int(phy[i])}, {what}", excerpt_len=8)
+    del phy, inside, miss, past
     hit = np.flatnonzero(exact >= 0)
     r = exact[hit]
-    pairs = (r.astype(np.int64) << 32) | h[hit]
-    keys = (table.cols["key_rec"] << 32) | table.cols["key_hash"].astype(np.int64)
+    del exact
+    pairs = r << 32
+    pairs |= ent["key_hash"][hit].astype(np.int64)
+    keys = table.cols["key_rec"] << 32
+    keys |= table.cols["key_hash"].astype(np.int64)
     ok = is_member(pairs, keys)
+    del keys
     sel = selected[r]
     for k in np.flatnonzero(~ok & sel):
         i = int(hit[k])
-        e = int(num[i])
+        e = i + 1
+        h = int(ent["key_hash"][i])
         rec = table.describe(int(r[k]))
         sink.add("index.entry-key", state.path, entry_position(S, e),
-                 f"entry {e} (keyHash {int(h[i])}, slot {int(h[i]) % S}) points at the record at "
+                 f"entry {e} (keyHash {h}, slot {h % S}) points at the record at "
                  f"{rec['phy_offset']} ({rec['topic']}), none of whose keys hashes to it", excerpt_len=INDEX_ENTRY_SIZE)
-    # entry time (entry 1 carries the previous file's begin: skipped)
+    # entry time (entry 1 carries the previous file's begin: skipped); hit is ascending, so the
+    # entries numbered >= 2 are a suffix of it
     hdr = state.header
     if hdr.begin_timestamp > 0:
-        rest = np.flatnonzero(num[hit] >= 2)
-        ts = table.cols["store_ts"][r[rest]]
-        want = np.clip((ts - hdr.begin_timestamp) // 1000, 0, INT_MAX)
-        got = ent["time_diff"].astype(np.int64)[hit[rest]]
-        for k in np.flatnonzero((want != got) & sel[rest]):
-            i = int(hit[rest[k]])
-            e = int(num[i])
+        k0 = int(np.searchsorted(hit, 1))
+        want = table.cols["store_ts"][r[k0:]]
+        want -= hdr.begin_timestamp
+        want //= 1000
+        np.maximum(want, 0, out=want)
+        np.minimum(want, INT_MAX, out=want)
+        got = ent["time_diff"][hit[k0:]]
+        for k in np.flatnonzero((want != got) & sel[k0:]):
+            i = int(hit[k0 + k])
+            e = i + 1
             sink.add("index.entry-time", state.path, entry_position(S, e) + _ENTRY_FIELD["time_diff"],
                      f"entry {e} has timeDiff {int(got[k])} s, its record's store time gives {int(want[k])} s",
                      excerpt_len=4)

@@ -407,9 +407,23 @@ class RecordTable:
     def locate(self, offsets: np.ndarray):
         """For each commitlog offset: (record index or -1 when none starts there, containing index or -1)."""
         phy = self.cols["phy"]
-        idx = np.searchsorted(phy, offsets, side="right") - 1
+        offsets = np.asarray(offsets)
+        if not len(phy):
+            none = np.full(len(offsets), -1, dtype=np.int64)
+            return none, none.copy()
+        idx = np.searchsorted(phy, offsets, side="right")
+        idx -= 1
         ok = idx >= 0
         safe = np.maximum(idx, 0)
-        exact = ok & (phy[safe] == offsets) if len(phy) else np.zeros(len(offsets), bool)
-        inside = ok & ~exact & (offsets < phy[safe] + self.cols["size"][safe]) if len(phy) else exact
-        return np.where(exact, idx, -1), np.where(inside, idx, -1)
+        start = phy[safe]
+        exact = start == offsets
+        exact &= ok
+        start += self.cols["size"][safe]                  # the record's end
+        del safe
+        inside = offsets < start
+        inside &= ok
+        inside &= ~exact
+        del start
+        at = np.where(exact, idx, -1)
+        idx[~inside] = -1
+        return at, idx
