@@ -415,7 +415,22 @@ def _row_width(lengths: np.ndarray, minimum: int, steps: int = 1) -> np.ndarray:
 
     With ``steps`` 1 the power of two at or above the length; with 2 or 4 that octave is cut
     into as many equal widths (less padding to copy and search, a few more shapes).
+    Lengths up to 64 KiB are looked up in a table built once per (minimum, steps).
     """
+    lengths = np.asarray(lengths)
+    if len(lengths) and 0 <= int(lengths.min()) and int(lengths.max()) < _WIDTH_TABLE_SIZE:
+        table = _WIDTH_TABLES.get((minimum, steps))
+        if table is None:
+            table = _WIDTH_TABLES[(minimum, steps)] = _compute_row_width(np.arange(_WIDTH_TABLE_SIZE), minimum, steps)
+        return table[lengths]
+    return _compute_row_width(lengths, minimum, steps)
+
+
+_WIDTH_TABLE_SIZE = 1 << 16
+_WIDTH_TABLES: dict = {}
+
+
+def _compute_row_width(lengths: np.ndarray, minimum: int, steps: int) -> np.ndarray:
     w = np.maximum(lengths, minimum).astype(np.int64)
     top = (1 << np.ceil(np.log2(w)).astype(np.int64)).astype(np.int64)
     if steps == 1:

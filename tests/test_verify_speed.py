@@ -156,6 +156,10 @@ def test_row_widths_cover_lengths_and_distinct_equals_unique(lengths, steps, min
     assert len(distinct_widths(w)) <= len(np.unique(_row_width(lens, minimum))) * steps
     assert distinct_widths(w) == np.unique(w).tolist()
     assert distinct_widths(np.array([0, 1 << 22, 7])) == [0, 7, 1 << 22]
+    from rmqtool.scan import _compute_row_width
+    big = np.array(lengths + [70000, 1 << 20], dtype=np.int64)        # past the lookup table
+    assert _row_width(big, minimum, steps).tolist() == _compute_row_width(big, minimum, steps).tolist()
+    assert w.tolist() == _compute_row_width(lens, minimum, steps).tolist()
 
 
 def _record(props: bytes, pos: int, body: bytes = b"body") -> bytes:
@@ -333,3 +337,13 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
             assert all(part in f.message for part in g.message.split())
         total += len(sink.findings)
     assert total > 0 if mutation != "none" else True
+
+
+def test_tune_allocator_runs_in_a_fresh_process():
+    """fileio.tune_allocator (mallopt through ctypes) is process-wide: tried in a child process only."""
+    import subprocess
+    import sys
+    code = ("from rmqtool.fileio import tune_allocator; import numpy as np; ok = tune_allocator(); "
+            "a = [np.ones(1 << 20) for _ in range(4)]; print(ok in (True, False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
