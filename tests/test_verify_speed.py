@@ -323,7 +323,7 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
                          f"{int(got[k])} {int(want[k])}")
         return sink, pairs[ok]
 
-    total = 0
+    total, indexed = 0, []
     for path in store.index_files():
         state = vix.check_index_file(path, geometry, FindingSink(None), False)
         if not state.usable:
@@ -336,7 +336,33 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
         for f, g in zip(sink.findings, ref_sink.findings):
             assert all(part in f.message for part in g.message.split())
         total += len(sink.findings)
+        indexed.append(got_pairs)
     assert total > 0 if mutation != "none" else True
+    # missing_keys against the straightforward formulation (per-key gathers, a scan per hole record)
+    pairs = np.concatenate(indexed)
+    phy_all = table.cols["phy"]
+    lo, frontier = int(phy_all[len(phy_all) // 5]), int(phy_all[3 * len(phy_all) // 4])
+    sink = FindingSink(None)
+    pending = vix.missing_keys(table, pairs, lo, frontier, valid_end, sink, selected)
+    ref = FindingSink(None)
+    c = table.cols
+    kr = c["key_rec"]
+    present = is_member((kr << 32) | c["key_hash"].astype(np.int64), pairs)
+    phy = c["phy"][kr]
+    usable = selected[kr] & ~c["carved"][kr] & (phy + c["size"][kr] <= valid_end)
+    hole = np.flatnonzero(~present & usable & (phy >= lo) & (phy < frontier))
+    seen = []
+    for k in hole:
+        i = int(kr[k])
+        if i not in seen:
+            seen.append(i)
+            ref.add("index.missing", "x", int(c["position"][i]), f"{int(np.count_nonzero(kr[hole] == i))} of its key(s)")
+    want_pending = np.unique(kr[usable & ~present & (phy >= frontier)]).tolist()
+    assert pending == want_pending
+    got = [(f.offset, f.message) for f in sink.findings if f.check == "index.missing"]
+    assert [o for o, _ in got] == [f.offset for f in ref.findings]
+    assert all(g.message in m for (_, m), g in zip(got, ref.findings))
+    assert got or mutation in ("none", "time")
 
 
 def test_tune_allocator_runs_in_a_fresh_process():

@@ -263,23 +263,25 @@ def missing_keys(table: RecordTable, indexed_pairs: np.ndarray, lo: int, frontie
         return []
     c = table.cols
     kr = c["key_rec"]
-    keys = (kr << 32) | c["key_hash"].astype(np.int64)
+    keys = kr << 32
+    keys |= c["key_hash"].astype(np.int64)
     present = is_member(keys, indexed_pairs)
-    phy = c["phy"][kr]
-    usable = selected[kr] & ~c["carved"][kr] & (phy + c["size"][kr] <= valid_end)
+    del keys
+    # per-record conditions, then gathered per key (bool gathers, no per-key int64 temporaries)
+    phy = c["phy"]
+    usable_rec = selected & ~c["carved"] & (phy + c["size"] <= valid_end)
+    miss = usable_rec[kr]
+    miss &= ~present
     # the record at the frontier may have been cut mid-way (file filled, crash before the next put)
-    hole = np.flatnonzero(~present & usable & (phy >= lo) & (phy < frontier))
-    seen = set()
-    for k in hole:
-        i = int(kr[k])
-        if i in seen:
-            continue
-        seen.add(i)
-        path, pos = table.where(i)
-        n_keys = int(np.count_nonzero(kr[hole] == i))
-        sink.add("index.missing", path, pos, f"record at {pos} ({table.topics.names[int(c['topic_id'][i])]}) "
-                 f"lies inside the indexed range but {n_keys} of its key(s) are in no index file")
-    pending = np.unique(kr[usable & ~present & (phy >= frontier)])
+    hole = np.flatnonzero(miss & ((phy >= lo) & (phy < frontier))[kr])
+    if len(hole):
+        recs, first, counts = np.unique(kr[hole], return_index=True, return_counts=True)
+        for j in np.argsort(first, kind="stable"):       # records in the order their first key comes
+            i = int(recs[j])
+            path, pos = table.where(i)
+            sink.add("index.missing", path, pos, f"record at {pos} ({table.topics.names[int(c['topic_id'][i])]}) "
+                     f"lies inside the indexed range but {int(counts[j])} of its key(s) are in no index file")
+    pending = np.unique(kr[miss & (phy >= frontier)[kr]])
     if len(pending):
         path, pos = table.where(int(pending[0]))
         sink.add("index.not-indexed", path, pos,
