@@ -90,14 +90,15 @@ def read_file(path: Path | str, pos: int = 0, length: int | None = None, exact: 
         return fh.read(pos, length, exact)
 
 
-def tune_allocator(mmap_threshold: int = 32 << 20, trim_threshold: int = (1 << 31) - 1) -> bool:
+def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = (1 << 31) - 1) -> bool:
     """Let glibc keep freed memory for reuse (process-wide; for a command's entry, never on import).
 
     Bulk commands allocate and free the same large numpy temporaries once per 64 MiB window.
     With glibc's defaults, arrays above the (dynamic) mmap threshold are mapped and unmapped
     each time and the heap top is trimmed, so every window faults its pages in afresh; on a VM
-    a page fault costs far more than the arithmetic on the page. A fixed 32 MiB mmap threshold
-    and a trim threshold near 2 GiB keep those pages. Returns False when not on glibc.
+    a page fault costs far more than the arithmetic on the page. A fixed 16 MiB mmap threshold
+    and a trim threshold near 2 GiB keep those pages (larger arrays, such as an index file's
+    columns, are still mapped, where numpy asks for huge pages). Returns False when not on glibc.
     """
     try:
         import ctypes
