@@ -5,7 +5,9 @@ Builds a store of ~1 KB messages under /tmp with the synthetic writer (`rmqtool 
 checkpoint), warms the page cache, then measures in one run:
   - zlib.crc32 over every commitlog byte (the baseline),
   - deep verify of the whole store (walk, CRCs, CQ and index cross-checks, forecast).
-Usage: python bench/bench_verify.py [--gib 1.0] [--dir /tmp/rmqtool-bench-verify]
+Usage: python bench/bench_verify.py [--gib 1.0] [--dir /tmp/rmqtool-bench-verify] [--jobs 2]
+``--jobs N`` also times the same verify through the local engine's N-process pool (the CLI's
+``verify --jobs N``), still against crc32 on one core.
 Run it 3 times on an otherwise idle machine and quote min/median of the ratio (the first run builds the store).
 The baseline reads with fresh 64 MiB buffers; the line "crc32 (reused buffer)" is the raw hashing speed.
 With --tune-allocator a second verify runs after ``rmqtool.fileio.tune_allocator()`` (glibc mallopt, what a
@@ -73,6 +75,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--dir", default="/tmp/rmqtool-bench-verify")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="also time `verify --jobs N` (the local engine's process pool; 0 or 1: skip)")
     ap.add_argument("--tune-allocator", action="store_true",
                     help="also time a verify after rmqtool.fileio.tune_allocator()")
     args = ap.parse_args()
@@ -93,6 +97,16 @@ def main() -> None:
     print(f"crc32 (reused buffer) {mb / reused_s:6.1f} MB/s ({reused_s:.2f} s)")
     print(f"verify --deep    {mb / verify_s:8.1f} MB/s ({verify_s:.2f} s)  = "
           f"{100 * crc_s / verify_s:.0f}% of zlib.crc32 (goal >= 50%)")
+    if args.jobs > 1:
+        from rmqtool.engines import get_engine
+        t = time.perf_counter()
+        with get_engine("local", jobs=args.jobs) as eng:
+            pooled = verify(Store(args.dir), VerifyOptions(level="deep"), engine=eng)
+        pool_s = time.perf_counter() - t
+        same = pooled.as_dict() == report.as_dict()
+        print(f"verify --deep --jobs {args.jobs} {mb / pool_s:8.1f} MB/s ({pool_s:.2f} s)  = "
+              f"{100 * crc_s / pool_s:.0f}% of zlib.crc32 on one core ({len(eng.tasks)} tasks; "
+              f"report {'identical' if same else 'DIFFERENT'})")
     if args.tune_allocator:
         from rmqtool.fileio import tune_allocator
         tuned = tune_allocator()

@@ -45,6 +45,14 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
+#: commands that stream GBs through numpy temporaries: they keep freed pages (fileio.tune_allocator)
+BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info"}
+
+
 def main() -> None:
     load_commands()
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if args and args[0] in BULK_COMMANDS:
+        from rmqtool.fileio import tune_allocator
+        tune_allocator()
     common.run_app(common.app)
