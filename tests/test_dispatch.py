@@ -347,3 +347,108 @@ def test_topics_with_equal_hash_and_length_stay_apart():
     cq.add(dispatch_batch(RecordColumns.from_records(rows)))
     got = {(q.topic, q.queue_id): q.phy_offset.tolist() for q in cq.queues()}
     assert got == {("AaAa", 0): [0, 20], ("BBBB", 0): [10, 30]}
+
+
+# --- the fast index image builder against the straightforward formulation -----------------
+def _extend_reference(image, key_hash, phy, ts):
+    """extend_index_image as first written (stable argsort on slot, one temporary per step)."""
+    from formats.indexfile import INDEX_ENTRY_DTYPE, INVALID_INDEX
+    from rmqtool.dispatch import IndexFileImage
+    n = len(key_hash)
+    h = image.header
+    count = int(h["index_count"][0])
+    count = 1 if count <= 0 else count
+    if n == 0:
+        return image
+    key_hash = np.asarray(key_hash, dtype=np.int64)
+    phy = np.asarray(phy, dtype=np.int64)
+    ts = np.asarray(ts, dtype=np.int64)
+    slots = image.slots.copy()
+    number = np.arange(count, count + n, dtype=np.int64)
+    slot = key_hash % image.hash_slots
+    order = np.argsort(slot, kind="stable")
+    s_sorted = slot[order]
+    same = s_sorted[1:] == s_sorted[:-1]
+    prev = np.zeros(n, dtype=np.int64)
+    prev[order[1:][same]] = number[order[:-1][same]]
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same
+    old = slots[s_sorted[first]].astype(np.int64)
+    old_valid = (old > 0) & (old <= count)
+    prev[order[first]] = np.where(old_valid, old, INVALID_INDEX)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = ~same
+    slots[s_sorted[last]] = number[order[last]]
+    begin_ts = int(h["begin_timestamp"][0])
+    begin = np.full(n, begin_ts if count > 1 else int(ts[0]), dtype=np.int64)
+    if count <= 1:
+        begin[0] = begin_ts
+    diff = ts - begin
+    time_diff = np.minimum(np.where(diff < 0, 0, diff // 1000), (1 << 31) - 1)
+    time_diff[begin <= 0] = 0
+    new = np.zeros(n, dtype=INDEX_ENTRY_DTYPE)
+    new["key_hash"], new["phy_offset"], new["time_diff"], new["prev_index"] = key_hash, phy, time_diff, prev
+    header = h.copy()
+    if count <= 1:
+        header["begin_timestamp"] = ts[0]
+        header["begin_phy_offset"] = phy[0]
+    header["end_timestamp"] = ts[-1]
+    header["end_phy_offset"] = phy[-1]
+    header["hash_slot_count"] = int(h["hash_slot_count"][0]) + int((~old_valid).sum())
+    header["index_count"] = count + n
+    entries = np.concatenate([image.entries, new]).astype(INDEX_ENTRY_DTYPE)
+    return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_extend_index_image_equals_straightforward_formulation(seed):
+    from rmqtool.dispatch import empty_index_image, extend_index_image
+    rng = np.random.default_rng(seed)
+    slots_n = int(rng.choice([1, 2, 7, 61, 1000, 5_000_000]))
+    entries_n = int(rng.choice([3, 50, 400, 20_000]))
+    seed_ts = int(rng.choice([0, 1_700_000_000_000]))
+    image = empty_index_image(slots_n, entries_n, int(rng.integers(0, 3)) * 1000, seed_ts)
+    ref = image
+    ts0 = int(rng.choice([0, 5, 1_700_000_000_000]))
+    for _ in range(int(rng.integers(1, 4))):
+        room = entries_n - int(image.header["index_count"][0])
+        n = int(rng.integers(0, room + 1))
+        kh = rng.integers(0, 1 << 31, n).astype(np.int32)
+        if n and rng.random() < .5:                      # many keys on few slots: long chains
+            kh = rng.choice(kh[:max(1, n // 10)], n).astype(np.int32)
+        phy = np.sort(rng.integers(0, 1 << 40, n))
+        ts = ts0 + np.cumsum(rng.choice([0, 1, 999, 1000, 1500, -2000, 10**15], n))
+        if rng.random() < .3:                            # an open file with damaged slot values
+            junk = rng.integers(-5, entries_n + 5, slots_n).astype(np.int32)
+            image.slots[:] = ref.slots[:] = np.where(rng.random(slots_n) < .5, junk, image.slots)
+        image = extend_index_image(image, kh, phy, ts)
+        ref = _extend_reference(ref, kh, phy, ts)
+        assert image.to_bytes() == ref.to_bytes()
+        assert image.entries.dtype == ref.entries.dtype
+
+
+def test_slot_chain_order_is_the_stable_argsort_also_past_the_packing_limit():
+    from rmqtool.dispatch import _slot_chain_order
+    rng = np.random.default_rng(3)
+    for hash_slots in (1, 7, 5_000_000, 1 << 50):
+        slot = rng.integers(0, min(hash_slots, 50), 5000)
+        order, s_sorted = _slot_chain_order(slot, hash_slots)
+        want = np.argsort(slot, kind="stable")
+        assert order.tolist() == want.tolist() and s_sorted.tolist() == slot[want].tolist()
+
+
+def test_index_image_write_to_equals_to_bytes(tmp_path):
+    import os
+    from rmqtool.dispatch import build_index_image, empty_index_image
+    rng = np.random.default_rng(0)
+    for image in (empty_index_image(61, 350),
+                  build_index_image(rng.integers(0, 1 << 31, 300).astype(np.int32), np.arange(300) * 97,
+                                    np.arange(300) * 10 + 1_700_000_000_000, 61, 350, 5, 7),
+                  build_index_image(np.array([60, 121], np.int32), np.array([1, 2]), np.array([3, 4]), 61, 350)):
+        path = tmp_path / "ix"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            image.write_to(fd)
+        finally:
+            os.close(fd)
+        assert path.read_bytes() == image.to_bytes()
