@@ -59,10 +59,21 @@ class RebuildResult:
 
 
 # --- reading the commitlog ------------------------------------------------------------------
+#: window of the rebuild scan: every window is read into one reused buffer and dispatched
+#: before the next is read, so a file costs one window of fresh pages (not the whole file),
+#: and the per-window numpy temporaries are small enough for the allocator to keep and reuse.
+#: rebuild all, 1M messages, 2 workers, allocator tuned as by the CLI: CPU 4.47 s with fresh
+#: 64 MiB windows, 3.80 s with a reused 8 MiB one (4 MiB: same within noise).
+SCAN_WINDOW = 8 << 20
+
+
 def _dispatch_file(args) -> tuple[list, FileEnd, int]:
     """Worker: scan one commitlog file (from ``lo``, below ``hi``) and dispatch its records."""
     path, file_base, lo, hi, check_crc, config = args
-    scan = FileScan(path, file_base, lo=lo, hi=hi, check_crc=check_crc)
+    # reuse_buffer: a batch's bytes are overwritten by the next window; dispatch_batch's
+    # results are copies (tested), so every batch is finished before the next is read
+    scan = FileScan(path, file_base, lo=lo, hi=hi, check_crc=check_crc, chunk_size=SCAN_WINDOW,
+                    reuse_buffer=True)
     out, records = [], 0
     try:
         for batch in scan:
