@@ -429,7 +429,16 @@ def test_cli_write_synthetic_is_the_articles_generator(tmp_path):
                                   '{"topic": "T", "body": "x", "queue_offset": 1e400}',
                                   '{"topic": "T", "body": "x", "queue_offset": 99999999999999999999}',
                                   '{"topic": "T", "body": "x", "store_timestamp": "soon"}',
-                                  '{"topic": "' + "t" * 70 + '", "body": "x"}', 'not json'])
+                                  '{"topic": "' + "t" * 70 + '", "body": "x"}', 'not json',
+                                  # found by the simplified-jsonl fuzz target: a lone surrogate was an
+                                  # internal UnicodeEncodeError; a trailing NUL and a store_timestamp
+                                  # before the first wrote stores that verify reports errors in
+                                  '{"topic": "T", "body": "x", "msg_id": "a\\udfff"}',
+                                  '{"topic": "\\ud800", "body": "x"}',
+                                  '{"topic": "T", "body": "x", "msg_id": "id\\u0000"}',
+                                  '{"topic": "T", "body": "x", "transaction_id": "\\u0000"}',
+                                  '{"topic": "T", "body": "x", "store_timestamp": 5000}\n'
+                                  '{"topic": "T", "body": "y", "store_timestamp": 2000}'])
 def test_cli_write_bad_rows_are_usage_errors(tmp_path, line):
     src = tmp_path / "bad.jsonl"
     src.write_text(line + "\n")
@@ -487,3 +496,34 @@ def test_installed_cli_locate_dump_query_verify(tmp_path):
     assert json.loads(p.stdout.splitlines()[-1])["errors"] == 0
     _patch(store / fmt.COMMITLOG_NAME, ARTICLE_OFFSETS[3], struct.pack(">q", 5))       # msgTotalLen broken
     assert run("verify", store).returncode == 1
+
+
+# --- regressions found by the simplified-* fuzz targets (tests/fuzz/targets.py) ---------------------------
+def test_writer_keeps_interior_nul_and_refuses_what_cannot_read_back(tmp_path):
+    write_store(tmp_path / "ok", [{"topic": "T", "body": "x", "msg_id": "a\x00b"}])
+    assert verify(tmp_path / "ok")[1]["errors"] == 0
+    assert [r["msg_id"] for r in ops.query_msg_id(tmp_path / "ok", "a\x00b")[0]] == ["a\x00b"]
+    for bad in ({"msg_id": "id\x00"}, {"topic": "\ud800"}, {"transaction_id": "x\udc80"}):
+        with pytest.raises(RmqError):
+            build([{"topic": "T", "body": "x", **bad}])
+    with pytest.raises(RmqError, match="before the first"):
+        build([{"topic": "T", "body": "x", "store_timestamp": 10}, {"topic": "T", "body": "y", "store_timestamp": 9}])
+
+
+def test_query_key_answers_from_commitlog_when_index_is_unreadable(article_store):
+    (article_store / fmt.INDEX_NAME).write_bytes(b"\0" * 30)
+    key = article_messages()[4]["msg_id"]
+    rows, notes = ops.query_msg_id(article_store, key)
+    assert [(r["position"], r["via"]) for r in rows] == [(ARTICLE_OFFSETS[4], "commitlog-scan")]
+    assert any("unreadable" in n for n in notes)
+    out = run_cli("query-key", article_store, key, "-f", "jsonl")
+    assert out.code == 0 and "internal" not in out.err
+
+
+def test_locate_queue_offset_of_a_unit_with_negative_offset(article_store):
+    _patch(article_store / fmt.CONSUMER_QUEUE_NAME, 3 * 20, struct.pack(">q", -5))
+    res = ops.locate_queue_offset(article_store, 3)
+    assert res["found"] and res["unit"]["commit_log_offset"] == -5 and not res["commitlog"]["found"]
+    assert not res["points_at_record_start"]
+    out = run_cli("locate", article_store, "--queue-offset", "3", "-f", "jsonl")
+    assert out.code == 0 and "negative" in out.out, out.err

@@ -6,7 +6,7 @@ from typing import Iterator
 import numpy as np
 
 from formats import simplified as fmt
-from rmqtool.errors import UsageError
+from rmqtool.errors import CorruptDataError, UsageError
 from rmqtool.javahash import java_string_hash
 from rmqtool.simplified import SimplifiedStore, target_file
 from rmqtool.simplified.reader import (CommitLog, RecordBatch, read_commitlog, read_consumer_queue,
@@ -125,7 +125,11 @@ def locate_queue_offset(path, queue_offset: int) -> dict:
     result["unit"] = {"commit_log_offset": int(u["commit_log_offset"]), "msg_length": int(u["msg_length"]),
                       "tag_code": int(u["tag_code"])}
     result["found"] = True
-    if store.commitlog_path.is_file():
+    if store.commitlog_path.is_file() and int(u["commit_log_offset"]) < 0:     # damaged unit: say so, no error
+        result["commitlog"] = {"offset": int(u["commit_log_offset"]), "found": False,
+                               "reason": "the unit's commitLogOffset is negative"}
+        result["points_at_record_start"] = result["length_matches"] = False
+    elif store.commitlog_path.is_file():
         target = locate_offset(path, int(u["commit_log_offset"]))
         rec = target.get("record")
         result["commitlog"] = target
@@ -160,8 +164,13 @@ def query_msg_id(path, msg_id: str, body: str = "text") -> tuple[list[dict], lis
     key_hash = java_string_hash(msg_id)
     notes: list[str] = []
     found: dict[int, dict] = {}
+    ix = None
     if store.index_path.is_file():
-        ix = read_index(store.index_path)
+        try:
+            ix = read_index(store.index_path)
+        except CorruptDataError as exc:           # a damaged index.txt: answer from commitLog.txt
+            notes.append(f"{fmt.INDEX_NAME} is unreadable ({exc.message}): scanning {fmt.COMMITLOG_NAME}")
+    if ix is not None:
         slot = int(ix.slot_of(key_hash))
         value = int(ix.slots[slot])
         hashes = ix.entries["key_hash"].astype(np.int64)
@@ -187,12 +196,12 @@ def query_msg_id(path, msg_id: str, body: str = "text") -> tuple[list[dict], lis
                             "index_points_at": points_at}
         if any(v["index_points_at"] == "end" for v in found.values()):
             notes.append("index entries hold the offset after their record (as the article's writer does)")
-    else:
+    elif not store.index_path.is_file():
         notes.append(f"no {fmt.INDEX_NAME}: scanning {fmt.COMMITLOG_NAME}")
     for i in map(int, np.flatnonzero(match)):
         if i not in found:
             found[i] = {"via": "commitlog-scan", "entry": None, "index_points_at": None}
-            if store.index_path.is_file():
+            if ix is not None:
                 notes.append(f"record at {int(cl.position[i])} has this msgId but no index entry points at it")
     rows = []
     for i in sorted(found):

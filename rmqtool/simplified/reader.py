@@ -35,11 +35,18 @@ def decode_string(raw: bytes) -> str:
 
 
 def pad_string(text: str, what: str) -> bytes:
-    """Text as a 64-byte zero-padded UTF-8 field; longer text is refused."""
+    """Text as a 64-byte zero-padded UTF-8 field; longer text is refused, and so is text that
+    cannot be UTF-8 (a lone surrogate from a JSON ``\\ud800`` escape) or that ends with NUL (the
+    padding would swallow it: the field would read back as other text, with another hash)."""
     from rmqtool.errors import UsageError
-    raw = text.encode("utf-8")
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{what} is not valid Unicode text ({exc.reason} at character {exc.start})") from None
     if len(raw) > fmt.STRING_FIELD_SIZE:
         raise UsageError(f"{what} is {len(raw)} UTF-8 bytes; the field holds {fmt.STRING_FIELD_SIZE}")
+    if raw.endswith(fmt.STRING_PAD):
+        raise UsageError(f"{what} ends with a NUL character, which the zero padding of its field cannot keep")
     return raw.ljust(fmt.STRING_FIELD_SIZE, fmt.STRING_PAD)
 
 

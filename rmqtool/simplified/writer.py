@@ -139,7 +139,10 @@ def build(messages: Iterable[Mapping], *, index_points_at: str = "end", tag_code
             slots[abs(key_hash) % fmt.HASH_SLOTS] = i
             at = fmt.entry_position(i)
             diff = stamp - begin
-            if not -(1 << 31) <= diff < (1 << 31):
+            if diff < 0:        # verify calls a negative timeDiff an error: never write one
+                raise UsageError(f"message {i}: store_timestamp {stamp} is before the first message's ({begin}); "
+                                 f"timeDiff would be negative")
+            if diff >= 1 << 31:
                 raise UsageError(f"message {i}: store_timestamp is {diff} ms from the first; timeDiff is an int")
             index[at:at + fmt.INDEX_ENTRY_SIZE] = fmt.IndexEntry.build(
                 {"key_hash": key_hash, "phy_offset": phy, "time_diff": diff, "prev_index": 0})
