@@ -2,6 +2,7 @@
 
     python bench/fuzz.py --per-parser 1000000 --jobs 2
     python bench/fuzz.py --per-parser 5000 --parsers index,checkpoint --seed 7
+    python bench/fuzz.py --per-parser 1000000 --jobs 1 --parsers simplified-commitlog,simplified-index
 
 Each worker runs a contiguous slice of input numbers with a wall-clock bound per input
 and an address-space limit (RLIMIT_AS: any attempt to allocate what a corrupt length
@@ -51,6 +52,7 @@ def _worker(args) -> Counts:
 def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_size: int,
         max_seconds: float | None, out=sys.stdout) -> dict[str, Counts]:
     results = {}
+    width = max(map(len, parsers), default=13)
     ctx = mp.get_context("fork")
     with ctx.Pool(jobs, maxtasksperchild=20) as pool:
         for name in parsers:
@@ -66,7 +68,7 @@ def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_
             wall = time.monotonic() - t0
             results[name] = total
             rate = total.inputs / wall if wall else 0.0
-            print(f"{name:13s} inputs={total.inputs:>9,d} clean={total.ok:>9,d} refused={total.refused:>9,d} "
+            print(f"{name:{width}s} inputs={total.inputs:>9,d} clean={total.ok:>9,d} refused={total.refused:>9,d} "
                   f"failures={len(total.failures):>4d}  {wall:8.1f} s  {rate:8.0f} inputs/s", file=out, flush=True)
             for f in total.failures[:20]:
                 print("    FAIL " + f.line(), file=out, flush=True)

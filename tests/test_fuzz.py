@@ -26,7 +26,8 @@ from fuzz.targets import TARGETS, Target, run_commitlog, run_consumequeue, run_i
 ROOT = Path(__file__).resolve().parent.parent
 MASTER = int(os.environ.get("RMQ_FUZZ_SEED", "20261121"))
 CI_INPUTS = {"commitlog": 600, "consumequeue": 600, "index": 600, "checkpoint": 1500, "properties": 1500,
-             "jsonl": 600}
+             "jsonl": 600, "simplified-commitlog": 200, "simplified-consumequeue": 250, "simplified-index": 250,
+             "simplified-jsonl": 800}
 HYP = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 INT32_MAX = (1 << 31) - 1
 
@@ -111,6 +112,24 @@ def test_structured_properties(data, scratch):
     _run("properties", data, scratch)
 
 
+@HYP
+@given(data=fst.simplified_commitlog())
+def test_structured_simplified_commitlog(data, scratch):
+    _run("simplified-commitlog", data, scratch)
+
+
+@HYP
+@given(data=fst.simplified_consumequeue())
+def test_structured_simplified_consumequeue(data, scratch):
+    _run("simplified-consumequeue", data, scratch)
+
+
+@HYP
+@given(data=fst.simplified_index())
+def test_structured_simplified_index(data, scratch):
+    _run("simplified-index", data, scratch)
+
+
 _SAFE_TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
                      min_size=1, max_size=20)
 
@@ -167,6 +186,35 @@ def test_absurd_consumequeue_sizes_do_not_allocate(scratch):
                                                 tags_code=-(1 << 63))) for _ in range(40))
     peak = _peak_bytes(lambda: run_consumequeue(data, sd.Seed(b""), scratch))
     assert peak < 16 << 20
+
+
+LONG_MAX = (1 << 63) - 1
+
+
+@pytest.mark.parametrize("field", ["total", "body", "both", "index"])
+def test_absurd_simplified_lengths_do_not_allocate(field, scratch):
+    """msgTotalLen / bodySize of 2^63-1 in commitLog.txt, indexCount 2^31-1 in index.txt: checked
+    against the bytes that exist, never allocated (every simplified entry point runs)."""
+    from formats import simplified as sf
+    from fuzz.targets import run_simplified_commitlog, run_simplified_index
+    seed = sd.simplified_commitlog_seeds()[0]            # the article's example, its 409,600-byte files
+    if field == "index":       # a 40-entry file: rows for the entries it holds are the target's, not the claim's
+        seed = sd.simplified_index_seeds()[1]
+        data = bytearray(seed.data)
+        struct.pack_into(">i", data, sf.INDEX_HEADER_OFFSETS["index_count"], INT32_MAX)
+        struct.pack_into(">i", data, sf.INDEX_HEADER_OFFSETS["hash_slot_count"], INT32_MAX)
+        run = run_simplified_index
+    else:
+        data = bytearray(seed.data)
+        second = 338
+        if field in ("total", "both"):
+            struct.pack_into(">q", data, second, LONG_MAX)
+        if field in ("body", "both"):
+            struct.pack_into(">q", data, second + sf.RECORD_HEAD_OFFSETS["body_size"], LONG_MAX)
+        run = run_simplified_commitlog
+    run(bytes(data), seed, scratch)                      # warm: imports and caches are not the input's
+    peak = _peak_bytes(lambda: run(bytes(data), seed, scratch))
+    assert peak < 16 << 20, f"peak {peak} bytes for a {len(data)}-byte file claiming 2^63-1 (2^31-1)"
 
 
 def test_pread_of_absurd_length_allocates_only_the_file(tmp_path):

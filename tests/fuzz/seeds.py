@@ -29,6 +29,7 @@ class Seed:
     hints: list = field(default_factory=list)   # (position, width) of interesting fields
     origin: str = ""
     base: int = 0                                # commitlog file start offset (its name)
+    extra: dict = field(default_factory=dict)    # target-specific context (companion files, keys)
 
 
 # --- commitlog ------------------------------------------------------------------------------
@@ -230,4 +231,163 @@ def jsonl_seeds() -> list[Seed]:
                     break
             data = b"".join(rows)
             seeds.append(Seed(data, [(i, 1) for i, c in enumerate(data) if c in b'{}":,'], f"{store}-{body}"))
+    return seeds
+
+
+# --- the simplified article layout (commitLog.txt, consumerQueue.txt, index.txt) -----------------
+#: the article's example: topic Topic-test, body "消息内容" + the first k characters of "msgmsg…"
+#: (k fixed by the record offsets it prints; the 10th is free, tests/test_simplified.py uses 33)
+ARTICLE_KS = (46, 46, 4, 7, 14, 21, 29, 26, 13, 33)
+
+
+def article_example() -> list[dict]:
+    return [{"topic": "Topic-test", "body": "消息内容" + ("msg" * 17)[:k],
+             "msg_id": f"0b7c3f4e-0000-4000-8000-{i:012d}", "transaction_id": f"tx-{i}",
+             "store_timestamp": 1_700_000_000_000 + 7 * i} for i, k in enumerate(ARTICLE_KS)]
+
+
+def _simplified_mixed() -> list[dict]:
+    """Edge cases the article's example lacks: multi-byte and 64-byte strings, empty and binary
+    bodies, a body larger than a small read window, slot collisions, gaps in queueOffset."""
+    from rmqtool.javahash import java_string_hash
+    rows = [
+        {"topic": "orders", "msg_id": "id-α-中文", "body": "", "queue_offset": 0},
+        {"topic": "t" * 64, "msg_id": "m" * 64, "body": "00ff00" * 30, "body_encoding": "hex"},
+        {"topic": "é" * 32, "uniq_key": "AC11000100002A9F0000000000000001", "body": "A" * 3000,
+         "queue_offset": 7},
+        {"topic": "orders", "msg_id": "🙂-non-bmp", "body": "QUJDAA==", "body_encoding": "base64",
+         "queue_offset": 1, "transaction_id": ""},
+    ]
+    # two more ids hashed to the slot of the first: the slot is overwritten, the entries remain
+    want = abs(java_string_hash(rows[0]["msg_id"])) % 100
+    k = 0
+    for _ in range(2):
+        while abs(java_string_hash(f"c{k}")) % 100 != want:
+            k += 1
+        rows.append({"topic": "orders", "msg_id": f"c{k}", "body": f"collides {k}", "queue_offset": 2 + len(rows)})
+        k += 1
+    return [{"transaction_id": f"tx-{i}", **r, "store_timestamp": 1_700_000_000_000 + 1000 * i}
+            for i, r in enumerate(rows)]        # every field given: the seeds are the same in every run
+
+
+def _small_index(entries: int) -> int:
+    from formats import simplified as sf
+    return sf.entry_position(0) + entries * sf.INDEX_ENTRY_SIZE
+
+
+@lru_cache(maxsize=None)
+def simplified_stores() -> list[dict]:
+    """Stores written by rmqtool's simplified writer: {name: (commitlog, cq, index), msg_ids}."""
+    from rmqtool.simplified.writer import article_messages, build
+    specs = [
+        ("article", article_example(), dict()),                                    # the article's sizes
+        ("article-start", article_example(), dict(index_points_at="start", commitlog_size=4096,
+                                                  cq_size=400, index_size=_small_index(40))),
+        ("synthetic", [dict(m, store_timestamp=1_700_000_000_000 + i)
+                       for i, m in enumerate(article_messages(24, seed=7))],
+         dict(commitlog_size=9000, cq_size=600, index_size=_small_index(30))),
+        ("mixed", _simplified_mixed(), dict(commitlog_size=6000, cq_size=200, index_size=_small_index(12))),
+        ("empty", [], dict(commitlog_size=1024, cq_size=100, index_size=_small_index(5))),
+    ]
+    out = []
+    for name, msgs, opts in specs:
+        commitlog, cq, index, rows = build(msgs, now_ms=lambda: 1_700_000_000_000, **opts)
+        out.append({"name": name, "files": (commitlog, cq, index), "msg_ids": tuple(r["msg_id"] for r in rows),
+                    "rows": rows})
+    return out
+
+
+def simplified_commitlog_hints(data: bytes) -> list[tuple[int, int]]:
+    from formats import simplified as sf
+    hints, p = [], 0
+    head, tail = sf.RECORD_HEAD_OFFSETS, sf.RECORD_TAIL_OFFSETS
+    while p + sf.RECORD_FIELDS_SIZE <= len(data):
+        total, = struct.unpack_from(">q", data, p)
+        hints.append((p, 8))
+        if total < sf.RECORD_FIELDS_SIZE or p + total > len(data):
+            break
+        body = struct.unpack_from(">q", data, p + head["body_size"])[0]
+        hints += [(p + head["queue_offset"], 8), (p + head["body_size"], 8), (p + head["msg_id"], 4),
+                  (p + head["topic"], 1)]
+        if 0 <= body <= total - sf.RECORD_FIELDS_SIZE:
+            t = p + sf.tail_position(body)
+            hints += [(t + tail["commit_log_offset"], 8), (t + tail["transaction_id"], 2),
+                      (t + sf.RECORD_TAIL_SIZE, 8)]                       # the 56-byte gap
+        p += total
+    return hints
+
+
+def _simplified_seeds(kind: int, hints) -> list[Seed]:
+    seeds = []
+    for store in simplified_stores():
+        data = store["files"][kind]
+        seeds.append(Seed(data, hints(data), f"simplified-{store['name']}",
+                          extra={"files": store["files"], "msg_ids": store["msg_ids"]}))
+    return seeds
+
+
+@lru_cache(maxsize=None)
+def simplified_commitlog_seeds() -> list[Seed]:
+    return _simplified_seeds(0, simplified_commitlog_hints)
+
+
+@lru_cache(maxsize=None)
+def simplified_consumequeue_seeds() -> list[Seed]:
+    from formats import simplified as sf
+
+    def hints(data):
+        out = []
+        for u in range(min(len(data) // sf.CQ_UNIT_SIZE, 60)):
+            at = u * sf.CQ_UNIT_SIZE
+            if any(data[at:at + sf.CQ_UNIT_SIZE]) or u < 2:
+                out += [(at, 8), (at + 8, 4), (at + 12, 8)]
+        return out
+    return _simplified_seeds(1, hints)
+
+
+@lru_cache(maxsize=None)
+def simplified_index_seeds() -> list[Seed]:
+    from formats import simplified as sf
+
+    def hints(data):
+        out = [(off, 4 if name in ("hash_slot_count", "index_count") else 8)
+               for name, off in sf.INDEX_HEADER_OFFSETS.items()]
+        count = struct.unpack_from(">i", data, sf.INDEX_HEADER_OFFSETS["index_count"])[0]
+        for s in range(sf.HASH_SLOTS):
+            at = sf.slot_position(s)
+            if data[at:at + 4] != b"\0\0\0\0" or s % 10 == 0:
+                out.append((at, 4))
+        for e in range(min(max(count, 0), 60) + 1):
+            at = sf.entry_position(e)
+            out += [(at, 4), (at + 4, 8), (at + 12, 4), (at + 16, 4)]
+        return out
+    return _simplified_seeds(2, hints)
+
+
+@lru_cache(maxsize=None)
+def simplified_jsonl_seeds() -> list[Seed]:
+    """Rows for `write --layout simplified --from`: the article's messages, and what `dump
+    commitlog` prints for the written stores (bodies as text, hex, base64)."""
+    import json
+    import tempfile
+    from formats import simplified as fmt
+    from rmqtool.simplified import ops
+    seeds = []
+
+    def add(rows, origin):
+        data = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in rows)
+        seeds.append(Seed(data, [(i, 1) for i, c in enumerate(data) if c in b'{}":,'], origin))
+
+    add(article_example(), "simplified-article-rows")
+    add(_simplified_mixed(), "simplified-mixed-rows")
+    with tempfile.TemporaryDirectory() as tmp:
+        for store in simplified_stores():
+            if not store["msg_ids"]:
+                continue
+            path = Path(tmp) / f"{store['name']}.txt"
+            path.write_bytes(store["files"][0])
+            for body in ("text", "hex", "base64"):
+                rows = [dict(r, file=fmt.COMMITLOG_NAME) for r in ops.commitlog_rows(path, body)
+                        if r["kind"] == "MESSAGE"][:8]           # no temporary path: seeds are fixed
+                add(rows, f"simplified-{store['name']}-dump-{body}")
     return seeds

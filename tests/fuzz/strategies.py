@@ -111,3 +111,57 @@ def checkpoint_file(draw) -> bytes:
     size = draw(st.sampled_from([ck.CHECKPOINT_FILE_SIZE, 0, 8, 24, 39, 40, 5000]))
     data = body + bytes(max(size - len(body), 0))
     return data[:size] + (draw(st.binary(max_size=16)) if size > 40 else b"")
+
+
+# --- the simplified article layout -----------------------------------------------------------------
+@st.composite
+def simplified_record(draw, position: int) -> bytes:
+    """One commitLog.txt record from RecordHead/RecordTail with msgTotalLen and bodySize drawn near
+    (or far from) the truth."""
+    from formats import simplified as sf
+    body = draw(st.binary(max_size=80))
+    true_total = sf.article_total_len(len(body))
+    total = draw(st.one_of(st.just(true_total), st.integers(true_total - 60, true_total + 60), INT64))
+    body_size = draw(st.one_of(st.just(len(body)), st.integers(len(body) - 3, len(body) + 3), INT64))
+    head = sf.RecordHead.build(dict(msg_total_len=total, msg_id=draw(st.binary(min_size=64, max_size=64)),
+                                    topic=b"T".ljust(64, b"\0"), queue_offset=draw(INT64), body_size=body_size))
+    tail = sf.RecordTail.build(dict(transaction_id=bytes(64),
+                                    commit_log_offset=draw(st.one_of(st.just(position), INT64))))
+    return head + body + tail + bytes(sf.ARTICLE_GAP_SIZE)
+
+
+@st.composite
+def simplified_commitlog(draw) -> bytes:
+    out = b""
+    for _ in range(draw(st.integers(1, 6))):
+        out += draw(simplified_record(len(out)))
+    return out + draw(st.one_of(st.binary(max_size=300), st.integers(0, 600).map(bytes)))
+
+
+@st.composite
+def simplified_consumequeue(draw) -> bytes:
+    from formats import simplified as sf
+    units = draw(st.lists(st.tuples(st.one_of(st.sampled_from([0, 338, 676]), INT64), INT32, INT64), max_size=60))
+    out = b"".join(sf.ConsumerQueueUnit.build(dict(commit_log_offset=o, msg_length=n, tag_code=t))
+                   for o, n, t in units)
+    return out + draw(st.binary(max_size=draw(st.sampled_from([0, 0, 7, 19, 40]))))
+
+
+@st.composite
+def simplified_index(draw) -> bytes:
+    from formats import simplified as sf
+    header = sf.IndexHeader.build(dict(
+        begin_timestamp=draw(INT64), end_timestamp=draw(INT64), begin_phy_offset=draw(INT64),
+        end_phy_offset=draw(INT64), hash_slot_count=draw(INT32), index_count=draw(st.one_of(st.integers(-2, 45), INT32))))
+    slots = b"".join(sf.IndexSlot.build(v) for v in draw(st.lists(st.one_of(st.integers(-2, 45), INT32),
+                                                                  min_size=sf.HASH_SLOTS, max_size=sf.HASH_SLOTS)))
+    ent = b"".join(sf.IndexEntry.build(dict(key_hash=draw(INT32), phy_offset=draw(st.one_of(st.sampled_from(
+        [0, 338, 676, 2834]), INT64)), time_diff=draw(st.one_of(st.integers(-1, 5), INT32)),
+        prev_index=draw(st.one_of(st.just(0), INT32)))) for _ in range(draw(st.integers(0, 40))))
+    data = header + slots + ent
+    cut = draw(st.sampled_from(["full", "short", "as-is"]))
+    if cut == "full":
+        return data + bytes(sf.entry_position(40) - len(data) if len(data) < sf.entry_position(40) else 0)
+    if cut == "short":
+        return data[:draw(st.integers(0, len(data)))]
+    return data
