@@ -50,7 +50,7 @@ def _worker(args) -> Counts:
 
 
 def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_size: int,
-        max_seconds: float | None, out=sys.stdout) -> dict[str, Counts]:
+        max_seconds: float | None, out=sys.stdout, progress: float | None = None) -> dict[str, Counts]:
     results = {}
     width = max(map(len, parsers), default=13)
     ctx = mp.get_context("fork")
@@ -63,8 +63,14 @@ def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_
                       None if deadline is None else deadline - time.time() + time.monotonic())
                      for s in range(0, per_parser, slice_size)]
             total = Counts(name)
+            shown = time.monotonic()
             for part in pool.imap_unordered(_worker, tasks):
                 total.merge(part)
+                if progress and time.monotonic() - shown >= progress and total.inputs < per_parser:
+                    shown = time.monotonic()
+                    print(f"  ... {name} {total.inputs:,d}/{per_parser:,d} inputs, {total.refused:,d} refused, "
+                          f"{len(total.failures)} failures, {total.inputs / (shown - t0):.0f} inputs/s",
+                          file=out, flush=True)
             wall = time.monotonic() - t0
             results[name] = total
             rate = total.inputs / wall if wall else 0.0
@@ -85,12 +91,14 @@ def main(argv=None) -> int:
     ap.add_argument("--slice", type=int, default=2000, help="inputs per worker task")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="stop each parser's campaign after this long (counts say how far it got)")
+    ap.add_argument("--progress", type=float, default=None, metavar="SECONDS",
+                    help="print a running count of the current parser at most this often")
     a = ap.parse_args(argv)
     parsers = [p for p in a.parsers.split(",") if p]
     unknown = [p for p in parsers if p not in TARGETS]
     if unknown:
         ap.error(f"unknown parser(s) {unknown}; known: {list(TARGETS)}")
-    results = run(parsers, a.per_parser, a.jobs, a.seed, a.timeout, a.slice, a.max_seconds)
+    results = run(parsers, a.per_parser, a.jobs, a.seed, a.timeout, a.slice, a.max_seconds, progress=a.progress)
     return 1 if any(r.failures for r in results.values()) else 0
 
 
