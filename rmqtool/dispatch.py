@@ -217,6 +217,26 @@ class BatchDispatch:
     record_phy_offset: np.ndarray          # commitlog offset of every dispatched record
     stop: str | None = None                # why dispatch stopped early (broker would stop)
 
+    def compact(self) -> "BatchDispatch":
+        """What the CQ and index builders read, in fewer bytes (to ship between processes):
+        queue ids and sizes as int32 when they fit, no ``key_record``, and ``record_phy_offset``
+        reduced to its maximum (``IndexBuilder.add`` only asks whether any record lies past a
+        file's end, before and after a seed filter: the maximum answers both the same way)."""
+        rp = self.record_phy_offset
+        return BatchDispatch(
+            self.topics, self.cq_topic, _narrow(self.cq_queue_id), self.cq_queue_offset, self.cq_phy_offset,
+            _narrow(self.cq_size), self.cq_tags_code, self.key_hash, self.key_phy_offset,
+            self.key_store_timestamp, np.zeros(0, np.int32), self.records,
+            rp[rp.argmax()][None] if len(rp) else rp, self.stop)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 when every value fits (else unchanged)."""
+    if a.dtype == np.int32 or not len(a):
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    return a.astype(np.int32) if -(1 << 31) <= lo and hi < (1 << 31) else a
+
 
 def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
     """Group records by topic bytes: (group id per record, topic text per group)."""
@@ -384,7 +404,7 @@ class CqCollector:
     def add(self, d: BatchDispatch, only: set | None = None) -> None:
         if not len(d.cq_topic):
             return
-        key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id & 0xFFFFFFFF)
+        key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id.astype(np.int64) & 0xFFFFFFFF)
         order = np.argsort(key, kind="stable")
         key_sorted = key[order]
         cuts = np.flatnonzero(np.diff(key_sorted)) + 1

@@ -77,7 +77,7 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int]:
     out, records = [], 0
     try:
         for batch in scan:
-            out.append(dispatch_batch(batch, config))
+            out.append(dispatch_batch(batch, config).compact())   # pickled back to the main process
             records += len(batch)
     except FileChangedError as exc:
         return out, FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
