@@ -288,3 +288,44 @@ def test_dispatch_results_never_alias_the_scan_window():
                 assert not np.shares_memory(value, batch.buf), name
                 checked += 1
     assert checked
+
+
+def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypatch):
+    """Workers append their results to a memory file and send only places; what the main
+    process maps back equals what was shipped (dtypes, empty arrays, several tasks per
+    worker); a failed write or no file falls back to sending the objects themselves."""
+    import multiprocessing as mp
+    import rmqtool.rebuild as rb
+    from rmqtool.dispatch import dispatch_batch
+    from rmqtool.scan import FileScan
+    st = Store(reference_store("mixed"))
+    tasks = []
+    for seg in st.commitlog.files[:3]:
+        tasks.append([dispatch_batch(b).compact() for b in FileScan(seg.path, seg.start, chunk_size=1 << 16)])
+    tasks.append([])
+    empty = dispatch_batch(next(iter(FileScan(st.commitlog.files[0].path, 0))))
+    empty = type(empty)(**{k: (v[:0] if isinstance(v, np.ndarray) else v) for k, v in vars(empty).items()})
+    tasks.append([empty])
+    fds = [os.memfd_create("test")]
+    try:
+        monkeypatch.setattr(rb, "_ship_fd", None)
+        monkeypatch.setattr(rb, "_ship_end", 0)
+        rb._init_worker(fds, mp.get_context("fork").Value("i", 0))
+        shipped = [rb._ship(parts) for parts in tasks]
+        assert any(isinstance(s, rb._Shipped) for s in shipped)
+        for parts, s in zip(tasks, shipped):
+            back = rb._unship(s, fds)
+            assert len(back) == len(parts)
+            for a, b in zip(parts, back):
+                for name, value in vars(a).items():
+                    got = getattr(b, name)
+                    if isinstance(value, np.ndarray):
+                        assert got.dtype == value.dtype and got.tolist() == value.tolist(), name
+                    else:
+                        assert got == value, name
+        monkeypatch.setattr(rb.os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+        assert rb._ship(tasks[0]) is tasks[0]
+    finally:
+        os.close(fds[0])
+    monkeypatch.setattr(rb, "_ship_fd", None)
+    assert rb._ship(tasks[0]) is tasks[0] and rb._unship(tasks[0], []) is tasks[0]
