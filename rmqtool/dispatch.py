@@ -644,8 +644,11 @@ def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileIma
     entries = np.empty(len(image.entries) + n, dtype=INDEX_ENTRY_DTYPE)   # keep big-endian
     entries[:len(image.entries)] = image.entries
     new = entries[len(image.entries):]
-    new["prev_index"][order] = prev_sorted
+    prev = np.empty(n, dtype=np.int32)            # scattered compactly, then written in one pass
+    prev[order] = prev_sorted
     del order, prev_sorted
+    new["prev_index"] = prev
+    del prev
     new["key_hash"] = key_hash
     new["phy_offset"] = phy
     new["time_diff"] = _time_diff(ts, begin)
