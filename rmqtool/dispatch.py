@@ -118,39 +118,74 @@ _HORNER_MAX_LENGTH = 512
 def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
 
-    Spans are grouped by length and hashed column by column (Horner in uint32, one
-    gather of n bytes per column); spans containing bytes >= 0x80 are recomputed with
-    the scalar hash of the decoded string. Many distinct or long lengths fall back to a
-    flat gather of all span bytes (``_span_hashes_flat``).
+    Spans are grouped by length (``_length_groups``); each group's bytes are copied out in
+    one gather as a (spans, length) matrix, transposed, and hashed column by column (Horner
+    in uint32); spans containing bytes >= 0x80 are recomputed with the scalar hash of the
+    decoded string. Many distinct or long lengths fall back to a flat gather of all span
+    bytes (``_span_hashes_flat``).
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
     n = len(starts)
     if n == 0 or not lengths.any():
         return np.zeros(n, np.int32), lengths.copy()
-    distinct = np.unique(lengths)
-    if len(distinct) > _HORNER_MAX_GROUPS or int(distinct[-1]) > _HORNER_MAX_LENGTH:
+    groups = _length_groups(lengths)
+    if groups is None:
         return _span_hashes_flat(buf, starts, lengths)
     hashes = np.zeros(n, dtype=np.uint32)
     high = np.zeros(n, dtype=bool)
     thirty_one = np.uint32(31)
     with np.errstate(over="ignore"):
-        for length in distinct.tolist():
+        for length, rows in groups:
             if length == 0:
                 continue
-            rows = np.flatnonzero(lengths == length) if len(distinct) > 1 else np.arange(n)
-            base = starts[rows]
-            h = np.zeros(len(rows), dtype=np.uint32)
-            seen = np.zeros(len(rows), dtype=np.uint8)
+            cols = np.ascontiguousarray(span_matrix(buf, starts if rows is None else starts[rows], length).T)
+            h = np.zeros(cols.shape[1], dtype=np.uint32)
             for j in range(length):
-                col = buf[base + j]
-                h = h * thirty_one + col
-                seen |= col
-            hashes[rows] = h
-            high[rows] = seen >= 0x80
+                h *= thirty_one
+                h += cols[j]
+            seen = cols.max(axis=0) >= 0x80
+            if rows is None:
+                hashes, high = h, seen
+            else:
+                hashes[rows] = h
+                high[rows] = seen
     units = lengths.copy()
     _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
     return hashes.view(np.int32), units
+
+
+def _length_groups(lengths: np.ndarray):
+    """[(length, rows)] of non-negative lengths, rows ascending (None: all rows share the
+    length); None when there are more than _HORNER_MAX_GROUPS lengths or one is longer than
+    _HORNER_MAX_LENGTH. Lengths are counted with a bincount and rows found with one stable
+    (radix) sort of 16-bit lengths, not one pass over all rows per length."""
+    top = int(lengths.max())
+    if top > _HORNER_MAX_LENGTH:
+        return None
+    counts = np.bincount(lengths, minlength=top + 1)
+    distinct = np.flatnonzero(counts)
+    if len(distinct) > _HORNER_MAX_GROUPS:
+        return None
+    if len(distinct) == 1:
+        return [(int(distinct[0]), None)]
+    order = np.argsort(lengths.astype(np.uint16), kind="stable")
+    ends = np.cumsum(counts[distinct])
+    return [(int(length), order[end - int(counts[length]):end])
+            for length, end in zip(distinct.tolist(), ends.tolist())]
+
+
+def span_matrix(buf: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
+    """(len(starts), length) uint8: the bytes buf[s:s + length] of every start, in one gather.
+    Every span must lie inside buf (IndexError otherwise, never a read outside it)."""
+    if length <= 0 or len(buf) < length:
+        if len(starts) and length > 0:
+            raise IndexError("span past the end of the buffer")
+        return np.zeros((len(starts), max(length, 0)), dtype=np.uint8)
+    buf = np.ascontiguousarray(buf)
+    # every position of buf as one item of `length` bytes: the gather copies whole items
+    windows = np.ndarray(shape=(len(buf) - length + 1,), dtype=np.dtype(f"V{length}"), buffer=buf, strides=(1,))
+    return windows[starts].view(np.uint8).reshape(len(starts), length)
 
 
 def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:
@@ -273,7 +308,47 @@ def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
 def _keys_tokens(buf, k_start, k_len):
     """Tokens of every KEYS value split on single spaces, empty tokens dropped.
 
-    Returns (record, token start in buf, token length, ordinal within record)."""
+    Returns (record, token start in buf, token length, ordinal within record), records
+    ascending. Values are grouped by length (``_length_groups``); each group is one
+    (values, length) byte matrix in which a token begins at a non-space after a space or the
+    row start and ends at a non-space before a space or the row end. Many distinct or long
+    lengths take the per-byte formulation (``_keys_tokens_flat``)."""
+    lens = np.maximum(k_len, 0)
+    if not lens.any():
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    rec_all = np.flatnonzero(lens > 0)
+    groups = _length_groups(lens[rec_all])
+    if groups is None:
+        return _keys_tokens_flat(buf, k_start, k_len)
+    recs, starts, lengths = [], [], []
+    for length, rows in groups:
+        g = rec_all if rows is None else rec_all[rows]
+        g_start = k_start[g]
+        space = span_matrix(buf, g_start, length) == _SPACE
+        word = ~space
+        begins = word.copy()
+        begins[:, 1:] &= space[:, :-1]
+        ends = word
+        ends[:, :-1] &= space[:, 1:]
+        r, c0 = np.nonzero(begins)
+        _, c1 = np.nonzero(ends)
+        recs.append(g[r])
+        starts.append(g_start[r] + c0)
+        lengths.append(c1 - c0 + 1)
+    rec = np.concatenate(recs)
+    tok_start = np.concatenate(starts)
+    tok_len = np.concatenate(lengths)
+    if len(groups) > 1:
+        order = np.argsort(rec, kind="stable")       # tokens of a record stay in text order
+        rec, tok_start, tok_len = rec[order], tok_start[order], tok_len[order]
+    counts = np.bincount(rec, minlength=len(k_start))
+    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
+    return rec, tok_start, tok_len, ordinal
+
+
+def _keys_tokens_flat(buf, k_start, k_len):
+    """``_keys_tokens`` over one flat per-byte expansion of every value (any lengths)."""
     lens = np.maximum(k_len, 0)
     total = int(lens.sum())
     if total == 0:

@@ -488,3 +488,35 @@ def test_compact_dispatch_builds_the_same_files(seed):
                  for s, data in build_cq_files(q, CQ_FILE_SIZE).files.items()}
         outs.append((files, [im.to_bytes() for im in images]))
     assert outs[0] == outs[1]
+
+
+def test_grouped_and_flat_keys_tokens_agree():
+    """KEYS split by length-grouped byte matrices equals the per-byte formulation (odd spacing,
+    empty and absent values, many lengths, values at the very end of the buffer)."""
+    from hypothesis import given, settings, strategies as st
+    from rmqtool.dispatch import _keys_tokens, _keys_tokens_flat
+    value = st.one_of(st.none(), st.text(alphabet=" ab\u00e9", max_size=12),
+                      st.lists(st.sampled_from(["k", "order-1", "", "  "]), max_size=5).map(" ".join))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(value, max_size=40), st.binary(max_size=6))
+    def check(values, junk):
+        raw = [b"" if v is None else v.encode() for v in values]
+        lens = np.asarray([-1 if v is None else len(r) for v, r in zip(values, raw)], dtype=np.int64)
+        starts = np.asarray([len(junk) + sum(map(len, raw[:i])) for i in range(len(raw))], dtype=np.int64)
+        buf = np.frombuffer(junk + b"".join(raw), np.uint8)
+        got = _keys_tokens(buf, starts, lens)
+        want = _keys_tokens_flat(buf, starts, lens)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+        for rec, s, n in zip(*[a.tolist() for a in got[:3]]):
+            assert buf[s:s + n].tobytes() in raw[rec].split(b" ")
+    check()
+
+
+def test_span_matrix_stays_inside_the_buffer():
+    from rmqtool.dispatch import span_matrix
+    buf = np.frombuffer(b"abcdef", np.uint8)
+    assert span_matrix(buf, np.array([0, 4]), 2).tolist() == [[97, 98], [101, 102]]
+    for starts, length in (([5], 2), ([0], 7)):
+        with pytest.raises(IndexError):
+            span_matrix(buf, np.array(starts), length)
