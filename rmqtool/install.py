@@ -66,19 +66,34 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+#: fsyncs in flight at once: concurrent fsyncs share journal commits (a rebuilt ConsumeQueue
+#: tree of 32 files + the index file: 0.31 s one after another, 0.06 s eight at a time)
+FSYNC_THREADS = 8
+
+
 def fsync_tree(root: Path, skip_linked: bool = False) -> None:
-    """fsync every file and directory under root, then root itself. ``skip_linked``: files
+    """fsync every file and directory under root, root included; returns when all are done
+    (several at a time: nothing relies on an order among them). ``skip_linked``: files
     with more than one link are carried-over originals whose data predates the build; their
     new names are made durable by the directory fsync (and syncing each would force a
     journal commit per file, for its changed link count)."""
+    paths = []
     for dirpath, dirnames, filenames in os.walk(root):
         for f in filenames:
             path = Path(dirpath) / f
             if skip_linked and os.stat(path, follow_symlinks=False).st_nlink > 1:
                 continue
             if not os.path.islink(path):
-                fsync_path(path)
-        fsync_path(Path(dirpath))
+                paths.append(path)
+        paths.append(Path(dirpath))
+    if len(paths) < 2:
+        for path in paths:
+            fsync_path(path)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(FSYNC_THREADS, len(paths))) as pool:
+        for _ in pool.map(fsync_path, paths):    # re-raises the first failure
+            pass
 
 
 def _exchange(a: Path, b: Path) -> bool:

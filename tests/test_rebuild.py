@@ -329,3 +329,30 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
         os.close(fds[0])
     monkeypatch.setattr(rb, "_ship_fd", None)
     assert rb._ship(tasks[0]) is tasks[0] and rb._unship(tasks[0], []) is tasks[0]
+
+
+def test_fsync_tree_syncs_every_file_and_directory_once(tmp_path, monkeypatch):
+    """Concurrent fsyncs, same set as one after another: every directory and regular file,
+    not symlinks, not carried-over hard links with skip_linked; a failure is raised."""
+    from rmqtool import install as inst
+    root = tmp_path / "t"
+    for d in ("a/0", "a/1", "b"):
+        (root / d).mkdir(parents=True)
+        (root / d / "f").write_bytes(b"x")
+    os.link(root / "b" / "f", tmp_path / "outside")
+    os.symlink(root / "a" / "0" / "f", root / "a" / "link")
+    for skip in (False, True):
+        seen = []
+        monkeypatch.setattr(inst, "fsync_path", seen.append)
+        inst.fsync_tree(root, skip_linked=skip)
+        want = {root, root / "a", root / "a/0", root / "a/1", root / "b", root / "a/0/f", root / "a/1/f"}
+        if not skip:
+            want.add(root / "b" / "f")
+        assert sorted(seen) == sorted(want)
+
+    def fail(path):
+        if path.name == "1":
+            raise OSError(5, "EIO")
+    monkeypatch.setattr(inst, "fsync_path", fail)
+    with pytest.raises(OSError):
+        inst.fsync_tree(root)
