@@ -7,12 +7,13 @@ default CQ files and one default-size index file. It lives under /tmp (never the
 and is reused between runs.
 
 Prints messages/s of `rebuild all` (CQ + index from one pass, built with --output, so the
-fsyncs are included but the store is left as it is), the CPU time
+fsyncs are included but the store is left as it is; glibc's allocator tuned as the CLI does
+unless --no-tune-allocator), the CPU time
 beside it (user+sys of all processes: the load-independent figure, and the bound it gives
 on this many idle CPUs), a same-run machine baseline (zlib.crc32 over the CommitLog bytes), and
 the upstream broker's figure from baselines.md (228k msg/s warm) for comparison.
 
-    python bench/bench_rebuild.py [--messages N] [--dir /tmp/rmqtool-bench] [--workers W]
+    python bench/bench_rebuild.py [--messages N] [--dir /tmp/rmqtool-bench] [--workers W] [--no-tune-allocator]
 """
 from __future__ import annotations
 
@@ -85,7 +86,12 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/rmqtool-bench/store"))
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--no-crc", action="store_true", help="skip the recovery walk's body CRC check")
+    ap.add_argument("--no-tune-allocator", action="store_true",
+                    help="leave glibc's malloc defaults (the rmqtool CLI tunes them for rebuild)")
     args = ap.parse_args()
+    if not args.no_tune_allocator:          # as `rmqtool rebuild all` does at entry
+        from rmqtool.fileio import tune_allocator
+        tune_allocator()
     if ROOT in args.dir.resolve().parents:
         ap.error("put the benchmark store outside the repository")
     args.dir.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +100,8 @@ def main() -> None:
     r = run(args.dir, args.workers, not args.no_crc)
     n = r["records"]
     rate = n / r["total_s"]
-    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; allocator "
+          f"{'defaults' if args.no_tune_allocator else 'tuned as by the CLI (fileio.tune_allocator)'}")
     print(f"baseline: zlib.crc32 over the CommitLog {crc:.0f} MB/s (this run)")
     print(f"rebuild all (one pass): {r['total_s']:.2f} s for {n} messages, {r['units']} CQ units, "
           f"{r['entries']} index entries (CQ install {r['cq_s']:.2f} s, index install {r['index_s']:.2f} s)")
