@@ -5,7 +5,8 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, app, check_choice, emit, open_store, parse_time, stderr
+from rmqtool.cli.common import (CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
+                                parse_time, stderr)
 from rmqtool.dump import RecordFilter, check_range
 
 EngineOpt = typer.Option("local", "--engine", help="local (default) | spark")
@@ -14,15 +15,6 @@ MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*];
 RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
 SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
 SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
-
-
-def make_engine(engine: str, jobs: int, master: Optional[str], remote: Optional[str],
-                spark_conf: Optional[List[str]]):
-    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf options."""
-    from rmqtool.engines import ENGINES, default_jobs, get_engine
-    check_choice(engine, ENGINES, "--engine")
-    return get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
-                      spark_conf=spark_conf or ())
 
 
 @app.command("export")

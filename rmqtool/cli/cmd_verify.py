@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, emit_jsonl, escape_control, open_stores, real_console,
+                                check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
+                                real_console,
                                 stderr, stdout)
 from rmqtool.errors import MissingDependencyError, UsageError
 from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
@@ -60,9 +61,7 @@ def _engine(engine: str, jobs: int, master, remote, spark_conf):
     except ImportError:
         raise MissingDependencyError(f"verify --engine {engine} / --jobs needs pyarrow: "
                                      "pip install 'rmqtool[parquet]' (or [spark])") from None
-    from rmqtool.engines import default_jobs, get_engine
-    with get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
-                    spark_conf=spark_conf or ()) as eng:
+    with make_engine(engine, jobs, master, remote, spark_conf) as eng:
         yield eng
 
 

@@ -53,7 +53,6 @@ def write_command(
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
-    from rmqtool.cli.cmd_rebuild import LazyProgress
     from rmqtool.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
     check_choice(fmt, ("table", "json"), "--format")
     if (source is None) == (synthetic is None):

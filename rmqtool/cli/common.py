@@ -83,6 +83,15 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
     return open_many(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 
+def make_engine(engine: str, jobs: int, master: Optional[str], remote: Optional[str],
+                spark_conf: Optional[list]):
+    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf options."""
+    from rmqtool.engines import ENGINES, default_jobs, get_engine
+    check_choice(engine, ENGINES, "--engine")
+    return get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
+                      spark_conf=spark_conf or ())
+
+
 def check_choice(value: str, choices: Iterable[str], option: str) -> str:
     if value not in choices:
         raise UsageError(f"{option} must be one of {', '.join(choices)}, not {value!r}")

@@ -149,6 +149,27 @@ def check_chains(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> tupl
     return rerun, discard
 
 
+def file_ends(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> dict[str, tuple[str, int]]:
+    """Per CommitLog file: (end kind, in-file position) of its one sequential walk, from the
+    tasks as finally run (after ``check_chains``)."""
+    from rmqtool.scan import END_EOF, END_RANGE
+    by_file: dict = {}
+    for t in sorted(tasks, key=lambda t: (t.path, t.lo)):
+        by_file.setdefault(t.path, []).append(t)
+    ends = {}
+    for path, ts in by_file.items():
+        kind, pos = END_EOF, ts[-1].hi
+        for t in ts:
+            st = statuses[t.task_id]
+            if t.skip or st.start is None:
+                continue
+            if st.end_kind != END_RANGE:
+                kind, pos = st.end_kind, st.end_pos
+                break
+        ends[path] = (kind, pos)
+    return ends
+
+
 class Engine:
     """Runs a stage over tasks; subclasses provide ``_execute``."""
 
@@ -235,5 +256,5 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-__all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "run_one",
+__all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "file_ends", "run_one",
            "get_engine", "run_tasks", "store_names", "DEFAULT_SPLIT_SIZE"]

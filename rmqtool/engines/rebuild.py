@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
-from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
+from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 from rmqtool.engines.arrow import select
 from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
 
@@ -42,25 +42,6 @@ class DispatchStage:
                          "dispatch": pickle.dumps(dispatch_batch(b, self.config), protocol=5)})
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=DISPATCH_SCHEMA)
-
-
-def file_ends(tasks, statuses) -> dict[str, tuple[str, int]]:
-    """Per CommitLog file: (end kind, in-file position) of its one sequential walk."""
-    by_file: dict = {}
-    for t in sorted(tasks, key=lambda t: (t.path, t.lo)):
-        by_file.setdefault(t.path, []).append(t)
-    ends = {}
-    for path, ts in by_file.items():
-        kind, pos = END_EOF, ts[-1].hi
-        for t in ts:
-            st = statuses[t.task_id]
-            if t.skip or st.start is None:
-                continue
-            if st.end_kind != END_RANGE:
-                kind, pos = st.end_kind, st.end_pos
-                break
-        ends[path] = (kind, pos)
-    return ends
 
 
 def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: int = DEFAULT_SPLIT_SIZE,

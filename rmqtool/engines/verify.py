@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
-from rmqtool.engines.rebuild import file_ends
+from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 
 PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("part", pa.binary())])
 
