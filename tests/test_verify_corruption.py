@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import load_answers
+from corruptions import FILE_SIZE, HEAD, clfile, messages_in_file, patch
 from formats import commitlog as cl
 from formats.checkpoint import CHECKPOINT_OFFSETS
 from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
@@ -20,30 +21,13 @@ from rmqtool.indexfile import IndexFileReader
 from rmqtool.store import Store
 from rmqtool.verify import VerifyOptions, verify
 
-FILE_SIZE = 98304
 ENTRY = field_offsets(IndexEntry)
-HEAD = cl.MESSAGE_HEAD_OFFSETS
-
-
-def patch(path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        fh.write(data)
 
 
 def read(path, offset: int, n: int) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(offset)
         return fh.read(n)
-
-
-def clfile(root, base: int):
-    return root / "commitlog" / f"{base:020d}"
-
-
-def messages_in_file(name: str, index: int) -> list[dict]:
-    lo, hi = index * FILE_SIZE, (index + 1) * FILE_SIZE
-    return [m for m in load_answers(name)["messages"] if lo <= m["phyOffset"] < hi]
 
 
 def run(root, level="deep", **kw):
