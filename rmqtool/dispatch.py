@@ -228,6 +228,10 @@ def _commitlog_offsets(batch) -> np.ndarray:
 
 
 # --- per-batch dispatch ---------------------------------------------------------------------
+#: a walk's end kind when a record fails the broker's dispatch check (``BatchDispatch.stop``)
+END_DISPATCH_STOP = "dispatch-stop"
+
+
 @dataclass
 class DispatchConfig:
     delay_levels_ms: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS_MS))
@@ -251,6 +255,7 @@ class BatchDispatch:
     records: int                           # records dispatched (after any stop)
     record_phy_offset: np.ndarray          # commitlog offset of every dispatched record
     stop: str | None = None                # why dispatch stopped early (broker would stop)
+    stop_at: int = -1                      # commitlog offset of the record it stopped at
 
     def compact(self) -> "BatchDispatch":
         """What the CQ and index builders read, in fewer bytes (to ship between processes):
@@ -262,7 +267,7 @@ class BatchDispatch:
             self.topics, self.cq_topic, _narrow(self.cq_queue_id), self.cq_queue_offset, self.cq_phy_offset,
             _narrow(self.cq_size), self.cq_tags_code, self.key_hash, self.key_phy_offset,
             self.key_store_timestamp, np.zeros(0, np.int32), self.records,
-            rp[rp.argmax()][None] if len(rp) else rp, self.stop)
+            rp[rp.argmax()][None] if len(rp) else rp, self.stop, self.stop_at)
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
@@ -395,7 +400,7 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
     # --- tagsCode, with the SCHEDULE topic's deliver time -----------------------------
     tag_hash, _ = span_hashes(buf, tag_start, tag_len)
     tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
-    stop = None
+    stop, stop_at = None, -1
     sched = np.zeros(n, dtype=bool)
     cand = np.flatnonzero((t_len == len(_SCHEDULE)) & (d_len >= 0))
     if len(cand):
@@ -405,9 +410,11 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         text = buf[d_start[i]:d_start[i] + d_len[i]].tobytes().decode("utf-8", "replace")
         level = parse_level(text)
         if level is None:
-            # Integer.parseInt throws inside checkMessageAndReturnSize: the broker's
-            # reput stops at this record and dispatches nothing from here on.
-            stop = f"DELAY value {text!r} is not an int at commitlog offset {int(phy[i])}"
+            # Integer.parseInt throws inside checkMessageAndReturnSize: the record fails
+            # the broker's check, so recovery ends the valid log here and reput stops.
+            stop_at = int(phy[i])
+            stop = (f"DELAY value {text!r} is not an int at commitlog offset {stop_at}: "
+                    "nothing from that record on is dispatched")
             n = i
             break
         level = min(level, len(config.delay_levels_ms))
@@ -452,7 +459,7 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         cq_queue_offset=qoff[cq_rows], cq_phy_offset=phy[cq_rows], cq_size=size[cq_rows],
         cq_tags_code=tags_code[cq_rows], key_hash=key_hash, key_phy_offset=phy[key_rec],
         key_store_timestamp=ts[key_rec], key_record=key_rec, records=n,
-        record_phy_offset=phy, stop=stop)
+        record_phy_offset=phy, stop=stop, stop_at=stop_at)
 
 
 # --- ConsumeQueue ----------------------------------------------------------------------------

@@ -20,8 +20,8 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
 from rmqtool import install as inst
-from rmqtool.dispatch import (BatchDispatch, CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
-                              dispatch_batch, layout_cq)
+from rmqtool.dispatch import (END_DISPATCH_STOP, BatchDispatch, CqCollector, DispatchConfig, IndexBuilder,
+                              IndexFileImage, dispatch_batch, layout_cq)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
@@ -40,7 +40,7 @@ class RebuildResult:
     dry_run: bool
     range_start: int
     range_end: int                      # commitlog offset where reading stopped
-    end_kind: str                       # why: blank/zero/torn/corrupt/to-offset
+    end_kind: str                       # why: blank/zero/torn/corrupt/to-offset/dispatch-stop
     records: int = 0
     units: int = 0                      # CQ units written (pre-blank excluded)
     entries: int = 0                    # index entries written
@@ -78,8 +78,11 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int]:
     out, records = [], 0
     try:
         for batch in scan:
-            out.append(dispatch_batch(batch, config).compact())   # shipped back to the main process
-            records += len(batch)
+            d = dispatch_batch(batch, config)
+            out.append(d.compact())       # shipped back to the main process
+            records += d.records
+            if d.stop:                    # the broker dispatches nothing after it
+                break
     except FileChangedError as exc:
         return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
                                    check="commitlog.file-changed"), records
@@ -104,7 +107,7 @@ class _Shipped:
     slot: int
     offset: int                            # page-aligned
     length: int
-    batches: list                          # per batch: (topics, records, stop, [(dtype, count, at)])
+    batches: list                          # per batch: (topics, records, stop, stop_at, [(dtype, count, at)])
 
 
 def _init_worker(fds: list[int], counter) -> None:
@@ -131,7 +134,7 @@ def _ship(parts: list):
                 views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
                 end = pos + a.nbytes
             pos += -(-a.nbytes // 64) * 64
-        meta.append((d.topics, d.records, d.stop, cols))
+        meta.append((d.topics, d.records, d.stop, d.stop_at, cols))
     try:
         for at, view in views:
             while view:
@@ -153,10 +156,10 @@ def _unship(shipped, fds: list[int]) -> list[BatchDispatch]:
         mem = mmap.mmap(fds[shipped.slot], shipped.length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                         prot=mmap.PROT_READ, offset=shipped.offset)
     out = []
-    for topics, records, stop, cols in shipped.batches:
+    for topics, records, stop, stop_at, cols in shipped.batches:
         arrays = [np.frombuffer(mem, dtype=np.dtype(dt), count=count, offset=at) if count else
                   np.zeros(0, np.dtype(dt)) for dt, count, at in cols]
-        out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop))
+        out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop, stop_at))
     return out
 
 
@@ -169,7 +172,8 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     """Dispatch every valid record in [start, to_offset), file by file in commitlog order.
 
     Stops like the broker's recovery walk: a file that does not end in a BLANK is the
-    last one read. Files are scanned by ``workers`` processes; results are consumed in
+    last one read, and a record that fails dispatch (``BatchDispatch.stop``) is the end
+    (kind ``dispatch-stop``). Files are scanned by ``workers`` processes; results are consumed in
     order, so later files' results are discarded after a break.
     Returns (records, end offset, end kind)."""
     size = store.commitlog.file_size
@@ -198,10 +202,12 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     else:
         results = map(_dispatch_file, tasks)
     try:
-        for (path, base, _, _, _, _), (dispatched, file_end, n) in zip(tasks, results):
+        for (path, base, _, _, _, _), (dispatched, file_end, _) in zip(tasks, results):
             for d in _unship(dispatched, fds):
                 on_dispatch(d)
-            records += n
+                records += d.records
+                if d.stop:
+                    return records, d.stop_at, END_DISPATCH_STOP
             if file_end.kind == END_BLANK:
                 end, kind = base + size, file_end.kind
             else:

@@ -426,7 +426,8 @@ class StoreWriter:
         self.cq = CqCollector()
         self._rows: list[dict] = []
         self._index = self._index_builder()
-        self._last_cq_ts = 0
+        self._last_cq_ts = 0              # store time of the last record dispatched to a CQ
+        self._dispatch_stopped = False
 
     def _infer_geometry(self) -> Geometry:
         g = Geometry()
@@ -509,8 +510,6 @@ class StoreWriter:
             self.summary.records += 1
             self.summary.bytes += length
             self.last_ts = f.store_timestamp
-            if f.sys_flag & cl.TRANSACTION_MASK not in _NOT_IN_QUEUE:
-                self._last_cq_ts = f.store_timestamp
         if len(self._rows) >= DISPATCH_CHUNK:
             self._dispatch()
         elif self.progress and self.summary.records - self._progress_at >= PROGRESS_EVERY:
@@ -521,10 +520,17 @@ class StoreWriter:
     def _dispatch(self) -> None:
         if not self._rows:
             return
-        d = dispatch_batch(RecordColumns.from_records(self._rows), self.config)
-        self._rows = []
+        rows, self._rows = self._rows, []
+        if self._dispatch_stopped:        # the broker dispatches nothing after a failed record
+            return
+        d = dispatch_batch(RecordColumns.from_records(rows), self.config)
         if d.stop:
+            self._dispatch_stopped = True
             self.summary.warnings.append(d.stop)
+        last_cq = next((r for r in reversed(rows[:d.records])
+                        if r["sys_flag"] & cl.TRANSACTION_MASK not in _NOT_IN_QUEUE), None)
+        if last_cq is not None:
+            self._last_cq_ts = last_cq["store_timestamp"]
         self.cq.add(d)
         self._index.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
         if self.progress:

@@ -5,7 +5,8 @@ byte range and runs ``dispatch.dispatch_batch`` on its record batches (the expen
 part, spread over executors); the ``BatchDispatch`` results come back in CommitLog order
 and the driver lays out ConsumeQueue and IndexFiles with the same code as the local
 rebuild, so the files are byte-identical by construction. The walk stops like the
-broker's recovery: the first file that does not end in a BLANK is the last one used.
+broker's recovery: the first file that does not end in a BLANK is the last one used, and
+nothing after a record that fails dispatch (``BatchDispatch.stop``) is used.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 from rmqtool.engines.arrow import select
+from rmqtool.dispatch import END_DISPATCH_STOP
 from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
 
 DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary())])
@@ -38,8 +40,10 @@ class DispatchStage:
                 continue
             if not keep.all():
                 b = select(b, np.flatnonzero(keep))
-            rows.append({"task": task.task_id, "records": len(b),
-                         "dispatch": pickle.dumps(dispatch_batch(b, self.config), protocol=5)})
+            d = dispatch_batch(b, self.config)
+            rows.append({"task": task.task_id, "records": d.records, "dispatch": pickle.dumps(d, protocol=5)})
+            if d.stop:                    # the broker dispatches nothing after it
+                break
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=DISPATCH_SCHEMA)
 
@@ -64,8 +68,11 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
         for seg in segs:
             for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
                 for n, blob in payload.get(t.task_id, ()):
+                    d = pickle.loads(blob)
                     records += n
-                    on_dispatch(pickle.loads(blob))
+                    on_dispatch(d)
+                    if d.stop:
+                        return records, d.stop_at, END_DISPATCH_STOP
             fkind, fpos = ends.get(str(seg.path), (END_EOF, seg.size))
             end, kind = (seg.start + size, fkind) if fkind == END_BLANK else (seg.start + fpos, fkind)
             if progress:
@@ -88,7 +95,7 @@ KEY_ROWS = pa.schema([("task", pa.int64()), ("ord", pa.int64()), ("key_hash", pa
                       ("phy_offset", pa.int64()), ("store_timestamp", pa.int64())])
 PASS1 = pa.schema([("task", pa.int64()), ("cq_file", pa.string()), ("key_file", pa.string()),
                    ("cq_rows", pa.int64()), ("key_rows", pa.int64()), ("records", pa.int64()),
-                   ("max_record_phy", pa.int64()), ("stops", pa.string())])
+                   ("max_record_phy", pa.int64()), ("stops", pa.string()), ("stop_at", pa.int64())])
 CQ_WRITTEN = pa.schema([("topic", pa.string()), ("queue_id", pa.int64()), ("units", pa.int64()),
                         ("files", pa.string()), ("warnings", pa.string())])
 INDEX_WRITTEN = pa.schema([("file_no", pa.int64()), ("name", pa.string()), ("entries", pa.int64()),
@@ -112,7 +119,7 @@ class DispatchRowsStage:
         writers = {"cq": pq.ParquetWriter(names["cq"], CQ_ROWS) if self.cq else None,
                    "key": pq.ParquetWriter(names["key"], KEY_ROWS) if self.index else None}
         n_cq = n_key = records = 0
-        max_phy, stops = -1, []
+        max_phy, stops, stop_at = -1, [], -1
         try:
             for b in batches:
                 keep = b.phy_offset >= self.start
@@ -123,9 +130,10 @@ class DispatchRowsStage:
                 if not keep.all():
                     b = select(b, np.flatnonzero(keep))
                 d = dispatch_batch(b, self.config)
-                records += len(b)
+                records += d.records
                 if d.stop:
                     stops.append(d.stop)
+                    stop_at = d.stop_at
                 if len(d.record_phy_offset):
                     max_phy = max(max_phy, int(d.record_phy_offset.max()))
                 m = len(d.cq_topic)
@@ -145,6 +153,8 @@ class DispatchRowsStage:
                         pa.array(d.key_hash.astype(np.int64)), pa.array(d.key_phy_offset.astype(np.int64)),
                         pa.array(d.key_store_timestamp.astype(np.int64))], schema=KEY_ROWS))
                     n_key += k
+                if d.stop:                # the broker dispatches nothing after it
+                    break
         finally:
             for w in writers.values():
                 if w is not None:
@@ -152,7 +162,8 @@ class DispatchRowsStage:
         yield pa.RecordBatch.from_pylist([{
             "task": task.task_id, "cq_file": names["cq"] if self.cq else None,
             "key_file": names["key"] if self.index else None, "cq_rows": n_cq, "key_rows": n_key,
-            "records": records, "max_record_phy": max_phy, "stops": "\n".join(stops)}], schema=PASS1)
+            "records": records, "max_record_phy": max_phy, "stops": "\n".join(stops),
+            "stop_at": stop_at}], schema=PASS1)
 
 
 def _remove_pass1(table: pa.Table) -> None:
@@ -365,6 +376,10 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
         p1 = engine.run(tasks, stage, PASS1, on_discard=_remove_pass1)
         valid, end, kind = walk_outcome(store, engine.tasks, engine.statuses, start, to_offset)
         rows = sorted((r for r in p1.to_pylist() if r["task"] in valid), key=lambda r: r["task"])
+        stopped = next((i for i, r in enumerate(rows) if r["stop_at"] >= 0), None)
+        if stopped is not None:           # nothing after a failed dispatch: later tasks are dropped
+            end, kind = rows[stopped]["stop_at"], END_DISPATCH_STOP
+            rows = rows[:stopped + 1]
         out = {"records": sum(r["records"] for r in rows), "range_start": start, "range_end": end,
                "end_kind": kind, "warnings": [s for r in rows for s in r["stops"].split("\n") if s],
                "cq_files": [], "units": 0, "index_files": [], "entries": 0}
