@@ -3,7 +3,7 @@
     python tests/fuzz/churn.py STORE PRISTINE SECONDS SEED [KINDS]
 
 For SECONDS, picks a commitlog, ConsumeQueue or index file of STORE (KINDS: comma list of
-commitlog,consumequeue,index) and truncates it, extends it, replaces it (new inode, second
+commitlog,consumequeue,index, or simplified for the article's three files) and truncates it, extends it, replaces it (new inode, second
 half zeroed, as a recovery rewrite), deletes it, or restores it from PRISTINE; the
 modes a broker's recovery, retention and an in-progress copy produce. Zeros are only
 written past a whole file or from a record boundary, so every record that parses is one
@@ -20,20 +20,38 @@ import time
 from pathlib import Path
 
 SUBDIRS = {"commitlog": "commitlog", "consumequeue": "consumequeue", "index": "index"}
+#: the article's simplified store (kind "simplified"): three files in the store root
+SIMPLIFIED = {"commitLog.txt": "simplified-commitlog", "consumerQueue.txt": "consumequeue", "index.txt": "index"}
 
 
 def files_of(root: Path, kinds) -> list[Path]:
     out = []
     for kind in kinds:
+        if kind == "simplified":
+            out += [Path(name) for name in SIMPLIFIED if (root / name).is_file()]
+            continue
         base = root / SUBDIRS[kind]
         out += sorted(p.relative_to(root) for p in base.rglob("*") if p.is_file())
     return out
+
+
+def kind_of(rel: Path) -> str:
+    return SIMPLIFIED.get(str(rel), rel.parts[0])
 
 
 def boundaries(data: bytes, kind: str) -> list[int]:
     """Positions where zeroing leaves only whole records (commitlog) or units (ConsumeQueue)."""
     if kind == "consumequeue":
         return list(range(0, len(data) + 1, 20))
+    if kind == "simplified-commitlog":        # records follow msgTotalLen (a big-endian long)
+        out, pos = [0], 0
+        while pos + 8 <= len(data):
+            total = struct.unpack_from(">q", data, pos)[0]
+            if total <= 0 or pos + total > len(data):
+                break
+            pos += total
+            out.append(pos)
+        return out
     if kind != "commitlog":
         return list(range(0, len(data) + 1))
     out, pos = [0], 0
@@ -70,7 +88,7 @@ def churn(store: Path, pristine: Path, seconds: float, seed: int, kinds) -> dict
                         fh.write(bytes(rng.choice((1, 20, 4096))))
             elif action == "replace":         # a recovery rewrite: zeros from a record boundary on
                 data = bytearray(orig.read_bytes())
-                cut = rng.choice(boundaries(data, r.parts[0]))
+                cut = rng.choice(boundaries(data, kind_of(r)))
                 data[cut:] = bytes(len(data) - cut)
                 _replace(path, bytes(data))
             elif action == "delete":
