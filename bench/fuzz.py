@@ -3,6 +3,7 @@
     python bench/fuzz.py --per-parser 1000000 --jobs 2
     python bench/fuzz.py --per-parser 5000 --parsers index,checkpoint --seed 7
     python bench/fuzz.py --per-parser 1000000 --jobs 1 --parsers simplified-commitlog,simplified-index
+    python bench/fuzz.py --per-parser 500000 --start 500000 --jobs 1 --parsers simplified-commitlog
 
 Each worker runs a contiguous slice of input numbers with a wall-clock bound per input
 and an address-space limit (RLIMIT_AS: any attempt to allocate what a corrupt length
@@ -50,7 +51,8 @@ def _worker(args) -> Counts:
 
 
 def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_size: int,
-        max_seconds: float | None, out=sys.stdout, progress: float | None = None) -> dict[str, Counts]:
+        max_seconds: float | None, out=sys.stdout, progress: float | None = None,
+        first: int = 0) -> dict[str, Counts]:
     results = {}
     width = max(map(len, parsers), default=13)
     ctx = mp.get_context("fork")
@@ -59,7 +61,7 @@ def run(parsers, per_parser: int, jobs: int, master: int, timeout: float, slice_
             TARGETS[name].seeds()            # load seeds before forking
             t0 = time.monotonic()
             deadline = None if max_seconds is None else time.time() + max_seconds
-            tasks = [(name, master, s, min(slice_size, per_parser - s), timeout,
+            tasks = [(name, master, first + s, min(slice_size, per_parser - s), timeout,
                       None if deadline is None else deadline - time.time() + time.monotonic())
                      for s in range(0, per_parser, slice_size)]
             total = Counts(name)
@@ -89,6 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="master seed (input i is replayable from it)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per input")
     ap.add_argument("--slice", type=int, default=2000, help="inputs per worker task")
+    ap.add_argument("--start", type=int, default=0,
+                    help="first input number (split one campaign over several runs: --start 500000)")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="stop each parser's campaign after this long (counts say how far it got)")
     ap.add_argument("--progress", type=float, default=None, metavar="SECONDS",
@@ -98,7 +102,8 @@ def main(argv=None) -> int:
     unknown = [p for p in parsers if p not in TARGETS]
     if unknown:
         ap.error(f"unknown parser(s) {unknown}; known: {list(TARGETS)}")
-    results = run(parsers, a.per_parser, a.jobs, a.seed, a.timeout, a.slice, a.max_seconds, progress=a.progress)
+    results = run(parsers, a.per_parser, a.jobs, a.seed, a.timeout, a.slice, a.max_seconds, progress=a.progress,
+                  first=a.start)
     return 1 if any(r.failures for r in results.values()) else 0
 
 
