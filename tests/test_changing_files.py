@@ -101,29 +101,39 @@ def check_reader_result(args, proc, store: Path, pristine: Pristine) -> None:
                 assert KEY in keys or row.get("uniq_key") == KEY
 
 
-def _churn_while_reading(tmp_path, seconds: float, seed: int, kinds: str = "commitlog,consumequeue,index"):
-    pristine_dir = reference_store("basic")
-    store = tmp_path / "basic"
-    shutil.copytree(pristine_dir, store)
-    pristine = Pristine(store)
+def _read_under_churn(store: Path, pristine_dir: Path, seconds: float, seed: int, kinds: str,
+                      readers: list[list], check) -> int:
+    """Run ``readers`` (three at a time) over and over while churn.py changes ``store``;
+    ``check(args, proc)`` judges every run. Returns the number of runs."""
     churn = subprocess.Popen([sys.executable, str(CHURN), str(store), str(pristine_dir), str(seconds), str(seed),
                               kinds], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = 0
-    codes = set()
     try:
         deadline = time.monotonic() + seconds
         with ThreadPoolExecutor(3) as pool:
             while time.monotonic() < deadline:
-                cmds = _readers(store)
-                for args, proc in zip(cmds, pool.map(_cli, cmds)):
-                    check_reader_result([str(a) for a in args], proc, store, pristine)
-                    codes.add(proc.returncode)
+                for args, proc in zip(readers, pool.map(_cli, readers)):
+                    check([str(a) for a in args], proc)
                     runs += 1
     finally:
         out, err = churn.communicate(timeout=seconds + 60)
     assert churn.returncode == 0, err
     actions = dict(kv.split("=") for kv in out.split())
     assert sum(int(v) for v in actions.values()) > 20, out
+    return runs
+
+
+def _churn_while_reading(tmp_path, seconds: float, seed: int, kinds: str = "commitlog,consumequeue,index"):
+    pristine_dir = reference_store("basic")
+    store = tmp_path / "basic"
+    shutil.copytree(pristine_dir, store)
+    pristine = Pristine(store)
+    codes = set()
+
+    def check(args, proc):
+        check_reader_result(args, proc, store, pristine)
+        codes.add(proc.returncode)
+    runs = _read_under_churn(store, pristine_dir, seconds, seed, kinds, _readers(store), check)
     return runs, codes
 
 
@@ -258,35 +268,24 @@ def test_simplified_readers_survive_files_changing_under_them(tmp_path):
                ["dump", "consumequeue", store, "-f", "jsonl"], ["dump", "index", store, "-f", "jsonl"],
                ["locate", store, "20000", "-f", "jsonl"], ["locate", store, "--queue-offset", "70", "-f", "jsonl"],
                ["verify", store, "-f", "jsonl"], ["query-key", store, key, "-f", "jsonl", "--body", "hex"]]
-    seconds = 15
-    churn = subprocess.Popen([sys.executable, str(CHURN), str(store), str(pristine_dir), str(seconds), "5",
-                              "simplified"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs, messages = 0, 0
-    try:
-        deadline = time.monotonic() + seconds
-        with ThreadPoolExecutor(3) as pool:
-            while time.monotonic() < deadline:
-                for args, proc in zip(readers, pool.map(_cli, readers)):
-                    what = " ".join(map(str, args))
-                    assert proc.returncode in (0, 1, 2), f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
-                    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, \
-                        f"{what}: {proc.stderr[-3000:]}"
-                    if proc.returncode == 2:
-                        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-                        assert len(errors) == 1 and str(store) in errors[0], f"{what}: {proc.stderr}"
-                    for row in _rows(proc.stdout):
-                        if args[1] == "commitlog" and row.get("kind") == "MESSAGE" or args[0] == "query-key":
-                            assert records.get(row["position"]) == _simplified_key(row), \
-                                f"{what}: record at {row['position']} is not the one written"
-                            messages += 1
-                        if args[1] == "consumequeue" and row.get("kind") == "UNIT":
-                            assert units.get(row["queue_offset"]) == (
-                                row["commit_log_offset"], row["msg_length"], row["tag_code"]), \
-                                f"{what}: unit {row['queue_offset']} was never written"
-                    runs += 1
-    finally:
-        out, err = churn.communicate(timeout=seconds + 60)
-    assert churn.returncode == 0, err
-    actions = dict(kv.split("=") for kv in out.split())
-    assert sum(int(v) for v in actions.values()) > 20, out
+    messages = 0
+
+    def check(args, proc):
+        nonlocal messages
+        what = " ".join(args)
+        assert proc.returncode in (0, 1, 2), f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, f"{what}: {proc.stderr[-3000:]}"
+        if proc.returncode == 2:
+            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+            assert len(errors) == 1 and str(store) in errors[0], f"{what}: {proc.stderr}"
+        for row in _rows(proc.stdout):
+            if args[1] == "commitlog" and row.get("kind") == "MESSAGE" or args[0] == "query-key":
+                assert records.get(row["position"]) == _simplified_key(row), \
+                    f"{what}: record at {row['position']} is not the one written"
+                messages += 1
+            if args[1] == "consumequeue" and row.get("kind") == "UNIT":
+                assert units.get(row["queue_offset"]) == (row["commit_log_offset"], row["msg_length"],
+                                                          row["tag_code"]), \
+                    f"{what}: unit {row['queue_offset']} was never written"
+    runs = _read_under_churn(store, pristine_dir, 15, 5, "simplified", readers, check)
     assert runs >= 14 and messages > 0
