@@ -15,9 +15,9 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
+from rmqtool.dispatch import END_DISPATCH_STOP
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 from rmqtool.engines.arrow import select
-from rmqtool.dispatch import END_DISPATCH_STOP
 from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
 
 DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary())])
