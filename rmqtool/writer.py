@@ -499,14 +499,15 @@ class StoreWriter:
             patch_phy_offset(raw, f.phy_offset)
             self.appender.write(bytes(raw))
             offsets.append(f.phy_offset)
-            props = f.parsed_properties if f.parsed_properties is not None else (
-                cl.decode_properties(f.properties) if f.properties else {})
-            self._rows.append({
-                "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
-                "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
-                "topic": f.topic, "tags": props.get(cl.PROPERTY_TAGS), "keys": props.get(cl.PROPERTY_KEYS),
-                "uniq_key": props.get(cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                "delay": props.get(cl.PROPERTY_DELAY_TIME_LEVEL)})
+            if not self._dispatch_stopped:    # the broker dispatches nothing after a failed record
+                props = f.parsed_properties if f.parsed_properties is not None else (
+                    cl.decode_properties(f.properties) if f.properties else {})
+                self._rows.append({
+                    "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
+                    "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
+                    "topic": f.topic, "tags": props.get(cl.PROPERTY_TAGS), "keys": props.get(cl.PROPERTY_KEYS),
+                    "uniq_key": props.get(cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                    "delay": props.get(cl.PROPERTY_DELAY_TIME_LEVEL)})
             self.summary.records += 1
             self.summary.bytes += length
             self.last_ts = f.store_timestamp
@@ -521,8 +522,6 @@ class StoreWriter:
         if not self._rows:
             return
         rows, self._rows = self._rows, []
-        if self._dispatch_stopped:        # the broker dispatches nothing after a failed record
-            return
         d = dispatch_batch(RecordColumns.from_records(rows), self.config)
         if d.stop:
             self._dispatch_stopped = True

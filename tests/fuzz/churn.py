@@ -3,8 +3,9 @@
     python tests/fuzz/churn.py STORE PRISTINE SECONDS SEED [KINDS]
 
 For SECONDS, picks a commitlog, ConsumeQueue or index file of STORE (KINDS: comma list of
-commitlog,consumequeue,index, or simplified for the article's three files) and truncates it, extends it, replaces it (new inode, second
-half zeroed, as a recovery rewrite), deletes it, or restores it from PRISTINE; the
+commitlog,consumequeue,index, or simplified for the article's three files) and truncates it,
+extends it, replaces it (new inode, second half zeroed, as a recovery rewrite), deletes it,
+or restores it from PRISTINE; the
 modes a broker's recovery, retention and an in-progress copy produce. Zeros are only
 written past a whole file or from a record boundary, so every record that parses is one
 that was written: a reader showing anything else has mixed two states of a file. Prints one line
