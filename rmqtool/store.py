@@ -38,6 +38,7 @@ class Store:
                  index_slots: int | None = None, index_entries: int | None = None,
                  commitlog_file_size: int | None = None, cq_file_size: int | None = None):
         self.root = Path(path)
+        self._reopen_args = (path, commitlog_dirs, index_slots, index_entries, commitlog_file_size, cq_file_size)
         if not self.root.exists():
             raise StoreLayoutError("no such file or directory", self.root)
         if not self.root.is_dir():
@@ -86,6 +87,18 @@ class Store:
     @property
     def config_dir(self) -> Path:
         return self.root / "config"
+
+    def identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the root directory: it changes when ``write`` swaps a new root in."""
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def reopen(self) -> "Store":
+        """A fresh view of the same path (nothing cached from this one)."""
+        return Store(*self._reopen_args)
 
     def looks_like_store(self) -> bool:
         return (any(d.is_dir() for d in self.commitlog_dirs) or self.consumequeue_dir.is_dir()

@@ -114,8 +114,9 @@ class Soak:
             with self.lock:
                 self.reader_runs += 1
             if not ok:
+                errors = [x for x in res.stdout.splitlines() if '"severity":"error"' in x]
                 return self.fail(f"{kind} for message {i} (acknowledged): exit {res.returncode}\n"
-                                 f"{res.stdout[-800:]}\n{res.stderr[-800:]}")
+                                 + "\n".join(errors[:5]) + f"\n{res.stdout[-800:]}\n{res.stderr[-800:]}")
 
     def run(self, readers: int = 2) -> None:
         src = self.tmp / "first.jsonl"

@@ -29,6 +29,10 @@ class Progress:
         self.bar = None
         self.task = None
 
+    def restart(self) -> None:
+        """Back to zero: verify reads the store again (it was replaced meanwhile)."""
+        self.done = 0
+
     def __call__(self, nbytes: int) -> None:
         self.done += nbytes
         if not self.enabled:

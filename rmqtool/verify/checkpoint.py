@@ -4,21 +4,37 @@ from __future__ import annotations
 import numpy as np
 
 from formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS
+from rmqtool.checkpoint import CheckpointValues
 from rmqtool.errors import RmqError
 from rmqtool.verify.findings import FindingSink
 from rmqtool.verify.records import RecordTable
 
 
-def check_checkpoint(store, table: RecordTable | None, valid_end: int, index_end_ts: int | None,
-                     sink: FindingSink) -> dict | None:
-    path = store.checkpoint_path
-    if not path.is_file():
-        sink.add("checkpoint.missing", path, None, "no checkpoint file", excerpt=False)
+def read_checkpoint_first(store) -> CheckpointValues | RmqError | None:
+    """The checkpoint as it is now: read it before the data it describes.
+
+    The broker records a timestamp in the checkpoint only after the data is flushed, and
+    the data only grows; so a checkpoint read first can never legitimately claim more than
+    the CommitLog, queues and index files read after it. (Read last, a live store's
+    checkpoint could be ahead of the CommitLog as it was read earlier.)
+    None when there is no checkpoint file; the error when it cannot be read."""
+    if not store.checkpoint_path.is_file():
         return None
     try:
-        cp = store.checkpoint()
+        return store.checkpoint()
     except RmqError as exc:
-        sink.add("checkpoint.size", path, exc.offset, exc.message)
+        return exc
+
+
+def check_checkpoint(store, cp: CheckpointValues | RmqError | None, table: RecordTable | None, valid_end: int,
+                     index_end_ts: int | None, sink: FindingSink) -> dict | None:
+    """Findings on ``cp`` (from ``read_checkpoint_first``) against what the data shows."""
+    path = store.checkpoint_path
+    if cp is None:
+        sink.add("checkpoint.missing", path, None, "no checkpoint file", excerpt=False)
+        return None
+    if isinstance(cp, RmqError):
+        sink.add("checkpoint.size", path, cp.offset, cp.message)
         return None
     if cp.file_size != CHECKPOINT_FILE_SIZE:
         sink.add("checkpoint.size", path, min(cp.file_size, CHECKPOINT_FILE_SIZE),

@@ -33,6 +33,7 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "commitlog.stale-tail": (WARNING, "shallow", "non-zero bytes after the end of the data with no record in them"),
     "commitlog.carved": (WARNING, "shallow", "records found by resync past a corruption (not trusted)"),
     "commitlog.file-changed": (WARNING, "shallow", "a file shrank or vanished while being read (live store)"),
+    "commitlog.replaced": (WARNING, "shallow", "the store root was replaced (by `write`) during every verify run"),
     "commitlog.live-tail": (INFO, "shallow", "incomplete record at the live tail of a store a broker holds"),
     # commitlog: deep record checks
     "commitlog.body-crc": (ERROR, "deep", "crc32(body) & 0x7FFFFFFF != BODYCRC (non-empty bodies only)"),

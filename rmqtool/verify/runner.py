@@ -13,7 +13,7 @@ import numpy as np
 
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
 from rmqtool.indexfile import IndexGeometry
-from rmqtool.verify.checkpoint import check_checkpoint
+from rmqtool.verify.checkpoint import check_checkpoint, read_checkpoint_first
 from rmqtool.verify.commitlog import CommitLogVerifier, queue_offset_findings, valid_end_from_walk
 from rmqtool.verify.consumequeue import deep_unit_checks, missing_units, read_queue, shallow_unit_checks
 from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
@@ -80,17 +80,46 @@ def _geometry(store, sink: FindingSink):
         return None
 
 
+#: how many times verify reads a store again when ``write`` swapped in a new root meanwhile
+READ_ATTEMPTS = 4
+
+
 def verify(store, options: VerifyOptions | None = None, progress=None, engine=None,
            split_size: int | None = None) -> VerifyReport:
     """Verify a store without writing anything; findings go into the report, never raised.
 
     ``engine`` (an ``rmqtool.engines.Engine``) runs the CommitLog walk and the per-record
     checks as tasks over ``split_size`` byte ranges; the report is the same as without it.
+
+    ``rmqtool write`` replaces the whole root at once (``rmqtool.install``); a run during
+    which that happened read parts of two versions, so it is repeated on the new root, up
+    to ``READ_ATTEMPTS`` runs; ``summary["reread_after_replace"]`` counts the repeats and
+    ``commitlog.replaced`` is reported when even the last run saw a replacement.
     """
     options = options or VerifyOptions()
     options.validate()
+    for attempt in range(READ_ATTEMPTS):
+        before = store.identity()
+        if progress is not None and hasattr(progress, "restart"):
+            progress.restart()
+        report = _verify_once(store, options, progress, engine, split_size)
+        if store.identity() == before:
+            break
+        if attempt + 1 < READ_ATTEMPTS:
+            store = store.reopen()
+    else:
+        report.sink.add("commitlog.replaced", store.root, None,
+                        f"the store root was replaced while it was read, {READ_ATTEMPTS} runs in a row: "
+                        "findings may mix two versions of the store", excerpt=False)
+        _count_findings(report.summary, report.sink)
+    report.summary["reread_after_replace"] = attempt
+    return report
+
+
+def _verify_once(store, options: VerifyOptions, progress, engine, split_size) -> VerifyReport:
     deep = options.level == "deep"
     live = store.is_live()
+    checkpoint = read_checkpoint_first(store)
     sink = FindingSink(options.limit_per_check)
     muted = FindingSink(0)
     want = set(options.only)
@@ -173,7 +202,7 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
 
     # 6. checkpoint
     index_end_ts = max((s.header.end_timestamp for s in usable), default=None)
-    cp = check_checkpoint(store, table, end, index_end_ts, out("checkpoint"))
+    cp = check_checkpoint(store, checkpoint, table, end, index_end_ts, out("checkpoint"))
 
     # 7. forecast and summary
     qmap = {k: v[0] for k, v in queues.items()}
@@ -186,13 +215,18 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
                          "expired_units": expired},
         "index": {"files": len(states), "entries": entries},
         "checkpoint": {"present": cp is not None},
-        "findings": {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)},
-        "findings_not_listed": sink.suppressed(),
-        "checks": {f"{check}:{sev}": n for (check, sev), n in sorted(sink.counts.items())},
     }
+    _count_findings(summary, sink)
+    return VerifyReport(str(store.root), options, sink, summary, fc)
+
+
+def _count_findings(summary: dict, sink: FindingSink) -> None:
+    """The summary's finding totals: by severity, by check, and per kind."""
+    summary["findings"] = {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)}
+    summary["findings_not_listed"] = sink.suppressed()
+    summary["checks"] = {f"{check}:{sev}": n for (check, sev), n in sorted(sink.counts.items())}
     for prefix, kind in _SEVERITY_KIND.items():
         summary[kind]["findings"] = dict(sink.by_kind.get(prefix, {}))
-    return VerifyReport(str(store.root), options, sink, summary, fc)
 
 
 def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:
