@@ -1,6 +1,8 @@
 """Derive numpy dtypes and byte offsets from fixed-size construct structs."""
 from __future__ import annotations
 
+import struct as _struct
+
 import numpy as np
 import construct as cs
 
@@ -41,3 +43,12 @@ def field_offsets(struct: cs.Struct) -> dict[str, int]:
         offsets[sc.name] = pos
         pos += sc.sizeof()
     return offsets
+
+
+def struct_of(struct: cs.Struct) -> _struct.Struct:
+    """A ``struct.Struct`` packing the integer fields of a fixed-size construct Struct."""
+    leaves = [_leaf(sc) for sc in struct.subcons]
+    orders = {leaf.fmtstr[0] for leaf in leaves}
+    if len(orders) != 1:
+        raise TypeError(f"fields of {struct!r} mix byte orders")
+    return _struct.Struct(orders.pop() + "".join(leaf.fmtstr[1:] for leaf in leaves))

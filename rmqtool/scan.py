@@ -20,10 +20,14 @@ from typing import Iterator
 import numpy as np
 
 from formats import commitlog as cl
+from formats._derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
 
-_PREFIX = struct.Struct(">iI")
+_PREFIX = struct_of(cl.RecordPrefix)
+_PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
+_MAGIC_AT = field_offsets(cl.RecordPrefix)["magic"]
+_MAGIC_FIRST_BYTES = sorted({m.to_bytes(4, "big")[0] for m in cl.MESSAGE_MAGICS})
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 _TAIL_DTYPE = np.dtype([(sc.name, ">i4" if sc.sizeof() == 4 else ">i8") for sc in cl.MessageTail.subcons])
 
@@ -195,7 +199,7 @@ class FileScan:
             window = self._read_reused(fh, pos, want) if self.reuse_buffer else fh.read(pos, want)
             starts, stop, next_pos = _walk_chain(window, pos, size, hi)
             batch = None
-            if starts:
+            if len(starts):
                 batch, bad = _decode_window(window, pos, self.path, self.file_base,
                                             np.asarray(starts, dtype=np.int64), self.check_crc)
                 batch.carved = self.carved
@@ -232,9 +236,75 @@ class FileScan:
 
 
 def _walk_chain(window: bytes, base: int, file_size: int, hi: int):
-    """Follow TOTALSIZE through one window. Returns (starts, stop FileEnd|None, resume pos)."""
+    """Follow TOTALSIZE through one window. Returns (starts, stop FileEnd|None, resume pos).
+
+    The run of well-formed MESSAGE records from the window's start is found with numpy
+    (``_message_run``); the record-by-record loop then only judges where that run ends."""
+    run, p = _message_run(window, hi - base)
+    starts, stop, resume = _walk_chain_scalar(window, base, file_size, hi, p)
+    if len(run):
+        starts = np.concatenate([run, np.asarray(starts, dtype=np.int64)]) if starts else run
+    return starts, stop, resume
+
+
+def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
+    """The chain of MESSAGE records from position 0 that ``_walk_chain_scalar`` would accept
+    without stopping, found without a per-record Python step; and the position after it.
+
+    Candidates are every position below ``limit`` where a MESSAGE magic sits; a candidate is
+    complete when its TOTALSIZE is at least the smallest message and it ends inside the window
+    (so inside the file). Consecutive complete candidates that
+    chain (start + TOTALSIZE == next start) are taken at once; a magic inside a body (a
+    candidate the chain steps over) costs one lookup. The walk stops at the first position
+    that is not a complete candidate: the scalar loop judges it.
+    """
+    n = len(window)
+    if n < _PREFIX_DTYPE.itemsize:
+        return np.zeros(0, np.int64), 0
+    buf = np.frombuffer(window, dtype=np.uint8)
+    last = min(limit, n - _PREFIX_DTYPE.itemsize + 1)          # candidate starts c < last
+    if last <= 0:
+        return np.zeros(0, np.int64), 0
+    probe = buf[_MAGIC_AT:_MAGIC_AT + last]
+    if len(_MAGIC_FIRST_BYTES) == 1:
+        hits = np.flatnonzero(probe == _MAGIC_FIRST_BYTES[0])
+    else:
+        hits = np.flatnonzero(np.isin(probe, _MAGIC_FIRST_BYTES))
+    if not len(hits) or hits[0] != 0:
+        return np.zeros(0, np.int64), 0
+    prefix = _strided(buf, _PREFIX_DTYPE)[hits]
+    is_message = np.isin(prefix["magic"], cl.MESSAGE_MAGICS)
+    starts = hits[is_message].astype(np.int64)
+    if not len(starts) or starts[0] != 0:
+        return np.zeros(0, np.int64), 0
+    ends = starts + prefix["total_size"][is_message].astype(np.int64)
+    complete = (ends - starts >= _MIN_MESSAGE) & (ends <= n)
+    linked = complete[:-1] & (ends[:-1] == starts[1:])
+    breaks = np.flatnonzero(~linked)
+    pieces = []
+    i, m = 0, len(starts)
+    while True:
+        b = np.searchsorted(breaks, i)
+        j = int(breaks[b]) if b < len(breaks) else m - 1       # i..j-1 complete and chained
+        if not complete[j]:
+            pieces.append(starts[i:j])
+            return _joined(pieces), int(starts[j])
+        pieces.append(starts[i:j + 1])
+        after = int(ends[j])
+        k = int(np.searchsorted(starts, after))
+        if k == m or starts[k] != after:
+            return _joined(pieces), after
+        i = k
+
+
+def _joined(pieces: list) -> np.ndarray:
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _walk_chain_scalar(window: bytes, base: int, file_size: int, hi: int, p: int = 0):
+    """Follow TOTALSIZE from window position ``p`` one record at a time (the reference walk)."""
     starts = []
-    p, n = 0, len(window)
+    n = len(window)
     unpack = _PREFIX.unpack_from
     v1, v2, blank = cl.MESSAGE_MAGIC_V1, cl.MESSAGE_MAGIC_V2, cl.BLANK_MAGIC
     limit = hi - base

@@ -183,3 +183,62 @@ def test_resync_finds_next_record_by_stored_offset():
     first = next(iter(FileScan(seg.path, seg.start)))
     assert find_record_start(seg.path, seg.start, 1) == int(first.position[1])
     assert find_record_start(seg.path, seg.start, 0) == 0
+
+
+# --- the vectorised chain walk equals the record-by-record one ---------------------------------------
+
+_MIN = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
+
+
+def _prefix(total: int, magic: int) -> bytes:
+    return cl.RecordPrefix.build({"total_size": total, "magic": magic})
+
+
+_fake = st.builds(_prefix, st.sampled_from([_MIN, _MIN + 9, 40, -5, 2**31 - 1]),
+                  st.sampled_from(cl.MESSAGE_MAGICS + (cl.BLANK_MAGIC, 0)))
+
+
+@st.composite
+def _piece(draw):
+    kind = draw(st.sampled_from(["msg", "msg", "msg", "msg", "blank", "zeros", "garbage", "short", "huge"]))
+    if kind in ("msg", "short", "huge"):
+        total = {"msg": draw(st.integers(_MIN, _MIN + 120)), "short": draw(st.integers(-3, _MIN - 1)),
+                 "huge": draw(st.integers(_MIN, 2**31 - 1))}[kind]
+        body_len = max(0, min(total, _MIN + 120) - 8)
+        body = bytearray(draw(st.binary(min_size=body_len, max_size=body_len)))
+        for _ in range(draw(st.integers(0, 3))):         # magics hidden inside the body
+            fake = draw(_fake)
+            if len(body) >= len(fake):
+                at = draw(st.integers(0, len(body) - len(fake)))
+                body[at:at + len(fake)] = fake
+        return _prefix(total, draw(st.sampled_from(cl.MESSAGE_MAGICS))) + bytes(body)
+    if kind == "blank":
+        return _prefix(draw(st.integers(8, 200)), cl.BLANK_MAGIC)
+    if kind == "zeros":
+        return bytes(draw(st.integers(1, 40)))
+    return draw(st.binary(min_size=1, max_size=30))
+
+
+@settings(max_examples=400, deadline=None)
+@given(pieces=st.lists(_piece(), max_size=14), cut=st.integers(0, 60), base=st.integers(0, 5000),
+       slack=st.integers(0, 300), hi_back=st.integers(0, 400))
+def test_vector_chain_walk_equals_the_scalar_walk(pieces, cut, base, slack, hi_back):
+    from rmqtool.scan import _walk_chain, _walk_chain_scalar
+    window = b"".join(pieces)
+    window = window[:max(0, len(window) - cut)]
+    file_size = base + len(window) + slack
+    hi = max(base, file_size - hi_back)
+    starts, stop, resume = _walk_chain(window, base, file_size, hi)
+    ref_starts, ref_stop, ref_resume = _walk_chain_scalar(window, base, file_size, hi)
+    assert [int(x) for x in starts] == ref_starts
+    assert (stop, resume) == (ref_stop, ref_resume)
+
+
+def test_vector_chain_walk_steps_over_magics_inside_bodies():
+    from rmqtool.scan import _message_run
+    body = (_prefix(_MIN, cl.MESSAGE_MAGIC_V1) + bytes(10)) * 3
+    rec = _prefix(8 + len(body), cl.MESSAGE_MAGIC_V1) + body
+    rec = _prefix(max(len(rec), _MIN), cl.MESSAGE_MAGIC_V1) + rec[8:] + bytes(max(0, _MIN - len(rec)))
+    window = rec * 4 + _prefix(100, cl.BLANK_MAGIC)
+    run, after = _message_run(window, len(window))
+    assert list(run) == [i * len(rec) for i in range(4)] and after == 4 * len(rec)

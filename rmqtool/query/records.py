@@ -6,18 +6,14 @@ import struct
 import numpy as np
 
 from formats import commitlog as cl
-from formats._derive import _leaf
+from formats._derive import _leaf, struct_of
 from rmqtool.errors import RmqError
 from rmqtool.fileio import ReadOnlyFile
 
 
-def _struct_of(struct_cs) -> struct.Struct:
-    return struct.Struct(">" + "".join(_leaf(sc).fmtstr[1:] for sc in struct_cs.subcons))
-
-
-_PREFIX = _struct_of(cl.RecordPrefix)
-_HEAD = _struct_of(cl.MessageHead)
-_TAIL = _struct_of(cl.MessageTail)
+_PREFIX = struct_of(cl.RecordPrefix)
+_HEAD = struct_of(cl.MessageHead)
+_TAIL = struct_of(cl.MessageTail)
 _PORT = struct.Struct(">" + _leaf(cl.HostV4.subcons[1]).fmtstr[1:])
 _TS = struct.Struct(">" + _leaf(cl.StoreTimestamp).fmtstr[1:])
 _TOPIC_V1 = struct.Struct(">" + _leaf(cl.TopicLengthV1).fmtstr[1:])
