@@ -26,7 +26,7 @@ from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
-from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan
+from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, find_record_start
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
 
@@ -68,9 +68,19 @@ class RebuildResult:
 SCAN_WINDOW = 8 << 20
 
 
-def _dispatch_file(args) -> tuple[list, FileEnd, int]:
-    """Worker: scan one commitlog file (from ``lo``, below ``hi``) and dispatch its records."""
-    path, file_base, lo, hi, check_crc, config = args
+def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
+    """Worker: scan one commitlog file (from ``lo``, below ``hi``) and dispatch its records.
+
+    ``exact``: a record starts at ``lo``; otherwise the scan starts at the first record the
+    resync finds at or after ``lo`` (returned last, None when there is none below ``hi``)."""
+    path, file_base, lo, hi, check_crc, config, exact = args
+    if not exact:
+        try:
+            lo = find_record_start(path, file_base, lo, hi)
+        except FileChangedError:
+            lo = None
+        if lo is None:
+            return [], FileEnd(str(path), file_base, 0, hi if hi is not None else file_base, END_RANGE), 0, None
     # reuse_buffer: a batch's bytes are overwritten by the next window; dispatch_batch's
     # results are copies (tested), so every batch is finished before the next is read
     scan = FileScan(path, file_base, lo=lo, hi=hi, check_crc=check_crc, chunk_size=SCAN_WINDOW,
@@ -85,8 +95,8 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int]:
                 break
     except FileChangedError as exc:
         return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
-                                   check="commitlog.file-changed"), records
-    return _ship(out), scan.end, records
+                                   check="commitlog.file-changed"), records, lo
+    return _ship(out), scan.end, records, lo
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------
@@ -167,6 +177,62 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+#: local rebuild: a file is split into pieces of at least this many bytes when there are
+#: fewer files than a few per worker (so that no worker is left with a whole file to do alone)
+MIN_PIECE = 16 << 20
+PIECES_PER_WORKER = 8
+
+
+def _pieces(files: list, workers: int) -> list[tuple]:
+    """(path, base, lo, hi, exact) scan tasks: each file whole, or cut into pieces when the
+    files are too few to keep ``workers`` processes equally busy. Only a file's first piece
+    starts at a known record; the others start at the resync's first record (``_chained``
+    checks that it is where the previous piece's chain arrived)."""
+    span = sum((hi if hi is not None else size) - lo for _, _, lo, hi, size in files)
+    piece = max(MIN_PIECE, -(-span // max(1, workers * PIECES_PER_WORKER)))
+    out = []
+    for path, base, lo, hi, size in files:
+        stop = hi if hi is not None else size
+        if workers <= 1 or stop - lo < 2 * piece:
+            out.append((path, base, lo, hi, True))
+            continue
+        cuts = list(range(lo, stop, piece))
+        if stop - cuts[-1] < piece // 2:          # no sliver at the end
+            cuts.pop()
+        for k, at in enumerate(cuts):
+            out.append((path, base, at, cuts[k + 1] if k + 1 < len(cuts) else hi, k == 0))
+    return out
+
+
+def _chained(tasks: list, results, fds: list[int]):
+    """In CommitLog order, per piece: (path, base, its dispatches, the file's end or None).
+
+    The end is given with the piece where the file's walk ended (BLANK, zero, corrupt, the
+    last piece); the pieces after it are drained and dropped. A piece is used only where
+    the previous piece's chain arrived at its first record; when the resync started
+    elsewhere (a record spanning the cut, a stray anchor in a body) the piece is scanned
+    again here from where the chain arrived."""
+    results = iter(results)
+    k = 0
+    while k < len(tasks):
+        j = k + 1
+        while j < len(tasks) and tasks[j][0] == tasks[k][0] and not tasks[j][6]:
+            j += 1
+        arrived = None
+        for i in range(k, j):
+            task = tasks[i]
+            shipped, piece_end, _, began = next(results)
+            if arrived is None and i > k:             # the file ended in an earlier piece
+                continue
+            if i > k and began != arrived:
+                shipped, piece_end, _, began = _dispatch_file((*task[:2], arrived, *task[3:6], True))
+            got = _unship(shipped, fds)
+            ended = i == j - 1 or piece_end.kind != END_RANGE or any(d.stop for d in got)
+            arrived = None if ended else piece_end.position
+            yield task[0], task[1], got, piece_end if ended else None
+        k = j
+
+
 def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: Progress | None,
           on_dispatch, config: DispatchConfig, workers: int = 1) -> tuple[int, int, str]:
     """Dispatch every valid record in [start, to_offset), file by file in commitlog order.
@@ -181,9 +247,11 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             and (to_offset is None or s.start < to_offset)]
     total_end = min(segs[-1].start + size, to_offset or 1 << 62) if segs else start
     total = max(total_end - start, 1)
-    tasks = [(str(s.path), s.start, max(start - s.start, 0),
-              None if to_offset is None or to_offset >= s.start + size else to_offset - s.start,
-              check_crc, config) for s in segs]
+    files = [(str(s.path), s.start, max(start - s.start, 0),
+              None if to_offset is None or to_offset >= s.start + size else to_offset - s.start, s.size)
+             for s in segs]
+    pieces = _pieces(files, workers if len(files) else 1)
+    tasks = [(path, base, lo, hi, check_crc, config, first) for path, base, lo, hi, first in pieces]
     records, end, kind = 0, start, "empty"
     pool = None
     fds: list[int] = []
@@ -202,12 +270,14 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     else:
         results = map(_dispatch_file, tasks)
     try:
-        for (path, base, _, _, _, _), (dispatched, file_end, _) in zip(tasks, results):
-            for d in _unship(dispatched, fds):
+        for path, base, dispatches, file_end in _chained(tasks, results, fds):
+            for d in dispatches:
                 on_dispatch(d)
                 records += d.records
                 if d.stop:
                     return records, d.stop_at, END_DISPATCH_STOP
+            if file_end is None:                  # more pieces of this file follow
+                continue
             if file_end.kind == END_BLANK:
                 end, kind = base + size, file_end.kind
             else:

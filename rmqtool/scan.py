@@ -679,7 +679,7 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
         size = fh.size()
         end = size if hi is None else min(hi, size)
         pos = lo
-        step = CHUNK_SIZE
+        step = 1 << 20              # most records are small: read more only when no anchor turns up
         while pos < end:
             window = fh.read(pos, min(step + cl.MESSAGE_HEAD_SIZE, size - pos), exact=False)
             buf = np.frombuffer(window, dtype=np.uint8)
@@ -700,4 +700,5 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
                     if len(hit):
                         return pos + int(hit[0])
             pos += step
+            step = min(step * 2, CHUNK_SIZE)
         return None

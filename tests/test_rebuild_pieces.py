@@ -1,0 +1,92 @@
+"""Local rebuild with files cut into pieces (few files, several workers): the output is the
+sequential walk's, byte for byte, wherever the cuts fall, including inside records, after the
+end of the data, and where the resync lands on a stray anchor inside a body."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import rmqtool.rebuild as rb
+from conftest import load_answers, reference_store
+from formats import commitlog as cl
+from rmqtool.indexfile import IndexGeometry
+from rmqtool.store import Store
+from rmqtool.writer import Geometry, write_rows
+from test_rebuild import index_contents, tree
+
+GEOMETRY = IndexGeometry(61, 350)
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+@pytest.mark.parametrize("piece", [4096, 20000])
+def test_pieces_give_the_sequential_result(store_copy, tmp_path, monkeypatch, name, piece):
+    root = store_copy(name)
+    whole = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "whole", workers=1)
+    monkeypatch.setattr(rb, "MIN_PIECE", piece)
+    cut = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=2)
+    for a, b in zip(whole, cut):
+        assert (a.records, a.range_end, a.end_kind) == (b.records, b.range_end, b.end_kind)
+    assert tree(tmp_path / "cut" / "consumequeue") == tree(tmp_path / "whole" / "consumequeue")
+    assert index_contents(tmp_path / "cut" / "index") == index_contents(tmp_path / "whole" / "index")
+    if name != "crashed":
+        assert tree(tmp_path / "cut" / "consumequeue") == tree(reference_store(name) / "consumequeue")
+
+
+def test_pieces_split_files_only_when_workers_would_idle():
+    files = [(f"f{i}", i << 27, 0, None, 1 << 27) for i in range(6)]
+    assert [p[4] for p in rb._pieces(files, 1)] == [True] * 6
+    many = rb._pieces(files, 2)
+    assert len(many) > 6 and sum(p[4] for p in many) == 6
+    for path, _, _, hi, _ in files:          # pieces of a file tile it; the last keeps the file's own end
+        mine = [p for p in many if p[0] == path]
+        assert mine[0][2] == 0 and mine[-1][3] is hi
+        assert all(a[3] == b[2] for a, b in zip(mine, mine[1:]))
+    big = [(f"f{i}", i << 30, 0, None, 1 << 30) for i in range(40)]
+    assert len(rb._pieces(big, 2)) == 40      # enough files: whole files
+
+
+def test_a_stray_anchor_at_a_cut_is_rescanned(tmp_path, monkeypatch):
+    """A body holding a record header whose PHYSICALOFFSET is its own position fools the
+    resync; the piece is scanned again from where the chain arrived."""
+    geometry = Geometry(commitlog_file_size=1 << 16, cq_file_size=800, hash_slots=61, index_entries=350)
+    rows = [{"topic": "Cut", "body": f"{i:04d}" + "x" * 296, "queue_id": 0,
+             "store_timestamp": 1_790_000_000_000 + i, "properties": {"KEYS": f"k{i}"}} for i in range(40)]
+    probe = tmp_path / "probe"
+    write_rows(probe, [("r", r) for r in rows], geometry)
+    body_at = (probe / "commitlog" / f"{0:020d}").read_bytes().index(b"0020xxxx")   # same place below
+    fake_at = body_at + 16
+    fake = bytearray(cl.MESSAGE_HEAD_SIZE)
+    for name, value, width in (("total_size", 200, 4), ("magic", cl.MESSAGE_MAGIC_V1, 4),
+                               ("physical_offset", fake_at, 8)):
+        at = cl.MESSAGE_HEAD_OFFSETS[name]
+        fake[at:at + width] = value.to_bytes(width, "big")
+    body = bytearray(rows[20]["body"].encode())
+    body[16:16 + len(fake)] = fake
+    rows[20] = dict(rows[20], body=body.hex(), body_encoding="hex")
+    root = tmp_path / "store"
+    write_rows(root, [("r", r) for r in rows], geometry)
+    store = Store(root)
+    whole = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "whole", workers=1)
+
+    seg = store.commitlog.files[0]
+    cut_at = fake_at - 8
+    assert rb.find_record_start(seg.path, seg.start, cut_at) == fake_at   # the resync is fooled
+    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
+        (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
+        (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
+    rescans = []
+    real = rb._dispatch_file
+
+    def spy(args):
+        if args[2] not in (0, cut_at):
+            rescans.append(args[2])
+        return real(args)
+    monkeypatch.setattr(rb, "_dispatch_file", spy)
+    cut = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=1)
+    assert len(rescans) == 1 and rescans[0] > fake_at    # again, from the record after the one holding the fake
+    assert (cut[0].records, cut[0].range_end, cut[0].end_kind) == (whole[0].records, whole[0].range_end,
+                                                                  whole[0].end_kind)
+    assert whole[0].records == 40
+    assert tree(tmp_path / "cut" / "consumequeue") == tree(tmp_path / "whole" / "consumequeue")
+    assert index_contents(tmp_path / "cut" / "index") == index_contents(tmp_path / "whole" / "index")
