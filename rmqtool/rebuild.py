@@ -26,7 +26,7 @@ from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
-from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, find_record_start
+from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
 
@@ -68,6 +68,10 @@ class RebuildResult:
 SCAN_WINDOW = 8 << 20
 
 
+#: this process's scans run one after another: they share one read buffer
+_read_buffer = ReadBuffer()
+
+
 def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
     """Worker: scan one commitlog file (from ``lo``, below ``hi``) and dispatch its records.
 
@@ -84,7 +88,7 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
     # reuse_buffer: a batch's bytes are overwritten by the next window; dispatch_batch's
     # results are copies (tested), so every batch is finished before the next is read
     scan = FileScan(path, file_base, lo=lo, hi=hi, check_crc=check_crc, chunk_size=SCAN_WINDOW,
-                    reuse_buffer=True)
+                    buffer=_read_buffer)
     out, records = [], 0
     try:
         for batch in scan:

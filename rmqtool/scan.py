@@ -163,12 +163,25 @@ class RecordBatch:
         return record_to_dict(self, i, body=body)
 
 
+class ReadBuffer:
+    """A read buffer that scans running one after another share (never two at once): the
+    pages are faulted in once, not once per file."""
+
+    def __init__(self) -> None:
+        self._buf: bytearray | None = None
+
+    def view(self, want: int, hint: int) -> memoryview:
+        if self._buf is None or len(self._buf) < want:
+            self._buf = bytearray(max(want, hint))
+        return memoryview(self._buf)[:want]
+
+
 class FileScan:
     """Iterate the record batches of one commitlog file; ``end`` is set when exhausted."""
 
     def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
                  check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False,
-                 reuse_buffer: bool = False):
+                 reuse_buffer: bool = False, buffer: ReadBuffer | None = None):
         self.path = str(path)
         self.file_base = file_base
         self.lo, self.hi = lo, hi
@@ -176,9 +189,10 @@ class FileScan:
         self.chunk_size = max(chunk_size, 1 << 16)
         self.carved = carved
         # read every window into one buffer: no fresh allocation (and page faults) per window,
-        # but a batch's ``buf`` is overwritten by the next window: consume batches one at a time
-        self.reuse_buffer = reuse_buffer
-        self._buffer: bytearray | None = None
+        # but a batch's ``buf`` is overwritten by the next window: consume batches one at a time.
+        # ``buffer``: the same for consecutive scans (a file after another)
+        self.reuse_buffer = reuse_buffer or buffer is not None
+        self._buffer = buffer if buffer is not None else ReadBuffer()
         self.end: FileEnd | None = None
 
     def __iter__(self) -> Iterator[RecordBatch]:
@@ -219,9 +233,7 @@ class FileScan:
 
     def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
         """``fh.read(pos, want)`` (exact) into the scan's reused buffer."""
-        if self._buffer is None or len(self._buffer) < want:
-            self._buffer = bytearray(max(want, min(self.chunk_size, fh.size())))
-        view = memoryview(self._buffer)[:want]
+        view = self._buffer.view(want, min(self.chunk_size, fh.size()))
         got = 0
         while got < want:
             try:
@@ -265,11 +277,7 @@ def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
     last = min(limit, n - _PREFIX_DTYPE.itemsize + 1)          # candidate starts c < last
     if last <= 0:
         return np.zeros(0, np.int64), 0
-    probe = buf[_MAGIC_AT:_MAGIC_AT + last]
-    if len(_MAGIC_FIRST_BYTES) == 1:
-        hits = np.flatnonzero(probe == _MAGIC_FIRST_BYTES[0])
-    else:
-        hits = np.flatnonzero(np.isin(probe, _MAGIC_FIRST_BYTES))
+    hits = _first_magic_bytes(buf[_MAGIC_AT:_MAGIC_AT + last])
     if not len(hits) or hits[0] != 0:
         return np.zeros(0, np.int64), 0
     prefix = _strided(buf, _PREFIX_DTYPE)[hits]
@@ -295,6 +303,22 @@ def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
         if k == m or starts[k] != after:
             return _joined(pieces), after
         i = k
+
+
+#: bytes compared per step: the step's mask stays in the CPU cache
+_PROBE_STEP = 1 << 20
+
+
+def _first_magic_bytes(probe: np.ndarray) -> np.ndarray:
+    """Positions in ``probe`` holding the first byte of a MESSAGE magic."""
+    found = []
+    for at in range(0, len(probe), _PROBE_STEP):
+        part = probe[at:at + _PROBE_STEP]
+        mask = part == _MAGIC_FIRST_BYTES[0] if len(_MAGIC_FIRST_BYTES) == 1 else np.isin(part, _MAGIC_FIRST_BYTES)
+        hit = np.flatnonzero(mask)
+        if len(hit):
+            found.append(hit + at if at else hit)
+    return np.concatenate(found) if len(found) > 1 else found[0] if found else np.zeros(0, np.intp)
 
 
 def _joined(pieces: list) -> np.ndarray:

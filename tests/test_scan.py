@@ -242,3 +242,16 @@ def test_vector_chain_walk_steps_over_magics_inside_bodies():
     window = rec * 4 + _prefix(100, cl.BLANK_MAGIC)
     run, after = _message_run(window, len(window))
     assert list(run) == [i * len(rec) for i in range(4)] and after == 4 * len(rec)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=400), step=st.integers(1, 64))
+def test_magic_byte_search_in_steps_finds_every_position(data, step):
+    import rmqtool.scan as scan
+    probe = np.frombuffer(data.replace(b"\x01", bytes([scan._MAGIC_FIRST_BYTES[0]])), np.uint8)
+    saved, scan._PROBE_STEP = scan._PROBE_STEP, step
+    try:
+        got = scan._first_magic_bytes(probe)
+    finally:
+        scan._PROBE_STEP = saved
+    assert got.tolist() == np.flatnonzero(np.isin(probe, scan._MAGIC_FIRST_BYTES)).tolist()

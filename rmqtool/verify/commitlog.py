@@ -14,7 +14,7 @@ from formats import commitlog as cl
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
 from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
-                          find_record_start)
+                          ReadBuffer, find_record_start)
 from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
@@ -62,6 +62,7 @@ class CommitLogVerifier:
         self.records = 0
         self.carved = 0
         self.bytes = 0
+        self.read_buffer = ReadBuffer()                 # one for every file's walk, one after another
 
     def add(self, check, file, offset, message, severity=None, **kw):
         if self.report_records:
@@ -151,7 +152,7 @@ class CommitLogVerifier:
         # the last file holding data: every later file starts with zeros (the pre-allocated next file)
         last_file = not any(self._starts_with_data[idx + 1:])
         while True:
-            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, reuse_buffer=True)   # batches consumed one by one
+            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, buffer=self.read_buffer)   # batches consumed one by one
             first_carved = None
             count_before = self.records
             for batch in scan:
