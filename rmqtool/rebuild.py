@@ -544,7 +544,8 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 progress: Progress | None = None, confirm=None,
                 workers: int | None = None) -> tuple[RebuildResult, RebuildResult]:
     """ConsumeQueue and IndexFiles from one pass over the CommitLog (the dispatch results
-    are held in memory between the two installs, each of which is crash-safe on its own)."""
+    are held in memory between the two installs, each of which is crash-safe on its own).
+    The two are built and installed at the same time unless ``confirm`` asks a person."""
     _guard(store, output)
     config = config or DispatchConfig()
     start = store.commitlog.min_offset
@@ -559,9 +560,30 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
             callback(d)
         return outcome
 
-    cq = rebuild_consumequeue(store, cq_file_size=cq_file_size, to_offset=to_offset,
-                              output=output / "consumequeue" if output else None, dry_run=dry_run,
-                              check_crc=check_crc, config=config, confirm=confirm, walker=replay)
-    ix = rebuild_index(store, geometry, to_offset=to_offset, output=output / "index" if output else None,
-                       dry_run=dry_run, check_crc=check_crc, config=config, confirm=confirm, walker=replay)
-    return cq, ix
+    def consumequeue():
+        return rebuild_consumequeue(store, cq_file_size=cq_file_size, to_offset=to_offset,
+                                    output=output / "consumequeue" if output else None, dry_run=dry_run,
+                                    check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+
+    def index():
+        return rebuild_index(store, geometry, to_offset=to_offset, output=output / "index" if output else None,
+                             dry_run=dry_run, check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+
+    if output is None and confirm is not None and not getattr(confirm, "unattended", False):
+        return consumequeue(), index()          # a person answers one prompt, then the other
+    return _both(consumequeue, index)
+
+
+def _both(first, second):
+    """Run ``first`` in a thread while ``second`` runs here (the two installs touch different
+    directories, each with its own journal; one's fsyncs overlap the other's CPU work).
+    Both finish before anything is raised; when both fail, ``second``'s error is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1, thread_name_prefix="rmqtool-rebuild") as pool:
+        pending = pool.submit(first)
+        try:
+            b = second()
+        except BaseException:
+            pending.exception()                    # wait for it; its own error, if any, is lost
+            raise
+        return pending.result(), b

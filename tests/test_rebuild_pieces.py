@@ -90,3 +90,41 @@ def test_a_stray_anchor_at_a_cut_is_rescanned(tmp_path, monkeypatch):
     assert whole[0].records == 40
     assert tree(tmp_path / "cut" / "consumequeue") == tree(tmp_path / "whole" / "consumequeue")
     assert index_contents(tmp_path / "cut" / "index") == index_contents(tmp_path / "whole" / "index")
+
+
+def test_both_installs_finish_before_an_error_is_raised():
+    import threading
+    import time
+    done = threading.Event()
+
+    def slow_ok():
+        time.sleep(0.2)
+        done.set()
+        return "cq"
+
+    def fails():
+        raise ValueError("index failed")
+
+    assert rb._both(lambda: "cq", lambda: "ix") == ("cq", "ix")
+    with pytest.raises(ValueError, match="index failed"):
+        rb._both(slow_ok, fails)
+    assert done.is_set()                       # the other install was not left running
+
+    def cq_fails():
+        time.sleep(0.1)
+        raise OSError("cq failed")
+    with pytest.raises(OSError, match="cq failed"):
+        rb._both(cq_fails, lambda: "ix")
+
+
+def test_an_interactive_rebuild_all_asks_one_question_at_a_time(store_copy, monkeypatch):
+    import threading
+    root = store_copy("basic")
+    asked = []
+
+    def confirm(result):
+        asked.append((result.kind, threading.current_thread() is threading.main_thread()))
+        return False                               # nothing is replaced
+
+    cq, ix = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, confirm=confirm, workers=1)
+    assert asked == [("consumequeue", True), ("index", True)]

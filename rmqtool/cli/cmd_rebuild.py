@@ -53,6 +53,7 @@ def _confirm_factory(yes: bool):
         if not typer.confirm("replace these files?", default=False):
             raise RefusedError("not confirmed; nothing was changed")
         return True
+    confirm.unattended = yes           # rebuild all may then run its two installs at once
     return confirm
 
 
