@@ -26,6 +26,7 @@ from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
+from rmqtool.fileio import read_file
 from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
@@ -80,7 +81,10 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
     path, file_base, lo, hi, check_crc, config, exact = args
     if not exact:
         try:
-            lo = find_record_start(path, file_base, lo, hi)
+            # a piece that starts in zeros is past the end of the data (the pre-allocated
+            # tail of the newest file): no resync through them. Were a record there after all
+            # (a body of zeros across the cut), the piece is scanned again from the chain.
+            lo = None if _zeros_at(path, lo) else find_record_start(path, file_base, lo, hi)
         except FileChangedError:
             lo = None
         if lo is None:
@@ -101,6 +105,15 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
         return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
                                    check="commitlog.file-changed"), records, lo
     return _ship(out), scan.end, records, lo
+
+
+#: bytes that must be zero at a piece's start for the piece to count as past the data
+ZERO_PROBE = 64 << 10
+
+
+def _zeros_at(path, pos: int) -> bool:
+    probe = read_file(path, pos, ZERO_PROBE, exact=False)
+    return len(probe) > 0 and probe.count(0) == len(probe)
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------

@@ -155,3 +155,36 @@ def test_pieces_equal_the_sequential_walk_on_mutated_commitlogs(store_copy, tmp_
     whole = run(tmp_path / "whole", 1)
     monkeypatch.setattr(rb, "MIN_PIECE", 4096)
     assert run(tmp_path / "cut", 2) == whole
+
+
+def test_a_piece_starting_in_a_body_of_zeros_is_rescanned(tmp_path, monkeypatch):
+    """A piece whose first 64 KiB are zero counts as past the data; when the chain arrives
+    there anyway (a body of zeros across the cut) the piece is scanned again from it."""
+    geometry = Geometry(commitlog_file_size=1 << 20, cq_file_size=800, hash_slots=61, index_entries=350)
+    rows = [{"topic": "Zeros", "body": f"m{i}", "queue_id": 0, "store_timestamp": 1_790_000_000_000 + i,
+             "properties": {"KEYS": f"z{i}"}} for i in range(30)]
+    rows[10] = dict(rows[10], body=bytes(200_000).hex(), body_encoding="hex")
+    root = tmp_path / "store"
+    write_rows(root, [("r", r) for r in rows], geometry)
+    store = Store(root)
+    whole = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "whole", workers=1)
+    data = store.commitlog.files[0].path.read_bytes()
+    cut_at = data.index(bytes(100_000)) + 1000
+    assert rb._zeros_at(store.commitlog.files[0].path, cut_at)
+    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
+        (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
+        (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
+    rescans = []
+    real = rb._dispatch_file
+
+    def spy(args):
+        if args[2] not in (0, cut_at):
+            rescans.append(args[2])
+        return real(args)
+    monkeypatch.setattr(rb, "_dispatch_file", spy)
+    cut = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=1)
+    assert len(rescans) == 1
+    assert whole[0].records == cut[0].records == 30
+    assert (cut[0].range_end, cut[0].end_kind) == (whole[0].range_end, whole[0].end_kind)
+    assert tree(tmp_path / "cut" / "consumequeue") == tree(tmp_path / "whole" / "consumequeue")
+    assert index_contents(tmp_path / "cut" / "index") == index_contents(tmp_path / "whole" / "index")
