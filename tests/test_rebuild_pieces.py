@@ -188,3 +188,16 @@ def test_a_piece_starting_in_a_body_of_zeros_is_rescanned(tmp_path, monkeypatch)
     assert (cut[0].range_end, cut[0].end_kind) == (whole[0].range_end, whole[0].end_kind)
     assert tree(tmp_path / "cut" / "consumequeue") == tree(tmp_path / "whole" / "consumequeue")
     assert index_contents(tmp_path / "cut" / "index") == index_contents(tmp_path / "whole" / "index")
+
+
+@pytest.mark.parametrize("nth,inside", [(1, 0), (400, 0), (661, 0), (300, 7)])
+def test_pieces_stop_at_to_offset_like_the_sequential_walk(store_copy, tmp_path, monkeypatch, nth, inside):
+    """--to-offset at a record start, or inside a record (that record is still taken)."""
+    root = store_copy("mixed")
+    cut = load_answers("mixed")["messages"][nth]["phyOffset"] + inside
+    whole = rb.rebuild_index(Store(root), GEOMETRY, to_offset=cut, output=tmp_path / "whole", workers=1)
+    monkeypatch.setattr(rb, "MIN_PIECE", 4096)
+    piece = rb.rebuild_index(Store(root), GEOMETRY, to_offset=cut, output=tmp_path / "cut", workers=2)
+    assert (piece.records, piece.range_end, piece.end_kind) == (whole.records, whole.range_end, whole.end_kind)
+    assert whole.records == nth + (1 if inside else 0) and whole.range_end == cut
+    assert index_contents(tmp_path / "cut") == index_contents(tmp_path / "whole")
