@@ -46,6 +46,22 @@ def test_pieces_split_files_only_when_workers_would_idle():
     assert len(rb._pieces(big, 2)) == 40      # enough files: whole files
 
 
+def _cut_once(monkeypatch, cut_at: int) -> list[int]:
+    """Cut a one-file store in two at ``cut_at``; returns the start of every piece scanned again."""
+    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
+        (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
+        (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
+    rescans = []
+    real = rb._dispatch_file
+
+    def spy(args):
+        if args[2] not in (0, cut_at):
+            rescans.append(args[2])
+        return real(args)
+    monkeypatch.setattr(rb, "_dispatch_file", spy)
+    return rescans
+
+
 def test_a_stray_anchor_at_a_cut_is_rescanned(tmp_path, monkeypatch):
     """A body holding a record header whose PHYSICALOFFSET is its own position fools the
     resync; the piece is scanned again from where the chain arrived."""
@@ -72,17 +88,7 @@ def test_a_stray_anchor_at_a_cut_is_rescanned(tmp_path, monkeypatch):
     seg = store.commitlog.files[0]
     cut_at = fake_at - 8
     assert rb.find_record_start(seg.path, seg.start, cut_at) == fake_at   # the resync is fooled
-    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
-        (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
-        (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
-    rescans = []
-    real = rb._dispatch_file
-
-    def spy(args):
-        if args[2] not in (0, cut_at):
-            rescans.append(args[2])
-        return real(args)
-    monkeypatch.setattr(rb, "_dispatch_file", spy)
+    rescans = _cut_once(monkeypatch, cut_at)
     cut = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=1)
     assert len(rescans) == 1 and rescans[0] > fake_at    # again, from the record after the one holding the fake
     assert (cut[0].records, cut[0].range_end, cut[0].end_kind) == (whole[0].records, whole[0].range_end,
@@ -171,17 +177,7 @@ def test_a_piece_starting_in_a_body_of_zeros_is_rescanned(tmp_path, monkeypatch)
     data = store.commitlog.files[0].path.read_bytes()
     cut_at = data.index(bytes(100_000)) + 1000
     assert rb._zeros_at(store.commitlog.files[0].path, cut_at)
-    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
-        (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
-        (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
-    rescans = []
-    real = rb._dispatch_file
-
-    def spy(args):
-        if args[2] not in (0, cut_at):
-            rescans.append(args[2])
-        return real(args)
-    monkeypatch.setattr(rb, "_dispatch_file", spy)
+    rescans = _cut_once(monkeypatch, cut_at)
     cut = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=1)
     assert len(rescans) == 1
     assert whole[0].records == cut[0].records == 30
