@@ -6,6 +6,7 @@ naming the file and offset, never a SIGBUS or a short read taken for data.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +108,28 @@ def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = (1 << 3
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) & bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
+
+
+@lru_cache(maxsize=1)
+def _zero_chunk() -> bytes:
+    return bytes(CHUNK_SIZE)
+
+
+def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
+    """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks."""
+    with ReadOnlyFile(path) as fh:
+        end = fh.size() if hi is None else min(hi, fh.size())
+        pos = lo
+        while pos < end:
+            chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)
+            if not chunk:
+                return None
+            if chunk == (_zero_chunk() if len(chunk) == CHUNK_SIZE else bytes(len(chunk))):   # memcmp speed
+                pos += len(chunk)
+                continue
+            raw = np.frombuffer(chunk, np.uint8)
+            nz = np.flatnonzero(raw)
+            if len(nz):
+                return pos + int(nz[0])
+            pos += len(raw)
+    return None

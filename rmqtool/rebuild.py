@@ -26,7 +26,7 @@ from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import describe, queue_dir, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
-from rmqtool.fileio import read_file
+from rmqtool.fileio import file_size, first_nonzero
 from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
@@ -112,8 +112,7 @@ ZERO_PROBE = 64 << 10
 
 
 def _zeros_at(path, pos: int) -> bool:
-    probe = read_file(path, pos, ZERO_PROBE, exact=False)
-    return len(probe) > 0 and probe.count(0) == len(probe)
+    return pos < file_size(path) and first_nonzero(path, pos, pos + ZERO_PROBE) is None
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------

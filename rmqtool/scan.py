@@ -27,6 +27,7 @@ from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
 _PREFIX = struct_of(cl.RecordPrefix)
 _PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
 _MAGIC_AT = field_offsets(cl.RecordPrefix)["magic"]
+_HEAD_DTYPE = numpy_dtype(cl.MessageHead)
 _MAGIC_FIRST_BYTES = sorted({m.to_bytes(4, "big")[0] for m in cl.MESSAGE_MAGICS})
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 _TAIL_DTYPE = np.dtype([(sc.name, ">i4" if sc.sizeof() == 4 else ">i8") for sc in cl.MessageTail.subcons])
@@ -214,8 +215,7 @@ class FileScan:
             starts, stop, next_pos = _walk_chain(window, pos, size, hi)
             batch = None
             if len(starts):
-                batch, bad = _decode_window(window, pos, self.path, self.file_base,
-                                            np.asarray(starts, dtype=np.int64), self.check_crc)
+                batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc)
                 batch.carved = self.carved
                 if bad is not None:
                     stop = bad
@@ -253,9 +253,8 @@ def _walk_chain(window: bytes, base: int, file_size: int, hi: int):
     The run of well-formed MESSAGE records from the window's start is found with numpy
     (``_message_run``); the record-by-record loop then only judges where that run ends."""
     run, p = _message_run(window, hi - base)
-    starts, stop, resume = _walk_chain_scalar(window, base, file_size, hi, p)
-    if len(run):
-        starts = np.concatenate([run, np.asarray(starts, dtype=np.int64)]) if starts else run
+    rest, stop, resume = _walk_chain_scalar(window, base, file_size, hi, p)
+    starts = np.concatenate([run, np.asarray(rest, dtype=np.int64)]) if rest else run
     return starts, stop, resume
 
 
@@ -277,15 +276,10 @@ def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
     last = min(limit, n - _PREFIX_DTYPE.itemsize + 1)          # candidate starts c < last
     if last <= 0:
         return np.zeros(0, np.int64), 0
-    hits = _first_magic_bytes(buf[_MAGIC_AT:_MAGIC_AT + last])
-    if not len(hits) or hits[0] != 0:
-        return np.zeros(0, np.int64), 0
-    prefix = _strided(buf, _PREFIX_DTYPE)[hits]
-    is_message = np.isin(prefix["magic"], cl.MESSAGE_MAGICS)
-    starts = hits[is_message].astype(np.int64)
+    starts, total = _message_candidates(buf, last)
     if not len(starts) or starts[0] != 0:
         return np.zeros(0, np.int64), 0
-    ends = starts + prefix["total_size"][is_message].astype(np.int64)
+    ends = starts + total
     complete = (ends - starts >= _MIN_MESSAGE) & (ends <= n)
     linked = complete[:-1] & (ends[:-1] == starts[1:])
     breaks = np.flatnonzero(~linked)
@@ -303,6 +297,15 @@ def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
         if k == m or starts[k] != after:
             return _joined(pieces), after
         i = k
+
+
+def _message_candidates(buf: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every position below ``last`` where a MESSAGE magic sits, and the TOTALSIZE there.
+    ``last`` must leave room for the record prefix in ``buf``."""
+    hits = _first_magic_bytes(buf[_MAGIC_AT:_MAGIC_AT + last])
+    prefix = _strided(buf, _PREFIX_DTYPE)[hits]
+    is_message = np.isin(prefix["magic"], cl.MESSAGE_MAGICS)
+    return hits[is_message].astype(np.int64), prefix["total_size"][is_message].astype(np.int64)
 
 
 #: bytes compared per step: the step's mask stays in the CPU cache
@@ -696,9 +699,6 @@ def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_br
 
 def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None = None) -> int | None:
     """Resync: first position >= lo where a MESSAGE magic sits and PHYSICALOFFSET == base + pos."""
-    magics = [struct.pack(">I", m) for m in cl.MESSAGE_MAGICS]
-    magic_at = cl.MESSAGE_HEAD_OFFSETS["magic"]
-    phy_at = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
     with ReadOnlyFile(path) as fh:
         size = fh.size()
         end = size if hi is None else min(hi, size)
@@ -709,20 +709,13 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
             buf = np.frombuffer(window, dtype=np.uint8)
             if len(buf) < cl.MESSAGE_HEAD_SIZE:
                 return None
-            cand = np.flatnonzero((buf[magic_at:len(buf) - 3] == magics[0][0]))
-            cand = cand[cand + cl.MESSAGE_HEAD_SIZE <= len(buf)]
+            cand, _ = _message_candidates(buf, len(buf) - _HEAD_DTYPE.itemsize + 1)
             if len(cand):
-                words = _gather(buf, cand + magic_at, 4)
-                is_magic = np.zeros(len(cand), dtype=bool)
-                for m in magics:
-                    is_magic |= (words == np.frombuffer(m, np.uint8)).all(axis=1)
-                cand = cand[is_magic]
-                if len(cand):
-                    phys = _gather_int(buf, cand + phy_at, ">i8")
-                    hit = cand[phys == file_base + pos + cand]
-                    hit = hit[pos + hit < end]
-                    if len(hit):
-                        return pos + int(hit[0])
+                phys = _strided(buf, _HEAD_DTYPE)[cand]["physical_offset"]
+                hit = cand[phys == file_base + pos + cand]
+                hit = hit[pos + hit < end]
+                if len(hit):
+                    return pos + int(hit[0])
             pos += step
             step = min(step * 2, CHUNK_SIZE)
         return None

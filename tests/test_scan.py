@@ -255,3 +255,48 @@ def test_magic_byte_search_in_steps_finds_every_position(data, step):
     finally:
         scan._PROBE_STEP = saved
     assert got.tolist() == np.flatnonzero(np.isin(probe, scan._MAGIC_FIRST_BYTES)).tolist()
+
+
+def _resync_reference(data: bytes, file_base: int, lo: int, hi: int | None):
+    """Every position, one at a time, parsed with the construct declaration of the head."""
+    end = len(data) if hi is None else min(hi, len(data))
+    for pos in range(lo, end):
+        if pos + cl.MESSAGE_HEAD_SIZE > len(data):
+            return None
+        head = cl.MessageHead.parse(data[pos:pos + cl.MESSAGE_HEAD_SIZE])
+        if head.magic in cl.MESSAGE_MAGICS and head.physical_offset == file_base + pos:
+            return pos
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=st.lists(_piece(), max_size=8), plants=st.lists(st.floats(0, 1, exclude_max=True), max_size=4),
+       base=st.sampled_from([0, 1 << 20]), lo=st.integers(0, 600), hi_back=st.one_of(st.none(), st.integers(0, 300)))
+def test_resync_equals_the_construct_reference(tmp_path_factory, pieces, plants, base, lo, hi_back):
+    """Anchors (a MESSAGE head whose PHYSICALOFFSET is its own place) planted among noise."""
+    from rmqtool.scan import find_record_start
+    data = bytearray(b"".join(pieces))
+    for at in (int(f * len(data)) for f in plants):
+        if at + cl.MESSAGE_HEAD_SIZE <= len(data):
+            head = cl.MessageHead.build(dict(total_size=_MIN, magic=cl.MESSAGE_MAGIC_V1, body_crc=0, queue_id=0,
+                                             flag=0, queue_offset=0, physical_offset=base + at, sys_flag=0,
+                                             born_timestamp=0))
+            data[at:at + len(head)] = head
+    path = tmp_path_factory.mktemp("resync") / f"{base:020d}"
+    path.write_bytes(bytes(data))
+    hi = None if hi_back is None else max(lo, len(data) - hi_back)
+    assert find_record_start(path, base, lo, hi) == _resync_reference(bytes(data), base, lo, hi)
+
+
+def test_resync_ignores_anchors_at_or_after_hi(tmp_path):
+    from rmqtool.scan import find_record_start
+    data = bytearray(4096)
+    head = cl.MessageHead.build(dict(total_size=_MIN, magic=cl.MESSAGE_MAGIC_V2, body_crc=0, queue_id=0, flag=0,
+                                     queue_offset=0, physical_offset=3000, sys_flag=0, born_timestamp=0))
+    data[3000:3000 + len(head)] = head
+    path = tmp_path / f"{0:020d}"
+    path.write_bytes(bytes(data))
+    assert find_record_start(path, 0, 100) == 3000
+    assert find_record_start(path, 0, 100, 3001) == 3000
+    assert find_record_start(path, 0, 100, 3000) is None
+    assert find_record_start(path, 0, 3001) is None

@@ -12,36 +12,13 @@ import numpy as np
 
 from formats import commitlog as cl
 from rmqtool.errors import FileChangedError, RmqError
-from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.fileio import ReadOnlyFile, first_nonzero
 from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
 from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
-_ZEROS = bytes(CHUNK_SIZE)
-
-
-def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
-    """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks."""
-    with ReadOnlyFile(path) as fh:
-        end = fh.size() if hi is None else min(hi, fh.size())
-        pos = lo
-        while pos < end:
-            chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)
-            if not chunk:
-                return None
-            if chunk == (_ZEROS if len(chunk) == CHUNK_SIZE else bytes(len(chunk))):   # memcmp speed
-                pos += len(chunk)
-                continue
-            raw = np.frombuffer(chunk, np.uint8)
-            nz = np.flatnonzero(raw)
-            if len(nz):
-                return pos + int(nz[0])
-            pos += len(raw)
-    return None
-
-
 class CommitLogVerifier:
     """Walk every commitlog file, report findings, build the record table."""
 
