@@ -27,11 +27,14 @@ def store_info(store) -> dict:
     end, stop, messages = valid_end(store, start)
     cp = store.checkpoint()
     index_files = store.index_files()
-    holder = store.lock_holder()
+    owner = store.lock_owner()
     return {
         "root": str(store.root),
-        "live": holder is not None,
-        "lock_holder": holder,
+        "live": owner is not None,
+        "lock_holder": owner.pid if owner is not None else None,
+        "lock_owner": owner.as_dict() if owner is not None else None,
+        "lock_owner_text": owner.describe() if owner is not None else None,
+        "symlinks": [{"path": str(path), "target": dest} for path, dest in store.symlinks()],
         "abort": store.abort_present(),
         "commitlog": {
             "dirs": [str(d) for d in store.commitlog_dirs],

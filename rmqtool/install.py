@@ -240,16 +240,19 @@ def link_or_copy(src: Path, dst: Path) -> None:
 
 def link_tree(src: Path, dst: Path) -> int:
     """Mirror ``src`` into the existing directory ``dst``: directories recreated, regular files
-    hard-linked (copied where linking fails), symlinks recreated as symlinks (never followed).
-    Returns the number of entries carried. A mount point inside ``src`` is refused: its
-    files cannot be linked, and the swap would leave the mount behind with the original."""
+    hard-linked (copied where linking fails). Returns the number of entries carried. A mount
+    point inside ``src`` is refused: its files cannot be linked, and the swap would leave the
+    mount behind with the original. A symlink is refused too (``write`` refuses a store that
+    holds one before staging it): staged, it would be written through, and the old tree kept
+    as the backup would share it."""
     n = 0
     dev = os.stat(src).st_dev
     with os.scandir(src) as it:
         for e in it:
             target = dst / e.name
             if e.is_symlink():
-                os.symlink(os.readlink(e.path), target)
+                raise RefusedError(f"a symlink inside the store (to {os.readlink(e.path)!r}) cannot be "
+                                   "staged: rmqtool never writes through links", e.path)
             elif e.is_dir(follow_symlinks=False):
                 if e.stat(follow_symlinks=False).st_dev != dev:
                     raise RefusedError("a mount point inside the store cannot be staged for a "
@@ -343,3 +346,167 @@ def _copy_range(fin: int, fout: int, lo: int, hi: int, src: Path) -> None:
                 view, at = view[w:], at + w
             n = len(data)
         pos += n
+
+
+# --- symlinks inside a store ---------------------------------------------------------------------
+def symlinks_under(root: Path) -> list[tuple[Path, str]]:
+    """Every symlink below ``root`` (``root`` itself is followed if it is one), with its target
+    as stored, in path order; links are listed, never followed."""
+    found: list[tuple[Path, str]] = []
+
+    def walk(d: str) -> None:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return
+        for e in entries:
+            if e.is_symlink():
+                try:
+                    found.append((Path(e.path), os.readlink(e.path)))
+                except OSError:                       # removed since listing
+                    pass
+            elif e.is_dir(follow_symlinks=False):
+                walk(e.path)
+
+    walk(os.fspath(root))
+    return found
+
+
+def copy_link(src: Path, dst: Path) -> None:
+    """Carry a symlink into a new tree as the same symlink (its target is never followed)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.readlink(src), dst)
+
+
+def _queue_selected(only, topic: str, qid: str) -> bool:
+    """``rebuild_consumequeue``'s selection: ``only`` None (all), else {(topic, queue id|None)}."""
+    if only is None:
+        return True
+    try:
+        q = int(qid)
+    except ValueError:
+        return False
+    return (topic, q) in only or (topic, None) in only
+
+
+def _queue_id(name: str) -> int | None:
+    try:
+        return int(name)
+    except ValueError:
+        return None
+
+
+def _topic_selected(only, topic: str) -> bool:
+    return only is None or any(t == topic for t, _ in only)
+
+
+def _linked_selection(target: Path, only, rebuilt) -> list[tuple[str, str]]:
+    """Symlinks a ConsumeQueue rebuild would have to write through or replace, as (path relative
+    to ``target``, link target): ``target`` itself (rel ""); a linked topic directory, or linked
+    queue directory, in the selection that the rebuild writes queues into (``rebuilt``: the
+    (topic, queue id) pairs it writes; None: every selected one); any link inside a selected
+    queue directory."""
+    if os.path.islink(target):
+        return [("", os.readlink(target))]
+    out = []
+    try:
+        topics = sorted(os.scandir(target), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for t in topics:
+        if not _topic_selected(only, t.name):
+            continue
+        if t.is_symlink():
+            if rebuilt is None or any(topic == t.name for topic, _ in rebuilt):
+                out.append((t.name, os.readlink(t.path)))
+            continue
+        if not t.is_dir(follow_symlinks=False):
+            continue
+        for q in sorted(os.scandir(t.path), key=lambda e: e.name):
+            if not _queue_selected(only, t.name, q.name):
+                continue
+            rel = f"{t.name}/{q.name}"
+            if q.is_symlink():
+                if rebuilt is None or (t.name, _queue_id(q.name)) in rebuilt:
+                    out.append((rel, os.readlink(q.path)))
+            elif q.is_dir(follow_symlinks=False):
+                out += [(f"{rel}/{p.relative_to(q.path)}", dest) for p, dest in symlinks_under(Path(q.path))]
+    return out
+
+
+def _refuse(target: Path, linked: list[tuple[str, str]]) -> None:
+    if not linked:
+        return
+    rel, dest = linked[0]
+    where = target / rel if rel else target
+    what = "the consumequeue directory" if not rel else f"consumequeue/{rel}"
+    more = f" (and {len(linked) - 1} more)" if len(linked) > 1 else ""
+    raise RefusedError(f"{what} is a symlink to {dest!r}{more}; rmqtool neither rebuilds through a link "
+                       "nor replaces one: rebuild the other topics with --topic, or replace the link by "
+                       "the directory it points to", where)
+
+
+def refuse_linked_topics(target: Path, only=None) -> None:
+    """Before the CommitLog walk of a ConsumeQueue rebuild of ``only`` (None: every topic; else
+    ``{(topic, queue id or None)}`` as in ``rebuild_consumequeue``): refuse (``RefusedError``,
+    exit 3) what is refused whatever the walk finds: ``target`` (the ``consumequeue``
+    directory) is a symlink; a topic or queue named by ``only`` is a linked directory; a
+    selected queue directory holds a link. A linked topic of a full rebuild is decided by
+    ``carried_files`` once the rebuilt queues are known."""
+    target = Path(target)
+    linked = _linked_selection(target, only, None)
+    if only is None:
+        linked = [(rel, dest) for rel, dest in linked if rel == "" or rel.count("/") >= 2]
+    _refuse(target, linked)
+
+
+@dataclass
+class CarryOver:
+    """What a ConsumeQueue rebuild does with the files under ``target`` (paths relative to it)."""
+    replaced: list[str]        # regular files of selected queues: the rebuild replaces them
+    files: list[str]           # regular files carried over: ``link_or_copy(target/rel, build/rel)``
+    links: list[str]           # symlinks carried over as links: ``copy_link(target/rel, build/rel)``
+
+
+def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
+    """Split the tree under ``target`` (the ``consumequeue`` directory) for a rebuild of ``only``
+    (see ``refuse_linked_topics``) that writes the queues ``rebuilt`` (a set of (topic, queue
+    id); None: every selected queue), following no symlink: files of selected queues
+    (``<topic>/<queue id>/<file>``) are replaced; every other regular file is carried over;
+    every symlink not refused (a linked topic or queue directory the rebuild writes nothing
+    into, a link outside the selected queues) is carried over as the link itself, so the new
+    tree points where the old one did and nothing behind a link is read, written or dropped.
+    Refuses (exit 3) a link the rebuild would write through or replace."""
+    target = Path(target)
+    _refuse(target, _linked_selection(target, only, rebuilt))
+    out = CarryOver([], [], [])
+    for dirpath, dirnames, filenames in os.walk(target):       # never descends into linked dirs
+        rel_dir = Path(dirpath).relative_to(target)
+        parts = rel_dir.parts
+        for name in sorted(dirnames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                out.links.append(str(rel_dir / name))
+        for name in sorted(filenames):
+            rel = str(rel_dir / name)
+            if os.path.islink(os.path.join(dirpath, name)):
+                out.links.append(rel)
+            elif len(parts) == 2 and _queue_selected(only, parts[0], parts[1]):
+                out.replaced.append(rel)
+            else:
+                out.files.append(rel)
+    return out
+
+
+def refuse_links_in(target: Path) -> None:
+    """Refuse (exit 3) replacing ``target`` (e.g. the ``index`` directory) when it is a symlink or
+    holds one: the rebuild would drop the link's files from the new tree."""
+    target = Path(target)
+    if os.path.islink(target):
+        raise RefusedError(f"{target.name} is a symlink to {os.readlink(target)!r}; rmqtool does not "
+                           "replace a linked directory", target)
+    links = symlinks_under(target)
+    if links:
+        path, dest = links[0]
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        raise RefusedError(f"a symlink to {dest!r}{more} inside {target.name}/; rmqtool neither follows nor "
+                           "drops links: replace it by the file it points to", path)

@@ -12,7 +12,7 @@ from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.checkpoint import CheckpointValues, read_checkpoint
 from rmqtool.errors import StoreLayoutError
 from rmqtool.indexfile import IndexGeometry, resolve_geometry
-from rmqtool.liveness import lock_holder
+from rmqtool.liveness import LockOwner, lock_owner
 from rmqtool.segments import SEGMENT_NAME, Segment, SegmentQueue
 
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -181,14 +181,33 @@ class Store:
     def abort_present(self) -> bool:
         return self.abort_path.is_file()
 
-    def lock_holder(self) -> int | None:
-        """PID (or -1) of a running broker holding ``lock``; None when free or absent."""
+    def lock_owner(self) -> LockOwner | None:
+        """Who holds ``lock``: a running broker, or another rmqtool writer (``rmqtool.storelock``);
+        None when free, absent, or held by this process."""
         if not self.lock_path.is_file():
             return None
-        return lock_holder(self.lock_path)
+        return lock_owner(self.lock_path)
+
+    def lock_holder(self) -> int | None:
+        """PID (or -1) of the process holding ``lock`` (a broker or an rmqtool writer); None when free."""
+        owner = self.lock_owner()
+        return None if owner is None else owner.pid
 
     def is_live(self) -> bool:
-        return self.lock_holder() is not None
+        """Someone else is changing the store: a broker, or an rmqtool writer, holds ``lock``."""
+        return self.lock_owner() is not None
+
+    def symlinks(self) -> list[tuple[Path, str]]:
+        """Every symlink inside the store (and inside commitlog dirs outside the root), with its
+        target as stored; never followed. A root-level ``commitlog`` link is listed too."""
+        from rmqtool.install import symlinks_under
+        found = symlinks_under(self.root)
+        root = os.path.realpath(self.root)
+        for d in self.commitlog_dirs:
+            real = os.path.realpath(d)
+            if real != root and not real.startswith(root + os.sep):
+                found += symlinks_under(d)
+        return found
 
     def config(self) -> dict[str, object]:
         """``config/*.json`` parsed (falling back to ``.bak`` like the broker); errors as strings."""

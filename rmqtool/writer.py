@@ -15,11 +15,15 @@ of each queue appended to, the live index file, the checkpoint), then swaps it i
 ``rmqtool.install`` (fsync, journal, atomic exchange); the old root becomes
 ``<root>.backup-<UTC ts>``. It shares inodes only with files this run did not change.
 A new store is staged and renamed into place. A failed run removes its stage.
+
+The run holds the rmqtool writer lock (``rmqtool.storelock``: the broker's ``lock`` file,
+which the stage shares by hard link so the lock survives the swap, plus a side file beside
+the root) from before it recovers leftovers until the new root is in place. A store holding a
+symlink is refused: the stage would write through it and the backup would share it.
 """
 from __future__ import annotations
 
 import base64
-import fcntl
 import os
 import random
 import struct
@@ -363,8 +367,9 @@ class StoreWriter:
     installs it, ``abort`` throws it away."""
 
     def __init__(self, root: Path, geometry: Geometry | None = None, config: DispatchConfig | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, command: str = "rmqtool write"):
         self.t0 = time.perf_counter()
+        self.command = command            # named by refusals of other runs while this one holds the lock
         self.given = Path(root)
         self.root = Path(os.path.realpath(root))      # stage beside the real directory, not a symlink
         self.config = config or DispatchConfig()
@@ -372,7 +377,7 @@ class StoreWriter:
         self.expected = 0                 # records expected in total, when known (progress)
         self._progress_at = 0             # records at the last progress callback
         self.out: Path | None = None      # the stage
-        self._lock_fd = -1
+        self._lock = None                 # rmqtool.storelock.WriterLock, held from _stage to close/abort
         try:
             self._stage()
             self._setup(geometry)
@@ -381,23 +386,27 @@ class StoreWriter:
             raise
 
     def _stage(self) -> None:
-        """Refuse a live store, finish what a crashed run left, take the lock, stage the root."""
-        from rmqtool.liveness import lock_holder
+        """Take the writer lock (refused while a broker or another rmqtool holds it), finish
+        what a crashed run left, refuse symlinks in the store, stage the root."""
+        from rmqtool.storelock import LOCK_NAME, WriterLock
         from rmqtool.store import Store
         root = self.root
-        lock = root / "lock"
-        holder = lock_holder(lock) if lock.is_file() else None
-        if holder is not None:
-            raise RefusedError(f"a running broker (pid {holder}) holds the store lock", lock)
         root.parent.mkdir(parents=True, exist_ok=True)
-        self.recovered = inst.recover_leftovers(root)
-        if lock.is_file():
-            self._lock_fd = _take_lock(lock)
+        if root.exists() and not root.is_dir():
+            raise UsageError("the store path exists and is not a directory", root)
+        self._lock = WriterLock(root, self.command).acquire()
+        self.recovered = inst.recover_leftovers(root)    # only ever under the lock
         if root.is_dir():
+            self._lock.take_store_lock()                 # the root may have been moved into place just now
             for sub in ("consumequeue", "index"):        # an interrupted rebuild inside the store
                 self.recovered += inst.recover_leftovers(root / sub)
-        elif root.exists():
-            raise UsageError("the store path exists and is not a directory", root)
+            links = inst.symlinks_under(root)
+            if links:
+                path, dest = links[0]
+                more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+                raise RefusedError(f"the store holds a symlink to {dest!r}{more}; write never writes "
+                                   "through links (the backup would share it): replace it by what it "
+                                   "points to", path)
         if root.is_dir() and os.stat(root).st_dev != os.stat(root.parent).st_dev:
             raise RefusedError("the store root is a mount point: write stages the new store beside it "
                                "and swaps the two, which needs one filesystem", root)
@@ -405,6 +414,11 @@ class StoreWriter:
         self.out = inst.new_build_dir(root)
         if root.is_dir():
             inst.link_tree(root, self.out)
+            staged = self.out / LOCK_NAME              # the same inode, so the lock survives the swap
+            if not os.path.samestat(os.stat(root / LOCK_NAME), os.stat(staged)):
+                raise RefusedError("the store lock could not be hard-linked into the stage", root / LOCK_NAME)
+        else:
+            self._lock.hold(self.out / LOCK_NAME)      # a new store gets the broker's lock file, held
         (self.out / "commitlog").mkdir(exist_ok=True)
         inst.crash_point("staged")
         # read the existing state from the root itself (errors name its files), write the stage
@@ -556,6 +570,10 @@ class StoreWriter:
             self.abort()
             raise
         self.out = None
+        if done.backup and self.created and os.listdir(done.backup) == ["lock"]:
+            os.unlink(os.path.join(done.backup, "lock"))   # an empty root: only the lock file taken in it
+            os.rmdir(done.backup)
+            done.backup = None
         self.summary.backup = done.backup
         self._release()
         self.summary.seconds = time.perf_counter() - self.t0
@@ -574,9 +592,9 @@ class StoreWriter:
         self._release()
 
     def _release(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)              # closing drops the POSIX lock
-            self._lock_fd = -1
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _write_cq(self) -> None:
         from rmqtool.consumequeue import read_units
@@ -653,18 +671,6 @@ def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: i
         pos += len(chunk)
         inst.crash_point("build")
     return files
-
-
-def _take_lock(lock: Path) -> int:
-    """Hold the broker's lock (byte 0, like the broker) for the run, so no broker starts
-    on the store meanwhile; refused when someone took it since the liveness test."""
-    fd = os.open(lock, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-    except OSError:
-        os.close(fd)
-        raise RefusedError("another process holds the store lock", lock) from None
-    return fd
 
 
 _BATCH_KEY = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",

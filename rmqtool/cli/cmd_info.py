@@ -4,7 +4,7 @@ from __future__ import annotations
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, format_time, open_store, stdout)
+                                check_choice, emit, escape_control, format_time, open_store, stdout)
 from rmqtool.info import store_info
 
 
@@ -25,8 +25,12 @@ def info_command(
         return
     cl = info["commitlog"]
     stdout.print(f"[bold]store[/bold] {info['root']}")
-    stdout.print(f"  live: {'yes, lock held by pid ' + str(info['lock_holder']) if info['live'] else 'no'}"
-                 f"   abort file: {'present (last shutdown was not clean)' if info['abort'] else 'absent'}")
+    stdout.print(f"  live: {'yes, lock held by ' + info['lock_owner_text'] if info['live'] else 'no'}"
+                 f"   abort file: {'present (last shutdown was not clean)' if info['abort'] else 'absent'}",
+                 markup=False)
+    for link in info["symlinks"]:
+        stdout.print(f"  warning: symlink {escape_control(link['path'])} -> {escape_control(link['target'])} "
+                     "(not followed)", markup=False)
     stdout.print(f"[bold]commitlog[/bold] {cl['files']} files of {cl['file_size']} bytes in "
                  f"{', '.join(cl['dirs'])}")
     stdout.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']}  "

@@ -11,6 +11,7 @@ import typer
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.storelock import rebuild_lock
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
@@ -137,13 +138,14 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
-        r = _engine_rebuild(
-            engine, "consumequeue", s,
-            lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
-                                                dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
-                                                workers=workers, walker=walker),
-            bool(topic or queue or dry_run), master, remote, spark_conf, bar, not no_crc,
-            cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
+        with rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output):
+            r = _engine_rebuild(
+                engine, "consumequeue", s,
+                lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
+                                                    dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
+                                                    workers=workers, walker=walker),
+                bool(topic or queue or dry_run), master, remote, spark_conf, bar, not no_crc,
+                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -183,13 +185,14 @@ def rebuild_index_command(
         geometry = s.index_geometry
     bar = LazyProgress("rebuild index")
     try:
-        r = _engine_rebuild(
-            engine, "index", s,
-            lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                                         progress=bar, confirm=_confirm_factory(yes), workers=workers,
-                                         walker=walker),
-            bool(from_offset is not None or dry_run), master, remote, spark_conf, bar, not no_crc,
-            geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
+        with rebuild_lock(s, "rmqtool rebuild index", dry_run, output):
+            r = _engine_rebuild(
+                engine, "index", s,
+                lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
+                                             progress=bar, confirm=_confirm_factory(yes), workers=workers,
+                                             walker=walker),
+                bool(from_offset is not None or dry_run), master, remote, spark_conf, bar, not no_crc,
+                geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -223,8 +226,9 @@ def rebuild_all_command(
         output.mkdir(parents=True, exist_ok=True)
     bar = LazyProgress("rebuild")
     try:
-        results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
-                              progress=bar, confirm=_confirm_factory(yes), workers=workers)
+        with rebuild_lock(s, "rmqtool rebuild all", dry_run, output):
+            results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
+                                  progress=bar, confirm=_confirm_factory(yes), workers=workers)
     finally:
         bar.close()
     if fmt == "json":

@@ -75,6 +75,8 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "checkpoint.ahead": (ERROR, "shallow", "a checkpoint timestamp is later than any record in the CommitLog"),
     "checkpoint.confirm-offset": (ERROR, "shallow", "confirmPhyOffset past the CommitLog's valid end"),
     "checkpoint.behind": (INFO, "shallow", "checkpoint older than the data (normal after a crash: recovery re-dispatches)"),
+    # the store as a tree
+    "store.symlink": (WARNING, "shallow", "a symlink inside the store (named with its target): never followed"),
 }
 
 
