@@ -549,13 +549,18 @@ def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
     return CqFiles(files, layout.real_units, layout.warnings)
 
 
-def layout_cq(q: QueueUnits, file_size: int) -> CqLayout:
+def layout_cq(q: QueueUnits, file_size: int, skipped: list[tuple[int, int]] = ()) -> CqLayout:
     """Place a queue's units like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3).
 
     The first unit creates the first file at its aligned offset; if it is not at the file
     start the gap is filled with pre-blank units. Later units are appended at the write
     position: repeats (queue offset or commitlog end below what is written) are skipped,
     a gap is reported and the unit still appended where the writer stands.
+
+    ``skipped``: CommitLog ranges ``[lo, hi)`` a rebuild went past (``--skip-corrupt``). A gap
+    in queue offsets with such a range between its two units lost its records there: its
+    slots get the broker's pre-blank filler unit, so every later unit stays at its own queue
+    offset (docs/skip-corrupt.md says how the broker serves the filler).
     """
     if file_size <= 0 or file_size % CQ_UNIT_SIZE:
         raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
@@ -567,9 +572,9 @@ def layout_cq(q: QueueUnits, file_size: int) -> CqLayout:
     start = int(qoff[0]) * CQ_UNIT_SIZE
     contiguous = bool((np.diff(qoff) == 1).all()) and bool((np.diff(phy + size) > 0).all())
     if contiguous:
-        keep = np.arange(n)
+        rows = np.arange(n)
     else:
-        keep_list, written_end, max_phy = [], start, -1
+        row_list, written_end, max_phy = [], start, -1
         for i in range(n):
             expect = int(qoff[i]) * CQ_UNIT_SIZE
             end_phy = int(phy[i] + size[i])
@@ -577,23 +582,37 @@ def layout_cq(q: QueueUnits, file_size: int) -> CqLayout:
                 warnings.append(f"{q.topic}/{q.queue_id}: repeated unit at queue offset {int(qoff[i])} skipped")
                 continue
             if i and expect != written_end:
-                warnings.append(f"{q.topic}/{q.queue_id}: queue offset {int(qoff[i])} written at "
-                                f"{written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
-            keep_list.append(i)
+                if _lost_between(max_phy, int(phy[i]), skipped):
+                    lost = (expect - written_end) // CQ_UNIT_SIZE
+                    warnings.append(f"{q.topic}/{q.queue_id}: queue offsets {written_end // CQ_UNIT_SIZE}.."
+                                    f"{int(qoff[i]) - 1} lost in a skipped range: {lost} filler unit(s)")
+                    row_list += [-1] * lost
+                    written_end = expect
+                else:
+                    warnings.append(f"{q.topic}/{q.queue_id}: queue offset {int(qoff[i])} written at "
+                                    f"{written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
+            row_list.append(i)
             written_end += CQ_UNIT_SIZE
             max_phy = end_phy
-        keep = np.asarray(keep_list, dtype=np.int64)
+        rows = np.asarray(row_list, dtype=np.int64)
     first_file = start - start % file_size
     lead = (start - first_file) // CQ_UNIT_SIZE
-    logical = np.zeros(lead + len(keep), dtype=CQ_UNIT_DTYPE)
-    if lead:
-        logical["commitlog_offset"][:lead] = PRE_BLANK_COMMITLOG_OFFSET
-        logical["size"][:lead] = PRE_BLANK_SIZE
-        logical["tags_code"][:lead] = PRE_BLANK_TAGS_CODE
-    logical["commitlog_offset"][lead:] = phy[keep]
-    logical["size"][lead:] = size[keep]
-    logical["tags_code"][lead:] = tags[keep]
+    logical = np.zeros(lead + len(rows), dtype=CQ_UNIT_DTYPE)
+    filler = np.concatenate([np.ones(lead, bool), rows < 0])
+    logical["commitlog_offset"][filler] = PRE_BLANK_COMMITLOG_OFFSET
+    logical["size"][filler] = PRE_BLANK_SIZE
+    logical["tags_code"][filler] = PRE_BLANK_TAGS_CODE
+    keep = rows[rows >= 0]
+    real = ~filler
+    logical["commitlog_offset"][real] = phy[keep]
+    logical["size"][real] = size[keep]
+    logical["tags_code"][real] = tags[keep]
     return CqLayout(first_file, logical, file_size, len(keep), warnings)
+
+
+def _lost_between(lo: int, hi: int, skipped) -> bool:
+    """Whether a skipped CommitLog range lies between offsets ``lo`` and ``hi``."""
+    return any(lo <= a < hi for a, _ in skipped)
 
 
 # --- IndexFile -------------------------------------------------------------------------------

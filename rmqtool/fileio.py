@@ -5,6 +5,7 @@ naming the file and offset, never a SIGBUS or a short read taken for data.
 """
 from __future__ import annotations
 
+import errno
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -115,12 +116,27 @@ def _zero_chunk() -> bytes:
     return bytes(CHUNK_SIZE)
 
 
+def _skip_hole(fd: int, pos: int, end: int) -> int:
+    """The next position at or after ``pos`` that may hold data: a hole of a sparse file (the
+    broker's pre-allocated files are sparse unless warmed) reads as zeros, so it is skipped
+    without reading it. Where the filesystem cannot say, ``pos`` itself."""
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_DATA), end)
+    except OSError as exc:                  # ENXIO: only a hole from pos to the end of the file
+        return end if exc.errno == errno.ENXIO else pos
+    except AttributeError:                  # no SEEK_DATA on this platform
+        return pos
+
+
 def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
     """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks."""
     with ReadOnlyFile(path) as fh:
         end = fh.size() if hi is None else min(hi, fh.size())
         pos = lo
         while pos < end:
+            pos = _skip_hole(fh.fd, pos, end)
+            if pos >= end:
+                return None
             chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)
             if not chunk:
                 return None

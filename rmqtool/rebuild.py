@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import mmap
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.fileio import file_size, first_nonzero
 from rmqtool.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
+from rmqtool.recovery import cq_totals
+from rmqtool.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
 
@@ -51,11 +54,25 @@ class RebuildResult:
     backup: str | None = None
     recovered: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0                # the whole run (for rebuild all: both, from the first read)
     geometry: dict = field(default_factory=dict)
+    # where the walk stopped before the CommitLog's last data (rmqtool.truncation)
+    damage: list[dict] = field(default_factory=list)
+    skipped: bool = False               # --skip-corrupt: the records past each damage were rebuilt
+    tail_records: int = 0               # records the resync found past the first damage
+    tail_items: int = 0                 # their units / index entries (counted, or rebuilt when skipped)
+    before: int | None = None           # units / index entries the current files hold (when damaged)
+    data_end: int | None = None         # where the CommitLog's data ends (when damaged)
+    restart: dict | None = None         # a broker restart on the rebuilt queues (truncation.RestartForecast)
+
+    @property
+    def after(self) -> int:
+        """Units (consumequeue) or entries (index) the rebuilt files hold."""
+        return self.units if self.kind == "consumequeue" else self.entries
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        d["after"] = self.after
         d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
         return d
 
@@ -314,6 +331,45 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     return records, end, kind
 
 
+@dataclass
+class Replay:
+    """A walk already done (rebuild all): its dispatches, those past the first damage that
+    were only counted, and its outcome."""
+    dispatches: list
+    tail: list
+    outcome: WalkOutcome
+
+
+def _run_walk(store, walk, start: int, to_offset: int | None, on_dispatch, on_tail, skip_corrupt: bool,
+              check_crc: bool, stops: list[str], replay: Replay | None) -> WalkOutcome:
+    """The rebuild's walk past damage (``truncation.walk_past_damage``), or its replay."""
+    if replay is None:
+        return walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
+                                check_crc, stops)
+    for d in replay.dispatches:
+        on_dispatch(d)
+    for d in replay.tail:
+        on_tail(d)
+    return replay.outcome
+
+
+def _count_units(d, only: set | None) -> int:
+    """CQ units one batch adds to the selected queues (``only``: None for all)."""
+    if only is None:
+        return len(d.cq_topic)
+    return sum(1 for t, q in zip(d.cq_topic.tolist(), d.cq_queue_id.tolist())
+               if (d.topics[t], q) in only or (d.topics[t], None) in only)
+
+
+def _note_damage(result: RebuildResult, outcome: WalkOutcome, before: int, restart=None) -> None:
+    """Put a walk's early stop into the result: the damage, the counts, the restart forecast."""
+    result.records, result.range_end, result.end_kind = outcome.as_tuple()
+    result.damage = [d.as_dict() for d in outcome.damage]
+    result.skipped, result.tail_records = outcome.skipped, outcome.tail_records
+    result.before, result.data_end = before, outcome.data_end
+    result.restart = restart.as_dict() if restart is not None else None
+
+
 def _guard(store, output: Path | None) -> None:
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
@@ -329,7 +385,13 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
                          confirm: Callable[[RebuildResult], bool] | None = None,
-                         workers: int | None = None, walker=None) -> RebuildResult:
+                         workers: int | None = None, walker=None, skip_corrupt: bool = False,
+                         allow_truncate: bool = False, replay: "Replay | None" = None) -> RebuildResult:
+    """Rebuild the ConsumeQueues (all, or ``topics``/``queues``) from the CommitLog.
+
+    A walk that stops before the CommitLog's last data is refused (``TruncationRefused``,
+    after ``result`` is filled for the plan) unless ``skip_corrupt`` (rebuild past it with
+    the resync) or ``allow_truncate``; a dry run only reports it."""
     t0 = time.perf_counter()
     workers = workers or default_workers()
     if queues and not topics:
@@ -347,31 +409,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     only = None
     if topics:
         only = {(t, q) for t in topics for q in queues} if queues else {(t, None) for t in topics}
-    collector = CqCollector()
-    config = config or DispatchConfig()
-    stops: list[str] = []
-
-    def on_dispatch(d):
-        if d.stop:
-            stops.append(d.stop)
-        collector.add(d, only)
-
-    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
-    result.records, result.range_end, result.end_kind = walk(store.commitlog.min_offset, to_offset, on_dispatch)
-    result.warnings += stops
-    layouts = {}
-    for q in collector.queues():
-        problem = topic_path_problem(q.topic)
-        if problem is not None:        # topic names come from data: never a path outside the store
-            result.warnings.append(f"{problem}: queue {describe(q.topic)}/{q.queue_id} skipped "
-                                   f"({len(q)} units not written)")
-            continue
-        layout = layout_cq(q, file_size)
-        layouts[(q.topic, q.queue_id)] = layout
-        result.units += layout.real_units
-        result.warnings += layout.warnings
-        for start in layout.file_starts():
-            result.files_written.append({"path": f"{q.topic}/{q.queue_id}/{start:020d}", "size": file_size})
+    inst.refuse_linked_topics(target, only)
 
     def selected(topic: str, qid: str) -> bool:
         if only is None:
@@ -382,20 +420,60 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
             return False
         return (topic, q) in only or (topic, None) in only
 
-    carried = []
-    if target.is_dir():
-        for dirpath, _, filenames in os.walk(target):
-            rel_dir = Path(dirpath).relative_to(target)
-            parts = rel_dir.parts
-            for f in filenames:
-                rel = str(rel_dir / f)
-                if len(parts) == 2 and selected(parts[0], parts[1]):
-                    result.files_replaced.append(rel)
-                else:
-                    carried.append(rel)
-    result.files_kept = carried
-    if dry_run or (output is None and confirm and not confirm(result)):
-        result.seconds = time.perf_counter() - t0
+    collector = CqCollector()
+    config = config or DispatchConfig()
+    stops: list[str] = []
+
+    def on_dispatch(d):
+        if d.stop:
+            stops.append(d.stop)
+        collector.add(d, only)
+
+    def on_tail(d):
+        result.tail_items += _count_units(d, only)
+
+    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
+    outcome = _run_walk(store, walk, store.commitlog.min_offset, to_offset, on_dispatch, on_tail,
+                        skip_corrupt, check_crc, stops, replay)
+    result.records, result.range_end, result.end_kind = outcome.as_tuple()
+    result.warnings += stops
+    layouts = {}
+    skipped = [(d.offset, d.resumed_at) for d in outcome.damage] if outcome.skipped else []
+    queues = collector.queues()
+    for q in queues:
+        problem = topic_path_problem(q.topic)
+        if problem is not None:        # topic names come from data: never a path outside the store
+            result.warnings.append(f"{problem}: queue {describe(q.topic)}/{q.queue_id} skipped "
+                                   f"({len(q)} units not written)")
+            continue
+        layout = layout_cq(q, file_size, skipped)
+        layouts[(q.topic, q.queue_id)] = layout
+        result.units += layout.real_units
+        result.warnings += layout.warnings
+        for start in layout.file_starts():
+            result.files_written.append({"path": f"{q.topic}/{q.queue_id}/{start:020d}", "size": file_size})
+    if outcome.damage:
+        def keep(topic, qid):
+            return not selected(topic, str(qid))
+        before, _ = cq_totals(store, None if only is None else lambda t, q: not keep(t, q))
+        _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
+        rebuilt_max = max((int((q.phy_offset.astype(np.int64) + q.size).max()) for q in queues if len(q)),
+                          default=0)
+        _note_damage(result, outcome, before,
+                     restart_forecast(store, max(rebuilt_max, carried_max), outcome.data_end))
+
+    carried, links = [], []
+    if target.is_dir():           # symlinks are carried as links, never followed (or refused)
+        c = inst.carried_files(target, only, rebuilt=set(layouts))
+        result.files_replaced += c.replaced
+        carried, links = c.files, c.links
+    result.files_kept = carried + links
+    result.seconds = time.perf_counter() - t0
+    if dry_run:
+        return result
+    if not allow_truncate and replay is None:
+        refuse_truncation([result])
+    if output is None and confirm and not confirm(result):
         return result
     build = inst.prepare_output(output) if output else inst.new_build_dir(target)
     for (topic, qid), layout in layouts.items():
@@ -406,6 +484,8 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
             inst.crash_point("build")
     for rel in carried:
         inst.link_or_copy(target / rel, build / rel)
+    for rel in links:
+        inst.copy_link(target / rel, build / rel)
     _finish(result, store, target, build, output)
     result.seconds = time.perf_counter() - t0
     return result
@@ -474,11 +554,18 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
                   confirm: Callable[[RebuildResult], bool] | None = None,
-                  workers: int | None = None, walker=None) -> RebuildResult:
+                  workers: int | None = None, walker=None, skip_corrupt: bool = False,
+                  allow_truncate: bool = False, replay: Replay | None = None) -> RebuildResult:
+    """Rebuild the IndexFiles (those wholly below ``from_offset`` are kept) from the CommitLog.
+
+    An early stop of the walk is handled as by ``rebuild_consumequeue``; the refusal comes
+    before anything is installed (the images are built in a fresh build directory)."""
     t0 = time.perf_counter()
     workers = workers or default_workers()
     _guard(store, output)
     target = store.index_dir
+    if output is None and target.is_dir():
+        inst.refuse_links_in(target)       # a linked index file would end up only in the backup
     result = RebuildResult("index", str(store.root), str(target), str(output) if output else None,
                            dry_run, 0, 0, "", geometry={"hash_slots": geometry.hash_slots,
                                                          "index_entries": geometry.index_entries})
@@ -515,15 +602,30 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
                            kept.seed_phy, kept.seed_ts, kept.skip)
     config = config or DispatchConfig()
 
+    stops: list[str] = []
+
     def on_dispatch(d):
         if d.stop:
-            result.warnings.append(d.stop)
+            stops.append(d.stop)
         builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
+
+    def on_tail(d):
+        result.tail_items += len(d.key_hash)
 
     if dry_run or build is not None:
         walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
-        result.records, result.range_end, result.end_kind = walk(start, to_offset, on_dispatch)
+        outcome = _run_walk(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt, check_crc,
+                            stops, replay)
+        result.records, result.range_end, result.end_kind = outcome.as_tuple()
+        result.warnings += stops
         builder.finish()
+        result.entries = builder.entries
+        if outcome.damage:
+            _note_damage(result, outcome, _current_entries(store))
+            if not dry_run and not allow_truncate and replay is None and not outcome.skipped:
+                if build is not None:
+                    _discard(build, keep_dir=output is not None)
+                refuse_truncation([result])
     result.entries = builder.entries
     if to_offset is not None and result.end_kind == "to-offset":
         result.warnings.append(f"records from {to_offset} on are not indexed (--to-offset)")
@@ -535,6 +637,18 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
     _finish(result, store, target, build, output)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _current_entries(store) -> int | None:
+    """Index entries the store's IndexFiles hold now (headers' indexCount - 1, summed)."""
+    total = 0
+    for path in store.index_files():
+        try:
+            with IndexFileReader(path, store.index_geometry) as r:
+                total += max(0, r.header().index_count - 1)
+        except Exception:     # noqa: BLE001 - an unreadable file holds nothing we can count
+            continue
+    return total
 
 
 def _name_source(kept_names: list[str]):
@@ -549,41 +663,67 @@ def _name_source(kept_names: list[str]):
         now += 1
 
 
+def _discard(build: Path, keep_dir: bool) -> None:
+    """Remove a build that will not be installed (``keep_dir``: empty the --output directory)."""
+    if not keep_dir:
+        shutil.rmtree(build, ignore_errors=True)
+        return
+    for child in build.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 # --- both, one pass -----------------------------------------------------------------------------
 def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                 check_crc: bool = True, config: DispatchConfig | None = None,
                 progress: Progress | None = None, confirm=None,
-                workers: int | None = None) -> tuple[RebuildResult, RebuildResult]:
+                workers: int | None = None, skip_corrupt: bool = False,
+                allow_truncate: bool = False) -> tuple[RebuildResult, RebuildResult]:
     """ConsumeQueue and IndexFiles from one pass over the CommitLog (the dispatch results
     are held in memory between the two installs, each of which is crash-safe on its own).
-    The two are built and installed at the same time unless ``confirm`` asks a person."""
+    The two are built and installed at the same time unless ``confirm`` asks a person.
+    A walk that stops before the last data is refused before either is built (see
+    ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
+    t0 = time.perf_counter()
     _guard(store, output)
     config = config or DispatchConfig()
     start = store.commitlog.min_offset
     held: list = []
-    outcome = _walk(store, start, to_offset, check_crc, progress, held.append, config,
-                    workers or default_workers())
+    tail: list = []
+    stops: list[str] = []
 
-    def replay(a, b, callback):
-        if a != start or b != to_offset:
-            raise AssertionError("replayed walk over a different range")
-        for d in held:
-            callback(d)
-        return outcome
+    def hold(d):
+        if d.stop:
+            stops.append(d.stop)
+        held.append(d)
 
-    def consumequeue():
+    outcome = walk_past_damage(
+        store, lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers or default_workers()),
+        start, to_offset, hold, tail.append, skip_corrupt, check_crc, stops)
+    replay = Replay(held, tail, outcome)
+
+    def consumequeue(dry=dry_run):
         return rebuild_consumequeue(store, cq_file_size=cq_file_size, to_offset=to_offset,
-                                    output=output / "consumequeue" if output else None, dry_run=dry_run,
-                                    check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+                                    output=output / "consumequeue" if output else None, dry_run=dry,
+                                    check_crc=check_crc, config=config, confirm=confirm, replay=replay)
 
-    def index():
+    def index(dry=dry_run):
         return rebuild_index(store, geometry, to_offset=to_offset, output=output / "index" if output else None,
-                             dry_run=dry_run, check_crc=check_crc, config=config, confirm=confirm, walker=replay)
+                             dry_run=dry, check_crc=check_crc, config=config, confirm=confirm, replay=replay)
 
+    if outcome.damage and not outcome.skipped and not allow_truncate and not dry_run:
+        refuse_truncation([consumequeue(True), index(True)])      # the plans, then the refusal
     if output is None and confirm is not None and not getattr(confirm, "unattended", False):
-        return consumequeue(), index()          # a person answers one prompt, then the other
-    return _both(consumequeue, index)
+        results = consumequeue(), index()          # a person answers one prompt, then the other
+    else:
+        results = _both(consumequeue, index)
+    whole = time.perf_counter() - t0
+    for r in results:
+        r.seconds = whole
+    return results
 
 
 def _both(first, second):

@@ -26,15 +26,24 @@ class RecoveryStart:
         return dict(self.__dict__)
 
 
-def max_cq_phy_offset(store) -> int:
-    """Max commitlog offset+size over every ConsumeQueue's valid units (dispatchFromPhyOffset)."""
-    best = 0
+def cq_totals(store, selected=None) -> tuple[int, int]:
+    """(real units, max commitlog offset+size) over the ConsumeQueues' valid units, pre-blank
+    fillers excluded; ``selected(topic, queue_id)`` limits it to some queues."""
+    count, best = 0, 0
     for ref in store.queues():
-        units = read_units(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id)).units
-        real = units[units["size"] != 0x7FFFFFFF]
+        if selected is not None and not selected(ref.topic, ref.queue_id):
+            continue
+        cq = read_units(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id))
+        real = cq.units[~cq.pre_blank]
+        count += len(real)
         if len(real):
             best = max(best, int((real["commitlog_offset"] + real["size"]).max()))
-    return best
+    return count, best
+
+
+def max_cq_phy_offset(store) -> int:
+    """Max commitlog offset+size over every ConsumeQueue's valid units (dispatchFromPhyOffset)."""
+    return cq_totals(store)[1]
 
 
 def first_record(seg) -> tuple[RecordBatch | None, FileEnd | None]:

@@ -22,7 +22,7 @@ import numpy as np
 from formats import commitlog as cl
 from formats._derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError
-from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 
 _PREFIX = struct_of(cl.RecordPrefix)
 _PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
@@ -719,3 +719,39 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
             pos += step
             step = min(step * 2, CHUNK_SIZE)
         return None
+
+
+def resync_in_file(path: Path | str, file_base: int, pos: int, kind: str) -> int | None:
+    """Where a walk that stopped at in-file ``pos`` (end ``kind``) finds its next record in the
+    same file, or None: past zeros (END_ZERO: the first non-zero byte, then the resync), or
+    past the bad record (from ``pos + 1``)."""
+    if kind == END_ZERO:
+        nz = first_nonzero(path, pos)
+        return None if nz is None else find_record_start(path, file_base, nz)
+    return find_record_start(path, file_base, pos + 1)
+
+
+def next_record_after(store, offset: int, kind: str, to_offset: int | None = None) -> int | None:
+    """The CommitLog offset of the first record the resync finds after a walk stopped at
+    ``offset`` (end ``kind``): in that file past the stop, else at the start of a later file
+    that holds data. None when the rest of the CommitLog (below ``to_offset``) holds none.
+
+    A record exactly at the stop of an END_ZERO is returned too: the caller tells a live
+    file's growth (a record written where the zeros were) from a hole in the data."""
+    for seg in store.commitlog.files:
+        if to_offset is not None and seg.start >= to_offset:
+            return None
+        if seg.start + store.commitlog.file_size <= offset or seg.size == 0:
+            continue
+        try:
+            if seg.start <= offset:
+                found = resync_in_file(seg.path, seg.start, offset - seg.start, kind)
+            else:
+                nz = first_nonzero(seg.path, 0)
+                found = None if nz is None else find_record_start(seg.path, seg.start, nz)
+        except FileChangedError:
+            continue
+        if found is not None:
+            at = seg.start + found
+            return at if to_offset is None or at < to_offset else None
+    return None

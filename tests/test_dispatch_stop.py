@@ -69,8 +69,9 @@ def test_write_dispatches_nothing_after_the_failing_record(stopped_store):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_rebuild_ends_at_the_failing_record(stopped_store, tmp_path, workers):
     root, _, bad_at = stopped_store
-    cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", workers=workers)
-    ix = rebuild_index(Store(root), IndexGeometry(13, 101), output=tmp_path / "ix", workers=workers)
+    cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", workers=workers, allow_truncate=True)
+    ix = rebuild_index(Store(root), IndexGeometry(13, 101), output=tmp_path / "ix", workers=workers,
+                       allow_truncate=True)
     for r in (cq, ix):
         assert (r.records, r.range_end, r.end_kind) == (BAD, bad_at, END_DISPATCH_STOP)
         assert any("x1" in w for w in r.warnings)
@@ -84,7 +85,7 @@ def test_engine_walks_end_at_the_failing_record(stopped_store, tmp_path):
     root, _, bad_at = stopped_store
     with get_engine("local", jobs=2) as eng:
         walker = engine_walker(eng, Store(root), True, DispatchConfig(), 3000)
-        cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", walker=walker)
+        cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", walker=walker, allow_truncate=True)
         out = distributed_rebuild(eng, Store(root), cq_out=tmp_path / "d" / "cq", index_out=tmp_path / "d" / "ix",
                                   cq_file_size=GEOMETRY.cq_file_size, geometry=IndexGeometry(13, 101),
                                   split_size=3000)

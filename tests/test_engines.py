@@ -252,16 +252,16 @@ def _index_files(path: Path) -> list[bytes]:
     return [p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()]
 
 
-def rebuild_both(root: Path, out: Path, engine, split_size: int):
+def rebuild_both(root: Path, out: Path, engine, split_size: int, **kw):
     from rmqtool.dispatch import DispatchConfig
     from rmqtool.engines.rebuild import engine_walker
     from rmqtool.indexfile import IndexGeometry
     from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
     store = Store(root)
     walker = engine_walker(engine, store, True, DispatchConfig(), split_size)
-    cq = rebuild_consumequeue(store, cq_file_size=800, output=out / "cq", walker=walker)
+    cq = rebuild_consumequeue(store, cq_file_size=800, output=out / "cq", walker=walker, **kw)
     ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=out / "ix",
-                       walker=engine_walker(engine, Store(root), True, DispatchConfig(), split_size))
+                       walker=engine_walker(engine, Store(root), True, DispatchConfig(), split_size), **kw)
     return cq, ix
 
 
@@ -283,9 +283,10 @@ def test_rebuild_through_tasks_stops_at_mid_log_corruption(store_copy, tmp_path)
     data = bytearray(seg.read_bytes())
     data[victim["phyOffset"] % 98304 + 4] ^= 0xFF
     seg.write_bytes(bytes(data))
-    want = rebuild_consumequeue(Store(root), cq_file_size=800, output=tmp_path / "want", workers=1)
+    want = rebuild_consumequeue(Store(root), cq_file_size=800, output=tmp_path / "want", workers=1,
+                                allow_truncate=True)
     with get_engine("local") as eng:
-        got, _ = rebuild_both(root, tmp_path / "got", eng, 5000)
+        got, _ = rebuild_both(root, tmp_path / "got", eng, 5000, allow_truncate=True)
     assert (got.range_end, got.end_kind, got.records) == (want.range_end, want.end_kind, want.records)
     assert _tree(tmp_path / "got" / "cq") == _tree(tmp_path / "want")
 
@@ -323,8 +324,10 @@ def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
         seg.write_bytes(bytes(data))
     if case == "to-offset":
         to_offset = load_answers("basic")["messages"][1234]["phyOffset"]
-    cq = rebuild_consumequeue(Store(root), cq_file_size=800, output=tmp_path / "lcq", to_offset=to_offset)
-    ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=tmp_path / "lix", to_offset=to_offset)
+    cq = rebuild_consumequeue(Store(root), cq_file_size=800, output=tmp_path / "lcq", to_offset=to_offset,
+                              allow_truncate=True)
+    ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=tmp_path / "lix", to_offset=to_offset,
+                       allow_truncate=True)
     with get_engine("local") as eng:
         out = distributed(root, tmp_path / "d", eng, 5000, to_offset=to_offset)
     assert (out["records"], out["range_end"], out["end_kind"]) == (cq.records, cq.range_end, cq.end_kind)

@@ -220,9 +220,10 @@ def test_corruption_mid_log_ends_the_read_like_recovery(store_copy, tmp_path):
     seg.write_bytes(bytes(data))
     for workers in (1, 2):
         out = tmp_path / f"cq{workers}"
-        r = rebuild_consumequeue(Store(root), output=out, workers=workers)
+        r = rebuild_consumequeue(Store(root), output=out, workers=workers, allow_truncate=True)
         assert r.range_end == victim["phyOffset"] and r.end_kind == "corrupt"
         assert r.records == 1000 and r.units == 1000
+        assert r.damage[0]["offset"] == victim["phyOffset"] and r.before == 3000 and r.tail_records == 1999
 
 
 def test_to_offset_and_workers_agree(store_copy, tmp_path):

@@ -188,11 +188,6 @@ def test_a_linked_index_file_refuses_an_index_replacement(tmp_path):
 
 
 # --- rebuild through the CLI (rmqtool.rebuild calls carried_files / refuse_linked_topics) ---------------------
-WIRING = pytest.mark.xfail(strict=True, reason="rmqtool/rebuild.py does not call inst.carried_files / "
-                                               "inst.refuse_linked_topics yet")
-
-
-@WIRING
 def test_cli_rebuild_of_another_topic_keeps_the_link(linked_store, tmp_path):
     store, outside = linked_store
     outside_before = tree(outside)
@@ -202,7 +197,6 @@ def test_cli_rebuild_of_another_topic_keeps_the_link(linked_store, tmp_path):
     assert tree(outside) == outside_before
 
 
-@WIRING
 def test_cli_rebuild_of_the_linked_topic_is_refused(linked_store, tmp_path):
     store, outside = linked_store
     before = tree(tmp_path)

@@ -214,10 +214,10 @@ def test_pre_blank_sentinel_prefix_is_not_an_error(store_copy):
     rep = run(root)
     assert rep.sink.total("error") == 0, [(f.check, f.message) for f in rep.findings]
     assert rep.exit_code() == 0
-    # ... but a sentinel after real units is
+    # ... a sentinel after real units is a filler (a queue offset with no message: a warning)
     patch(path, (expired + 3) * CQ_UNIT_SIZE, units[:1].tobytes())
     rep = run(root, "shallow")
-    assert_found(rep, "cq.pre-blank", path, (expired + 3) * CQ_UNIT_SIZE)
+    assert_found(rep, "cq.filler", path, (expired + 3) * CQ_UNIT_SIZE, "warning")
 
 
 # --- index ----------------------------------------------------------------------------------------

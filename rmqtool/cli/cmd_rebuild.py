@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -58,19 +59,54 @@ def _confirm_factory(yes: bool):
     return confirm
 
 
+SkipCorruptOpt = typer.Option(False, "--skip-corrupt",
+                              help="rebuild past damaged CommitLog records with the resync (skipped ranges listed)")
+AllowTruncateOpt = typer.Option(False, "--allow-truncate",
+                                help="accept a rebuild that drops the records after a damaged one")
+
+
 def _print_plan(r) -> None:
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
+    for line in damage_lines(r):
+        stderr.print(line, markup=False)
     stderr.print(f"  replace {len(r.files_replaced)} files in {r.target}; keep {len(r.files_kept)} "
                  f"(carried over as hard links); originals go to {Path(r.target).name}.backup-<UTC time>",
                  markup=False)
 
 
-def _render(r, fmt: str, dry_run: bool) -> None:
+def damage_lines(r) -> list[str]:
+    """What a walk that stopped before the CommitLog's last data means for this rebuild."""
+    if not r.damage:
+        return []
+    what = "units" if r.kind == "consumequeue" else "index entries"
+    first = r.damage[0]
+    out = [f"  the CommitLog walk stops at {first['file']}@{first['position']} (offset {first['offset']}, "
+           f"{first['check']}: {first['detail']}); the resync finds {r.tail_records} records after it"]
+    if r.skipped:
+        out.append(f"  --skip-corrupt: rebuilt past {len(r.damage)} damaged range(s), skipped:")
+        out += [f"    [{d['offset']}, {d['resumed_at']}) {d['skipped_bytes']} bytes at {d['file']}@{d['position']} "
+                f"({d['check']})" for d in r.damage[:50]]
+    if r.before is not None:
+        out.append(f"  {what}: {r.before} now -> {r.after} after the rebuild ({r.after - r.before:+d})"
+                   + ("" if r.skipped else f"; --skip-corrupt would keep {r.tail_items} more"))
+    f = r.restart
+    if f is not None:
+        if f["truncated_bytes"]:
+            out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
+                       f"truncates the CommitLog at {f['valid_end']}: {f['truncated_bytes']} bytes of data, "
+                       f"{len(f['files_deleted'])} files deleted")
+        else:
+            out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
+                       f"keeps the CommitLog data up to {f['data_end']}")
+    return out
+
+
+def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     if fmt == "json":
         emit([r.as_dict()], "json")
         return
     d = r.as_dict()
-    head = "plan (dry run)" if dry_run else "rebuilt"
+    head = head or ("plan (dry run)" if dry_run else "rebuilt")
     stdout.print(f"{head}: {r.kind} of {r.store}", markup=False)
     stdout.print(f"  commitlog read [{r.range_start}, {r.range_end}) ({r.end_kind}), "
                  f"{r.records} records", markup=False)
@@ -85,14 +121,31 @@ def _render(r, fmt: str, dry_run: bool) -> None:
         stdout.print(f"  originals moved to: {r.backup or '(nothing to back up)'}", markup=False)
     for note in r.recovered:
         stdout.print(f"  recovered: {note}", markup=False)
+    for line in damage_lines(r):
+        stdout.print(line, markup=False)
     for w in r.warnings[:20]:
         stderr.print(f"warning: {w}", markup=False)
-    if dry_run:
+    if dry_run and head is None:
         for f in r.files_written[:50]:
             stdout.print(f"  + {f['path']} ({f['size']} bytes)", markup=False)
         for f in r.files_replaced[:50]:
             stdout.print(f"  - {f}", markup=False)
-    stdout.print(f"  {r.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
+    stdout.print(f"  {r.seconds:.2f} s (whole run), {d['messages_per_second'] or 0} messages/s", markup=False)
+
+
+@contextmanager
+def _show_refused_plan(fmt: str):
+    """A rebuild refused because its walk stops early: show its plan(s), then the error."""
+    from rmqtool.truncation import TruncationRefused
+    try:
+        yield
+    except TruncationRefused as exc:
+        if fmt == "json":
+            emit([dict(r.as_dict(), refused=True) for r in exc.results], "json")
+        else:
+            for r in exc.results:
+                _render(r, "table", True, head="refused")
+        raise
 
 
 def _engine_rebuild(engine: str, kind: str, store, local_call, selective: bool, master, remote, spark_conf,
@@ -124,6 +177,8 @@ def rebuild_consumequeue_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    skip_corrupt: bool = SkipCorruptOpt,
+    allow_truncate: bool = AllowTruncateOpt,
     workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
     engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
@@ -138,14 +193,16 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
-        with rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output):
             r = _engine_rebuild(
                 engine, "consumequeue", s,
-                lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output,
-                                                    dry_run, not no_crc, progress=bar, confirm=_confirm_factory(yes),
-                                                    workers=workers, walker=walker),
-                bool(topic or queue or dry_run), master, remote, spark_conf, bar, not no_crc,
-                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
+                lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset,
+                                                    output, dry_run, not no_crc, progress=bar,
+                                                    confirm=_confirm_factory(yes), workers=workers, walker=walker,
+                                                    skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
+                bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
+                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes),
+                allow_truncate=allow_truncate)
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -162,6 +219,8 @@ def rebuild_index_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    skip_corrupt: bool = SkipCorruptOpt,
+    allow_truncate: bool = AllowTruncateOpt,
     workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
     engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
@@ -185,14 +244,16 @@ def rebuild_index_command(
         geometry = s.index_geometry
     bar = LazyProgress("rebuild index")
     try:
-        with rebuild_lock(s, "rmqtool rebuild index", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild index", dry_run, output):
             r = _engine_rebuild(
                 engine, "index", s,
                 lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
                                              progress=bar, confirm=_confirm_factory(yes), workers=workers,
-                                             walker=walker),
-                bool(from_offset is not None or dry_run), master, remote, spark_conf, bar, not no_crc,
-                geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes))
+                                             walker=walker, skip_corrupt=skip_corrupt,
+                                             allow_truncate=allow_truncate),
+                bool(from_offset is not None or dry_run or skip_corrupt), master, remote, spark_conf, bar,
+                not no_crc, geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes),
+                allow_truncate=allow_truncate)
     finally:
         bar.close()
     _render(r, fmt, dry_run)
@@ -208,6 +269,8 @@ def rebuild_all_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    skip_corrupt: bool = SkipCorruptOpt,
+    allow_truncate: bool = AllowTruncateOpt,
     workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
@@ -226,9 +289,10 @@ def rebuild_all_command(
         output.mkdir(parents=True, exist_ok=True)
     bar = LazyProgress("rebuild")
     try:
-        with rebuild_lock(s, "rmqtool rebuild all", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild all", dry_run, output):
             results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
-                                  progress=bar, confirm=_confirm_factory(yes), workers=workers)
+                                  progress=bar, confirm=_confirm_factory(yes), workers=workers,
+                                  skip_corrupt=skip_corrupt, allow_truncate=allow_truncate)
     finally:
         bar.close()
     if fmt == "json":

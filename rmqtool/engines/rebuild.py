@@ -431,7 +431,7 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
 
 def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_size: int | None = None,
                    to_offset: int | None = None, output=None, check_crc: bool = True, confirm=None,
-                   split_size: int = DEFAULT_SPLIT_SIZE):
+                   split_size: int = DEFAULT_SPLIT_SIZE, allow_truncate: bool = False):
     """`rebuild consumequeue|index` of the whole tree with ``distributed_rebuild``, installed
     with the same crash-safe protocol as the local rebuild (or built into ``output``)."""
     import os
@@ -476,6 +476,8 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
                               cq_file_size=file_size, geometry=geometry, check_crc=check_crc,
                               to_offset=to_offset, split_size=split_size, work_dir=build)
     result.records, result.range_end, result.end_kind = out["records"], out["range_end"], out["end_kind"]
+    if not allow_truncate:
+        _refuse_early_stop(store, result, build, output is not None, to_offset, check_crc)
     result.units, result.entries, result.warnings = out["units"], out["entries"], out["warnings"]
     if cq:
         result.files_written = [{"path": p, "size": file_size} for p in out["cq_files"]]
@@ -492,6 +494,23 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
         result.backup = inst.install(target, build).backup
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _refuse_early_stop(store, result, build, is_output: bool, to_offset, check_crc: bool) -> None:
+    """Refuse (removing the build) when the walk stopped with records after the stop: the
+    local path measures and skips such damage (``--skip-corrupt`` runs there)."""
+    from rmqtool.rebuild import _discard
+    from rmqtool.scan import END_ZERO, next_record_after
+    from rmqtool.truncation import STOP_KINDS, describe_stop, refuse_truncation
+    end, kind = result.range_end, result.end_kind
+    if kind not in STOP_KINDS or (to_offset is not None and end >= to_offset):
+        return
+    after = next_record_after(store, end, kind, to_offset)
+    if after is None or (kind == END_ZERO and after == end):
+        return
+    result.damage = [describe_stop(store, end, kind, after, check_crc, result.warnings).as_dict()]
+    _discard(build, keep_dir=is_output)
+    refuse_truncation([result])
 
 
 def rebuild_with_engine(kind: str, store, engine_name: str, master=None, remote=None, spark_conf=(),

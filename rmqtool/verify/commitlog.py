@@ -38,6 +38,7 @@ class CommitLogVerifier:
         self.crc_failures: dict[int, int] = {}          # file index -> first bad-CRC record position
         self.records = 0
         self.carved = 0
+        self.damaged: list[tuple[int, int]] = []       # [stop, resync) CommitLog ranges carved past
         self.bytes = 0
         self.read_buffer = ReadBuffer()                 # one for every file's walk, one after another
 
@@ -146,6 +147,7 @@ class CommitLogVerifier:
             resume = self._handle_end(idx, seg, end, carved, last_file)
             if resume is None:
                 return
+            self.damaged.append((seg.start + end.position, seg.start + resume))
             lo, carved = resume, True
 
     def _handle_end(self, idx, seg, end, carved, last_file) -> int | None:
@@ -277,12 +279,15 @@ def _last_nonzero_end(path, lo: int, hi: int) -> int:
 
 
 def queue_offset_findings(table: RecordTable, sink: FindingSink, topic_id: int | None = None,
-                          queue_id: int | None = None) -> None:
-    """QUEUEOFFSET continuity per topic/queue over NOT/COMMIT records (carved ones excluded)."""
+                          queue_id: int | None = None, damaged: list[tuple[int, int]] = ()) -> None:
+    """QUEUEOFFSET continuity per topic/queue over NOT/COMMIT records, carved ones included.
+
+    A jump whose two records have a ``damaged`` range between them is the damage's own
+    consequence (the lost records lay there): the walk's stop finding already names it."""
     c = table.cols
     if not len(table):
         return
-    sel = ((c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)) & ~c["carved"]
+    sel = (c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)
     if topic_id is not None:
         sel &= c["topic_id"] == topic_id
     if queue_id is not None:
@@ -294,6 +299,12 @@ def queue_offset_findings(table: RecordTable, sink: FindingSink, topic_id: int |
     t, q, o = c["topic_id"][order], c["queue_id"][order], c["queue_offset"][order]
     same = (t[1:] == t[:-1]) & (q[1:] == q[:-1])
     bad = np.flatnonzero(same & (o[1:] != o[:-1] + 1))
+    if len(bad) and len(damaged):
+        phy = c["phy"][order]
+        starts = np.asarray([a for a, _ in damaged], dtype=np.int64)
+        lo, hi = phy[bad], phy[bad + 1]
+        explained = np.searchsorted(starts, lo, side="left") < np.searchsorted(starts, hi, side="left")
+        bad = bad[~explained]
     at = cl.MESSAGE_HEAD_OFFSETS["queue_offset"]
     for b in bad:
         i = int(order[b + 1])

@@ -80,10 +80,16 @@ def read_queue(store, ref, sink: FindingSink) -> QueueUnits:
     # sentinels are legal only as a prefix of the first file
     first_real = np.flatnonzero(~sentinel[:end])
     prefix = int(first_real[0]) if len(first_real) else end
-    misplaced = np.flatnonzero(sentinel[:end] & ((np.arange(end) >= prefix) | (fidx[:end] != 0)))
-    for j in misplaced:
+    after_real = np.arange(end) >= prefix
+    for j in np.flatnonzero(sentinel[:end] & after_real):
+        sink.add("cq.filler", paths[fidx[j]], int(pos[j]),
+                 f"{ref.topic}/{ref.queue_id}: filler unit (the pre-blank sentinel) at queue offset {int(qoff[j])} "
+                 "between real units: no message there, the broker skips it on pull "
+                 "(rebuild --skip-corrupt writes one for each queue offset lost in a skipped range)",
+                 excerpt_len=CQ_UNIT_SIZE)
+    for j in np.flatnonzero(sentinel[:end] & ~after_real & (fidx[:end] != 0)):
         sink.add("cq.pre-blank", paths[fidx[j]], int(pos[j]),
-                 f"{ref.topic}/{ref.queue_id}: pre-blank sentinel at queue offset {int(qoff[j])} after real units",
+                 f"{ref.topic}/{ref.queue_id}: pre-blank sentinel at queue offset {int(qoff[j])} outside the first file",
                  excerpt_len=CQ_UNIT_SIZE)
     keep = np.arange(end)
     keep = keep[~sentinel[:end]]

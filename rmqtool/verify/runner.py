@@ -147,7 +147,8 @@ def _verify_once(store, options: VerifyOptions, progress, engine, split_size) ->
         if options.queue_id is not None:
             selected &= c["queue_id"] == options.queue_id
     if deep and "commitlog" in want:
-        queue_offset_findings(table, sink, tid if options.topic is not None else None, options.queue_id)
+        queue_offset_findings(table, sink, tid if options.topic is not None else None, options.queue_id,
+                              clv.damaged)
 
     # 2. every ConsumeQueue (the dispatch frontier is global)
     queues = {}
