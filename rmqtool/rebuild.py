@@ -370,13 +370,16 @@ def _note_damage(result: RebuildResult, outcome: WalkOutcome, before: int, resta
     result.restart = restart.as_dict() if restart is not None else None
 
 
-def _guard(store, output: Path | None) -> None:
+def check_rebuild_target(store, output: Path | None) -> None:
+    """A rebuild needs CommitLog files, and an in-place one a store nobody else holds."""
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
                          "--commitlog-dirs?)", store.commitlog_dirs[0])
     if output is None and store.is_live():
-        raise RefusedError(f"a running broker (pid {store.lock_holder()}) holds the store lock; "
-                           "stop it, or build elsewhere with --output", store.lock_path)
+        owner = store.lock_owner()
+        who = owner.describe() if owner is not None else f"a running broker (pid {store.lock_holder()})"
+        raise RefusedError(f"{who} holds the store lock; stop it, or build elsewhere with --output",
+                           store.lock_path)
 
 
 # --- consumequeue ---------------------------------------------------------------------------
@@ -396,7 +399,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     workers = workers or default_workers()
     if queues and not topics:
         raise UsageError("--queue needs --topic")
-    _guard(store, output)
+    check_rebuild_target(store, output)
     file_size = cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE
     if file_size % CQ_UNIT_SIZE:
         raise UsageError(f"--cq-file-size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
@@ -562,7 +565,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
     before anything is installed (the images are built in a fresh build directory)."""
     t0 = time.perf_counter()
     workers = workers or default_workers()
-    _guard(store, output)
+    check_rebuild_target(store, output)
     target = store.index_dir
     if output is None and target.is_dir():
         inst.refuse_links_in(target)       # a linked index file would end up only in the backup
@@ -624,7 +627,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
             _note_damage(result, outcome, _current_entries(store))
             if not dry_run and not allow_truncate and replay is None and not outcome.skipped:
                 if build is not None:
-                    _discard(build, keep_dir=output is not None)
+                    discard_build(build, keep_dir=output is not None)
                 refuse_truncation([result])
     result.entries = builder.entries
     if to_offset is not None and result.end_kind == "to-offset":
@@ -663,7 +666,7 @@ def _name_source(kept_names: list[str]):
         now += 1
 
 
-def _discard(build: Path, keep_dir: bool) -> None:
+def discard_build(build: Path, keep_dir: bool) -> None:
     """Remove a build that will not be installed (``keep_dir``: empty the --output directory)."""
     if not keep_dir:
         shutil.rmtree(build, ignore_errors=True)
@@ -688,7 +691,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     A walk that stops before the last data is refused before either is built (see
     ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
-    _guard(store, output)
+    check_rebuild_target(store, output)
     config = config or DispatchConfig()
     start = store.commitlog.min_offset
     held: list = []

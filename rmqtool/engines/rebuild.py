@@ -439,14 +439,10 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
     from pathlib import Path
     from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
     from rmqtool import install as inst
-    from rmqtool.errors import RefusedError, UsageError
-    from rmqtool.rebuild import RebuildResult
+    from rmqtool.errors import UsageError
+    from rmqtool.rebuild import RebuildResult, check_rebuild_target
     t0 = time.perf_counter()
-    if not store.commitlog.files:
-        raise UsageError("no commitlog files: nothing to rebuild from", store.commitlog_dirs[0])
-    if output is None and store.is_live():
-        raise RefusedError(f"a running broker (pid {store.lock_holder()}) holds the store lock; "
-                           "stop it, or build elsewhere with --output", store.lock_path)
+    check_rebuild_target(store, output)
     cq = kind == "consumequeue"
     target = store.consumequeue_dir if cq else store.index_dir
     file_size = (cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE) if cq else 0
@@ -499,7 +495,7 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
 def _refuse_early_stop(store, result, build, is_output: bool, to_offset, check_crc: bool) -> None:
     """Refuse (removing the build) when the walk stopped with records after the stop: the
     local path measures and skips such damage (``--skip-corrupt`` runs there)."""
-    from rmqtool.rebuild import _discard
+    from rmqtool.rebuild import discard_build
     from rmqtool.scan import END_ZERO, next_record_after
     from rmqtool.truncation import STOP_KINDS, describe_stop, refuse_truncation
     end, kind = result.range_end, result.end_kind
@@ -509,7 +505,7 @@ def _refuse_early_stop(store, result, build, is_output: bool, to_offset, check_c
     if after is None or (kind == END_ZERO and after == end):
         return
     result.damage = [describe_stop(store, end, kind, after, check_crc, result.warnings).as_dict()]
-    _discard(build, keep_dir=is_output)
+    discard_build(build, keep_dir=is_output)
     refuse_truncation([result])
 
 
