@@ -510,3 +510,16 @@ def refuse_links_in(target: Path) -> None:
         more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
         raise RefusedError(f"a symlink to {dest!r}{more} inside {target.name}/; rmqtool neither follows nor "
                            "drops links: replace it by the file it points to", path)
+
+
+def copied_cost(tree: str | Path) -> tuple[int, int]:
+    """(files, bytes on disk) of the files in ``tree`` that share no inode with another path
+    (a backup's copies: a written-to file is copied whole, every other file is a hard link)."""
+    files = used = 0
+    for dirpath, _, names in os.walk(tree):
+        for name in names:
+            st = os.lstat(os.path.join(dirpath, name))
+            if st.st_nlink == 1:
+                files += 1
+                used += st.st_blocks * 512
+    return files, used

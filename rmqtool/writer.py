@@ -78,6 +78,8 @@ class WriteSummary:
     index_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     backup: str | None = None
+    backup_copies: int = 0                 # backup files that are copies (the rest share the store's inodes)
+    backup_bytes: int = 0                  # disk space those copies take (allocated blocks)
     recovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
     geometry: dict = field(default_factory=dict)
@@ -575,6 +577,8 @@ class StoreWriter:
             os.rmdir(done.backup)
             done.backup = None
         self.summary.backup = done.backup
+        if done.backup:
+            self.summary.backup_copies, self.summary.backup_bytes = inst.copied_cost(done.backup)
         self._release()
         self.summary.seconds = time.perf_counter() - self.t0
         return self.summary

@@ -283,3 +283,16 @@ def test_write_finishes_an_interrupted_rebuild_inside_the_store(store_copy):
     s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
     assert any("consumequeue.rmqtool-tmp-" in note for note in s.recovered)
     assert not (root / stale.name).exists() and not (Path(s.backup) / stale.name).exists()
+
+
+def test_summary_says_what_the_backup_copied(tmp_path):
+    """A one-message append copies the files it writes to into the backup: the summary says so."""
+    root = tmp_path / "s"
+    write_rows(root, [("row 0", {"topic": "T", "body": "a"})], Geometry(8192, 400, 13, 101))
+    summary = write_rows(root, [("row 1", {"topic": "T", "body": "b"})], Geometry(8192, 400, 13, 101))
+    assert summary.backup
+    copies = [p for p in Path(summary.backup).rglob("*") if p.is_file() and os.lstat(p).st_nlink == 1]
+    assert summary.backup_copies == len(copies) >= 2          # at least the commitlog file and the checkpoint
+    assert summary.backup_bytes == sum(os.lstat(p).st_blocks * 512 for p in copies) > 0
+    names = {p.parent.name for p in copies}
+    assert "commitlog" in names

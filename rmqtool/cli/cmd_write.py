@@ -100,7 +100,8 @@ def write_command(
                  f"entries in {len(s.index_files)} files", markup=False)
     stdout.print(f"  {s.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
     if s.backup:
-        stdout.print(f"  originals kept in {s.backup}", markup=False)
+        stdout.print(f"  originals kept in {s.backup}: {s.backup_copies} files copied before being written to "
+                     f"({s.backup_bytes / 2**20:.1f} MiB on disk), the rest hard links", markup=False)
     for note in s.recovered:
         stdout.print(f"  recovered: {note}", markup=False)
     for w in s.warnings[:20]:
