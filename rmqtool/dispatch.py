@@ -29,6 +29,7 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYP
                                index_file_size, slot_position)
 from rmqtool.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
+from rmqtool.topicpath import queue_selected
 
 INT_MAX = (1 << 31) - 1
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
@@ -493,7 +494,7 @@ class CqCollector:
         for grp in np.split(order, cuts):
             g0 = grp[0]
             qk = (d.topics[int(d.cq_topic[g0])], int(d.cq_queue_id[g0]))
-            if only is not None and not _selected(qk, only):
+            if not queue_selected(only, *qk):
                 continue
             self._parts.setdefault(qk, []).append(
                 (d.cq_queue_offset[grp], d.cq_phy_offset[grp], d.cq_size[grp], d.cq_tags_code[grp]))
@@ -504,11 +505,6 @@ class CqCollector:
             cols = [np.concatenate([p[i] for p in parts]) for i in range(4)]
             out.append(QueueUnits(topic, qid, *cols))
         return out
-
-
-def _selected(key: tuple[str, int], only: set) -> bool:
-    topic, qid = key
-    return (topic, qid) in only or (topic, None) in only
 
 
 @dataclass

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqtool.errors import RefusedError, RmqError
+from rmqtool.topicpath import queue_selected
 
 CRASH_ENV = "RMQTOOL_CRASH_AT"
 CRASH_STEPS = ("build", "built", "journal", "exchanged", "moved")
@@ -378,17 +379,6 @@ def copy_link(src: Path, dst: Path) -> None:
     os.symlink(os.readlink(src), dst)
 
 
-def _queue_selected(only, topic: str, qid: str) -> bool:
-    """``rebuild_consumequeue``'s selection: ``only`` None (all), else {(topic, queue id|None)}."""
-    if only is None:
-        return True
-    try:
-        q = int(qid)
-    except ValueError:
-        return False
-    return (topic, q) in only or (topic, None) in only
-
-
 def _queue_id(name: str) -> int | None:
     try:
         return int(name)
@@ -423,7 +413,7 @@ def _linked_selection(target: Path, only, rebuilt) -> list[tuple[str, str]]:
         if not t.is_dir(follow_symlinks=False):
             continue
         for q in sorted(os.scandir(t.path), key=lambda e: e.name):
-            if not _queue_selected(only, t.name, q.name):
+            if not queue_selected(only, t.name, q.name):
                 continue
             rel = f"{t.name}/{q.name}"
             if q.is_symlink():
@@ -490,7 +480,7 @@ def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
             rel = str(rel_dir / name)
             if os.path.islink(os.path.join(dirpath, name)):
                 out.links.append(rel)
-            elif len(parts) == 2 and _queue_selected(only, parts[0], parts[1]):
+            elif len(parts) == 2 and queue_selected(only, parts[0], parts[1]):
                 out.replaced.append(rel)
             else:
                 out.files.append(rel)

@@ -24,7 +24,7 @@ from rmqtool import install as inst
 from rmqtool.dispatch import (END_DISPATCH_STOP, BatchDispatch, CqCollector, DispatchConfig, IndexBuilder,
                               IndexFileImage, dispatch_batch, layout_cq)
 from rmqtool.errors import RefusedError, UsageError
-from rmqtool.topicpath import describe, queue_dir, topic_path_problem
+from rmqtool.topicpath import describe, queue_dir, queue_selected, topic_path_problem
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.fileio import file_size, first_nonzero
@@ -358,7 +358,7 @@ def _count_units(d, only: set | None) -> int:
     if only is None:
         return len(d.cq_topic)
     return sum(1 for t, q in zip(d.cq_topic.tolist(), d.cq_queue_id.tolist())
-               if (d.topics[t], q) in only or (d.topics[t], None) in only)
+               if queue_selected(only, d.topics[t], q))
 
 
 def _note_damage(result: RebuildResult, outcome: WalkOutcome, before: int, restart=None) -> None:
@@ -414,15 +414,6 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
         only = {(t, q) for t in topics for q in queues} if queues else {(t, None) for t in topics}
     inst.refuse_linked_topics(target, only)
 
-    def selected(topic: str, qid: str) -> bool:
-        if only is None:
-            return True
-        try:
-            q = int(qid)
-        except ValueError:
-            return False
-        return (topic, q) in only or (topic, None) in only
-
     collector = CqCollector()
     config = config or DispatchConfig()
     stops: list[str] = []
@@ -457,7 +448,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
             result.files_written.append({"path": f"{q.topic}/{q.queue_id}/{start:020d}", "size": file_size})
     if outcome.damage:
         def keep(topic, qid):
-            return not selected(topic, str(qid))
+            return not queue_selected(only, topic, qid)
         before, _ = cq_totals(store, None if only is None else lambda t, q: not keep(t, q))
         _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
         rebuilt_max = max((int((q.phy_offset.astype(np.int64) + q.size).max()) for q in queues if len(q)),

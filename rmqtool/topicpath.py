@@ -46,3 +46,15 @@ def queue_dir(base: Path, topic: str, queue_id: int) -> Path:
     if path.parent.parent != base:
         raise RefusedError(f"topic {describe(topic)} would leave the directory", base)
     return path
+
+
+def queue_selected(only: set | None, topic: str, queue_id: int | str) -> bool:
+    """A rebuild's queue selection: ``only`` None (every queue), else {(topic, queue id or None
+    for every queue of the topic)}; a queue id may be its directory name (not a number: no)."""
+    if only is None:
+        return True
+    try:
+        queue_id = int(queue_id)
+    except ValueError:
+        return False
+    return (topic, queue_id) in only or (topic, None) in only
