@@ -24,6 +24,7 @@ symlink is refused: the stage would write through it and the backup would share 
 from __future__ import annotations
 
 import base64
+import binascii
 import os
 import random
 import struct
@@ -148,15 +149,30 @@ def _decode_body(row: dict, where: str) -> bytes:
     if enc == "hex":
         return bytes.fromhex(body)
     if enc in ("base64", "raw"):
-        return base64.b64decode(body)
+        return _b64decode(body, "body", where)
     raise UsageError(f"{where}: unknown body_encoding {enc!r}")
 
 
-def _properties_of(row: dict, uniq: UniqKeyGenerator | None, now_ms: int) -> bytes:
+def _b64decode(text, name: str, where: str) -> bytes:
+    """Strict base64 (a typo is an error, not bytes silently dropped)."""
+    if not isinstance(text, str):
+        raise UsageError(f"{where}: {name} must be a base64 string, not {type(text).__name__}")
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise UsageError(f"{where}: {name} is not valid base64 ({exc})") from None
+
+
+def _properties_of(row: dict, uniq: UniqKeyGenerator | None, now_ms: int, where: str) -> bytes:
     raw = row.get("properties_raw")
     if raw is not None:
-        return base64.b64decode(raw)
+        return _b64decode(raw, "properties_raw", where)
     props = row.get("properties")
+    if props is not None and not isinstance(props, dict):
+        raise UsageError(f"{where}: properties must be an object of names to values")
+    for name, value in (props or {}).items():
+        if not isinstance(value, str):
+            raise UsageError(f"{where}: property {name!r} must be a string, not {type(value).__name__}")
     if props is None:
         props = {}
         if uniq is not None:
@@ -179,36 +195,63 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
         raise UsageError(f"{where}: {problem}; refused: it cannot name a ConsumeQueue directory")
     if "body" not in row:
         raise UsageError(f"{where}: a row needs 'body'")
+    ints = {name: _int_field(row, name, where) for name in FIXED_WIDTH_FIELDS}
     try:
-        store_ts = int(row["store_timestamp"]) if row.get("store_timestamp") is not None else now_ms
+        store_ts = ints["store_timestamp"] if ints["store_timestamp"] is not None else now_ms
         return _in_range(MessageFields(
-            topic=row["topic"], body=_body_of(row, where), properties=_properties_of(row, uniq, store_ts),
-            queue_id=int(row.get("queue_id") or 0), flag=int(row.get("flag") or 0),
-            queue_offset=int(row["queue_offset"]) if row.get("queue_offset") is not None else -1,
-            sys_flag=int(row.get("sys_flag") or 0),
-            born_timestamp=int(row["born_timestamp"]) if row.get("born_timestamp") is not None else store_ts,
-            born_host=Host.parse(row.get("born_host") or DEFAULT_BORN_HOST),
-            store_timestamp=store_ts, store_host=Host.parse(row.get("store_host") or DEFAULT_STORE_HOST),
-            reconsume_times=int(row.get("reconsume_times") or 0),
-            prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0)))
+            topic=row["topic"], body=_body_of(row, where), properties=_properties_of(row, uniq, store_ts, where),
+            queue_id=ints["queue_id"] or 0, flag=ints["flag"] or 0,
+            queue_offset=ints["queue_offset"] if ints["queue_offset"] is not None else -1,
+            sys_flag=ints["sys_flag"] or 0,
+            born_timestamp=ints["born_timestamp"] if ints["born_timestamp"] is not None else store_ts,
+            born_host=_host_of(row, "born_host", DEFAULT_BORN_HOST, where),
+            store_timestamp=store_ts, store_host=_host_of(row, "store_host", DEFAULT_STORE_HOST, where),
+            reconsume_times=ints["reconsume_times"] or 0,
+            prepared_transaction_offset=ints["prepared_transaction_offset"] or 0))
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise UsageError(f"{where}: {exc}") from None
 
 
-_INT32_FIELDS = ("queue_id", "flag", "sys_flag", "reconsume_times")
-_INT64_FIELDS = ("queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset")
+#: the record's fixed-width integer fields a row may give, with their declared byte width
+FIXED_WIDTH_FIELDS = {name: cl.Message.subcons[[sc.name for sc in cl.Message.subcons].index(name)].sizeof()
+                      for name in ("queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp",
+                                   "store_timestamp", "reconsume_times", "prepared_transaction_offset")}
+#: a host's port: the broker stores 4 bytes, but Java's InetSocketAddress takes 0..65535 on decode
+MAX_PORT = 65535
+
+
+def _int_field(row: dict, name: str, where: str) -> int | None:
+    """A fixed-width integer of the record: an integer (not a float, a bool or a string)."""
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{where}: {name} {value!r} is not an integer")
+    return value
+
+
+def _host_of(row: dict, name: str, default: str, where: str) -> Host:
+    text = row.get(name) or default
+    if not isinstance(text, str):
+        raise UsageError(f"{where}: {name} must be a string 'ip:port', not {type(text).__name__}")
+    try:
+        host = Host.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {name} {text!r} is not 'ip:port' ({exc})") from None
+    if not 0 <= host.port <= MAX_PORT:
+        raise UsageError(f"{where}: {name} port {host.port} is outside 0..{MAX_PORT}")
+    return host
 
 
 def _in_range(f: MessageFields) -> MessageFields:
     """Reject values the record's fixed-width fields cannot hold (ValueError, reported per row)."""
-    for names, bits in ((_INT32_FIELDS, 32), (_INT64_FIELDS, 64)):
-        for name in names:
-            value = getattr(f, name)
-            if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-                raise ValueError(f"{name} {value} does not fit a {bits}-bit field")
+    for name, width in FIXED_WIDTH_FIELDS.items():
+        value, bits = getattr(f, name), 8 * width
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise ValueError(f"{name} {value} does not fit a {bits}-bit field")
     for host in (f.born_host, f.store_host):
-        if not 0 <= host.port < 1 << 31:
-            raise ValueError(f"port {host.port} out of range")
+        if not 0 <= host.port <= MAX_PORT:
+            raise ValueError(f"port {host.port} is outside 0..{MAX_PORT}")
     topic = f.topic.encode("utf-8")
     limit = 0x7FFF if magic_for(f.topic) == cl.MESSAGE_MAGIC_V2 else 0x7F
     if len(topic) > limit or len(f.properties) > cl.PROPERTIES_MAX_LENGTH:

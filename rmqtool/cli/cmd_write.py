@@ -12,22 +12,37 @@ from rmqtool.cli.common import FormatOpt, app, check_choice, emit, stderr, stdou
 from rmqtool.errors import UsageError
 
 
+#: the longest JSONL row `write --from` reads: the broker's default maxMessageSize (4 MiB) as base64,
+#: with room for properties_raw and the other fields. A longer line is refused before it is parsed.
+MAX_ROW_BYTES = 16 << 20
+
+
 def _rows(source: str):
-    fh = sys.stdin if source == "-" else open(source, encoding="utf-8")
+    fh = sys.stdin.buffer if source == "-" else open(source, "rb")
     name = "<stdin>" if source == "-" else source
-    n = 0
+    n = at = 0
     try:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
+        while True:
+            line = fh.readline(MAX_ROW_BYTES + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > MAX_ROW_BYTES:
+                raise UsageError(f"line {n} is longer than {MAX_ROW_BYTES} bytes (the longest row write reads)",
+                                 name, at)
+            start, at = at, at + len(line)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"line {n}: not UTF-8 text ({exc.reason})", name, start) from None
+            if not text.strip():
                 continue
             try:
-                yield f"{name}:{n}", json.loads(line)
-            except ValueError as exc:
-                raise UsageError(f"line {n}: not JSON ({exc})", name) from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"after line {n}: not UTF-8 text ({exc.reason})", name) from None
+                yield f"{name}:{n}", json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise UsageError(f"line {n}: not JSON ({str(exc)[:200]})", name, start) from None
     finally:
-        if fh is not sys.stdin:
+        if fh is not sys.stdin.buffer:
             fh.close()
 
 
