@@ -76,7 +76,7 @@ class ExportStage:
 
     def __call__(self, task: Task, batches):
         import pyarrow.compute as pc
-        open_files: dict = {}
+        parts = PartWriters(self, task)
         try:
             for b in batches:
                 mask = self.flt.batch_mask(b)
@@ -88,50 +88,122 @@ class ExportStage:
                 enc = rb.column("topic").dictionary_encode()
                 for k, topic in enumerate(enc.dictionary.to_pylist()):
                     part = rb.filter(pc.equal(enc.indices, k)) if len(enc.dictionary) > 1 else rb
-                    self._write(open_files, task, topic, part)
-            rows = []
-            for topic, (tmp, final, writer, count) in open_files.items():
-                writer.close()
-                os.replace(tmp, final)
-                rows.append({"topic": topic, "dir": os.path.basename(os.path.dirname(final)),
-                             "file": final, "rows": count})
+                    parts.write(topic, part)
+            rows = parts.finish()
         except BaseException:
-            for tmp, _final, writer, _ in open_files.values():
-                try:
-                    writer.close()
-                finally:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
+            parts.discard()
             raise
         yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY_SCHEMA)
 
-    def _write(self, open_files: dict, task: Task, topic: str, part: pa.RecordBatch) -> None:
-        entry = open_files.get(topic)
-        if entry is None:
-            d = os.path.join(self.dest, encode_topic(topic))
-            os.makedirs(d, exist_ok=True)
-            name = f"part-{task.task_id:06d}.{'parquet' if self.fmt == 'parquet' else 'jsonl'}"
-            final = os.path.join(d, name)
-            tmp = os.path.join(d, f".{name}.tmp")
-            if self.fmt == "parquet":
-                import pyarrow.parquet as pq
-                writer = pq.ParquetWriter(tmp, parquet_schema(self.body))
-            else:
-                writer = open(tmp, "w", encoding="utf-8")
-            entry = [tmp, final, writer, 0]
-            open_files[topic] = entry
-        writer = entry[2]
+    def open_writer(self, path: str):
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+            return pq.ParquetWriter(path, parquet_schema(self.body))
+        return open(path, "w", encoding="utf-8")
+
+    def write_part(self, writer, part: pa.RecordBatch) -> None:
         if self.fmt == "parquet":
             writer.write_batch(part.drop_columns(["topic"]))
         else:
             writer.write("".join(json_line(r) + "\n" for r in rows_for_json(part)))
+
+
+#: open part files per export task at most: a store with 10,000 topics must not need 10,000 file
+#: descriptors. A topic whose writer is closed to make room goes on in a new part file.
+MAX_OPEN_PARTS = 64
+
+
+class PartWriters:
+    """One task's part files, at most ``MAX_OPEN_PARTS`` open (the least recently written is closed
+    and finished first). Part names are deterministic: ``part-<task>.<ext>``, then ``part-<task>-<n>``."""
+
+    def __init__(self, stage: ExportStage, task: Task):
+        self.stage, self.task = stage, task
+        self.ext = "parquet" if stage.fmt == "parquet" else "jsonl"
+        self.open: dict[str, list] = {}            # topic -> [tmp, final, writer, rows]; insertion = recency
+        self.parts: dict[str, int] = {}            # topic -> parts begun
+        self.done: list[dict] = []
+        self.made_dirs: list[str] = []
+
+    def write(self, topic: str, part: pa.RecordBatch) -> None:
+        entry = self.open.pop(topic, None)
+        if entry is None:
+            while len(self.open) >= MAX_OPEN_PARTS:
+                oldest = next(iter(self.open))
+                self._close(oldest, self.open.pop(oldest))
+            entry = self._begin(topic)
+        self.open[topic] = entry                   # most recently written last
+        self.stage.write_part(entry[2], part)
         entry[3] += part.num_rows
+
+    def _begin(self, topic: str) -> list:
+        d = os.path.join(self.stage.dest, encode_topic(topic))
+        try:
+            os.makedirs(d)
+            self.made_dirs.append(d)
+        except FileExistsError:             # an earlier part, or another task's
+            pass
+        n = self.parts.get(topic, 0)
+        self.parts[topic] = n + 1
+        name = f"part-{self.task.task_id:06d}{f'-{n}' if n else ''}.{self.ext}"
+        final, tmp = os.path.join(d, name), os.path.join(d, f".{name}.tmp")
+        entry = [tmp, final, None, 0]
+        self.open[topic] = entry                   # registered before opening: discard() finds it
+        entry[2] = self.stage.open_writer(tmp)
+        return self.open.pop(topic)
+
+    def _close(self, topic: str, entry: list) -> None:
+        tmp, final, writer, count = entry
+        writer.close()
+        os.replace(tmp, final)
+        self.done.append({"topic": topic, "dir": os.path.basename(os.path.dirname(final)), "file": final,
+                          "rows": count})
+
+    def finish(self) -> list[dict]:
+        while self.open:
+            topic = next(iter(self.open))
+            self._close(topic, self.open.pop(topic))
+        return self.done
+
+    def discard(self) -> None:
+        """After a failure: no part of this task is left, nor a directory it made."""
+        for tmp, _final, writer, _ in self.open.values():
+            try:
+                if writer is not None:
+                    writer.close()
+            except Exception:      # noqa: BLE001 - closing a failed writer (ENOSPC) may fail again
+                pass
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        for row in self.done:
+            if os.path.exists(row["file"]):
+                os.unlink(row["file"])
+        self.open, self.done = {}, []
+        for d in reversed(self.made_dirs):
+            try:
+                os.rmdir(d)
+            except OSError:        # another task wrote there too
+                pass
 
 
 def _remove_outputs(table: pa.Table) -> None:
     for f in table.column("file").to_pylist():
         if f and os.path.exists(f):
             os.unlink(f)
+
+
+def _remove_partial_export(dest: Path, existed: bool) -> None:
+    """A failed export leaves nothing: its topic directories (the destination was empty, or held
+    only a previous export that --force removed) and the destination if it made it."""
+    for p in dest.iterdir() if dest.is_dir() else ():
+        if p.name.startswith("topic=") and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+    if not existed:
+        try:
+            dest.rmdir()
+        except OSError:
+            pass
 
 
 def prepare_destination(dest: Path, stores: Sequence[Path], force: bool) -> None:
@@ -168,10 +240,15 @@ def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engin
         raise UsageError(f"--body must be one of none, raw, text, not {body!r}")
     flt = flt or RecordFilter()
     dest = Path(dest).absolute()
+    existed = dest.exists()
     prepare_destination(dest, [Path(s.root) for _, s in stores], force)
     tasks = plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE, (flt.from_offset, flt.to_offset))
     stage = ExportStage(str(dest), fmt, body, flt)
-    table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_remove_outputs)
+    try:
+        table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_remove_outputs)
+    except BaseException:
+        _remove_partial_export(dest, existed)
+        raise
     summary = table.to_pylist()
     topics: dict[str, str] = {}
     per_topic: dict[str, int] = {}
