@@ -90,7 +90,10 @@ def walk_past_damage(store, walk: Walker, start: int, to_offset: int | None, on_
             sink = on_tail or (lambda d: None)
         if after <= end:            # the resync never goes back: no loop on a bad anchor
             break
+        stopped_at = end
         n, end, kind = walk(after, to_offset, sink)
+        if end <= stopped_at:       # a walker that did not get past the stop: never loop on it
+            raise RuntimeError(f"the walk resumed at {after} ended at {end}, not past the stop at {stopped_at}")
         out.tail_records += n
         out.data_end = end
         if skip_corrupt:

@@ -62,9 +62,10 @@ def store_names(paths: Sequence[str | Path]) -> list[str]:
 
 def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_SPLIT_SIZE,
                offset_range: tuple[int | None, int | None] = (None, None),
-               check_crc: bool = False) -> list[Task]:
+               check_crc: bool = False, exact_start: bool = False) -> list[Task]:
     """Tasks over every CommitLog file of every ``(name, Store)``; files wholly outside
-    ``offset_range`` ([from, to) commitlog offsets) are left out."""
+    ``offset_range`` ([from, to) commitlog offsets) are left out. ``exact_start``: ``from`` is a
+    record start (a rebuild walk resumed past damage): its file's tasks begin there."""
     if split_size <= 0:
         raise UsageError(f"split size must be positive, not {split_size}")
     lo_off, hi_off = offset_range
@@ -76,9 +77,10 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
                 continue
             if hi_off is not None and seg.start >= hi_off:
                 continue
-            for lo in range(0, max(size, 1), split_size):
+            first = lo_off - seg.start if exact_start and lo_off is not None and lo_off > seg.start else 0
+            for lo in range(first, max(size, first + 1), split_size):
                 tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo,
-                                  min(lo + split_size, size), exact=lo == 0, check_crc=check_crc))
+                                  min(lo + split_size, size), exact=lo == first, check_crc=check_crc))
     return tasks
 
 

@@ -53,7 +53,8 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
     """A ``walker(start, to_offset, on_dispatch) -> (records, end, kind)`` for rmqtool.rebuild."""
     def walk(start: int, to_offset: int | None, on_dispatch):
         size = store.commitlog.file_size
-        tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc)
+        tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc,
+                           exact_start=True)
         table = engine.run(tasks, DispatchStage(config, start, to_offset), DISPATCH_SCHEMA)
         ends = file_ends(engine.tasks, engine.statuses)
         task_file = {t.task_id: t for t in engine.tasks}
