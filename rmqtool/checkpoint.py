@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from formats.checkpoint import (CHECKPOINT_DTYPE, CHECKPOINT_FILE_SIZE, MIN_TIMESTAMP_SLACK_MS)
+from formats.checkpoint import CHECKPOINT_DTYPE, CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS, MIN_TIMESTAMP_SLACK_MS
 from rmqtool.errors import CorruptDataError
 from rmqtool.fileio import read_file
 
@@ -47,3 +47,20 @@ def read_checkpoint(path: Path) -> CheckpointValues:
     tail = np.frombuffer(data[CHECKPOINT_DTYPE.itemsize:], dtype=np.uint8)
     return CheckpointValues(*(int(rec[name]) for name in CHECKPOINT_DTYPE.names),
                             file_size=len(data), nonzero_bytes_after_fields=int(np.count_nonzero(tail)))
+
+
+def require_checkpoint(values: CheckpointValues, path: Path) -> CheckpointValues:
+    """A file read as a checkpoint must look like one (``dump checkpoint FILE``): the broker's
+    4096-byte page, zeros after the five longs, no negative timestamp or offset."""
+    if values.file_size != CHECKPOINT_FILE_SIZE:
+        raise CorruptDataError(f"not a checkpoint: {values.file_size} bytes, a checkpoint file is "
+                               f"{CHECKPOINT_FILE_SIZE}", path, 0)
+    if values.nonzero_bytes_after_fields:
+        raise CorruptDataError(f"not a checkpoint: {values.nonzero_bytes_after_fields} non-zero bytes after "
+                               f"the {CHECKPOINT_DTYPE.itemsize}-byte fields, where the broker leaves zeros",
+                               path, CHECKPOINT_DTYPE.itemsize)
+    for name in CHECKPOINT_DTYPE.names:
+        if getattr(values, name) < 0:
+            raise CorruptDataError(f"not a checkpoint: {name} is negative ({getattr(values, name)})",
+                                   path, CHECKPOINT_OFFSETS[name])
+    return values

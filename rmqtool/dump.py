@@ -10,7 +10,7 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_SIZE
 from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
-from rmqtool.checkpoint import read_checkpoint
+from rmqtool.checkpoint import read_checkpoint, require_checkpoint
 from rmqtool.consumequeue import read_units
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.fileio import file_size
@@ -56,11 +56,22 @@ class RecordFilter:
                 and (self.to_offset is None or offset < self.to_offset))
 
 
-def commitlog_target(path: str, store_factory) -> tuple[object, list[Segment] | None]:
-    """A store, a commitlog directory, or one commitlog file -> (store-like, files)."""
+def commitlog_target(path: str, store_factory, base_offset: int | None = None) -> tuple[object, list[Segment] | None]:
+    """A store, a commitlog directory, or one commitlog file -> (store-like, files).
+
+    A file's name is its start offset (20 digits); a renamed file needs ``base_offset``, or
+    every offset it reports (and the PHYSICALOFFSET check) would be wrong."""
     p = Path(path)
     if p.is_file():
-        base = int(p.name) if SEGMENT_NAME.match(p.name) else 0
+        if base_offset is not None:
+            if base_offset < 0:
+                raise UsageError(f"--base-offset {base_offset}: expected an offset >= 0")
+            base = base_offset
+        elif SEGMENT_NAME.match(p.name):
+            base = int(p.name)
+        else:
+            raise UsageError("a CommitLog file is named by its 20-digit start offset; this one is not: "
+                             "pass --base-offset N (its start offset) to read it", p)
         seg = Segment(p, base, file_size(p))
         queue = SegmentQueue("commitlog", [seg], seg.size)
         return _SingleFileStore(queue), [seg]
@@ -217,7 +228,7 @@ def checkpoint_rows(path: str, store_factory) -> Iterator[dict]:
             raise StoreLayoutError("no checkpoint file", cp_path)
     else:
         cp_path = p
-    values = read_checkpoint(cp_path)
+    values = require_checkpoint(read_checkpoint(cp_path), cp_path)
     yield {"file": str(cp_path), "position": 0, "kind": "CHECKPOINT", **values.as_dict()}
 
 

@@ -1,6 +1,7 @@
 """The store model: every file of a broker store directory, its geometry and liveness."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.checkpoint import CheckpointValues, read_checkpoint
-from rmqtool.errors import StoreLayoutError
+from rmqtool.errors import StoreLayoutError, UsageError
 from rmqtool.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.liveness import LockOwner, lock_owner
 from rmqtool.segments import SEGMENT_NAME, Segment, SegmentQueue
@@ -56,6 +57,8 @@ class Store:
         self._commitlog_file_size = commitlog_file_size
         self._cq_file_size = cq_file_size
         if not self.looks_like_store():
+            if self.root.name in ("consumequeue", "index"):
+                self.require_root()
             raise StoreLayoutError(
                 "not a RocketMQ store: no commitlog/, consumequeue/, index/ or checkpoint", self.root)
 
@@ -99,6 +102,36 @@ class Store:
     def reopen(self) -> "Store":
         """A fresh view of the same path (nothing cached from this one)."""
         return Store(*self._reopen_args)
+
+    def require_root(self) -> "Store":
+        """Refuse a bare data directory where a command needs the store root (verify, rebuild):
+        it has no ConsumeQueues, index or checkpoint of its own to check or to write into."""
+        kind = self.root.name if self.root.name in ("commitlog", "consumequeue", "index") else None
+        if self.commitlog_dirs == [self.root] or kind is not None:
+            what = f"{'an' if kind == 'index' else 'a'} {kind} directory" if kind else "a bare commitlog directory"
+            raise UsageError(f"is {what}, not a store root; pass the store root (its parent, "
+                             f"{self.root.resolve().parent})", self.root)
+        return self
+
+    def require_topic(self, topic: str, queue_id: int | None = None) -> None:
+        """A --topic/--queue naming no ConsumeQueue of the store is a mistake, not an empty answer:
+        ``no topic 'ordertopic' (did you mean 'OrderTopic'?)``. A store without ConsumeQueues
+        (deleted, about to be rebuilt) has no list to check against: anything goes."""
+        refs = self.queues()
+        if not refs:
+            return
+        topics = sorted({r.topic for r in refs})
+        if topic not in topics:
+            folded = [t for t in topics if t.lower() == topic.lower()]
+            near = folded or difflib.get_close_matches(topic, topics, n=3, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(t) for t in near)}?)" if near else \
+                f" ({len(topics)} topics: {', '.join(topics[:8])}{', ...' if len(topics) > 8 else ''})"
+            raise UsageError(f"no topic {topic!r}{hint}", self.consumequeue_dir)
+        if queue_id is not None:
+            ids = sorted(r.queue_id for r in refs if r.topic == topic)
+            if queue_id not in ids:
+                raise UsageError(f"topic {topic!r} has no queue {queue_id} (queues: "
+                                 f"{', '.join(map(str, ids))})", self.consumequeue_dir / topic)
 
     def looks_like_store(self) -> bool:
         return (any(d.is_dir() for d in self.commitlog_dirs) or self.consumequeue_dir.is_dir()

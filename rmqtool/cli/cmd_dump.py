@@ -45,6 +45,8 @@ def dump_commitlog(
                              "read it back byte-exact) | text | hex | base64 | none (default for table)"),
     commitlog_dirs: str = CommitlogDirsOpt,
     layout: str = LayoutOpt,
+    base_offset: Optional[int] = typer.Option(None, "--base-offset",
+                                              help="a single renamed file's start offset (its name is not 20 digits)"),
 ):
     """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
@@ -58,7 +60,7 @@ def dump_commitlog(
     flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
                        parse_time(end, "--end"))
     check_range(flt)
-    store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs))
+    store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs), base_offset)
     damage = _FirstDamage(live=bool(getattr(store, "is_live", lambda: False)()))
     rows = damage.watch(_limited(commitlog_rows(store, flt, body=body, files=files), limit))
     if fmt == "table":

@@ -28,7 +28,7 @@ def export_command(
     to_offset: Optional[int] = typer.Option(None, "--to-offset", help="commitlog offset, exclusive"),
     begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
     end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
-    body: str = typer.Option("none", "--body", help="none | raw (bytes) | text (UTF-8, inflated)"),
+    body: str = typer.Option("raw", "--body", help="raw (the stored bytes; default) | text (UTF-8, inflated) | none"),
     force: bool = typer.Option(False, "--force", help="replace a previous export in --to"),
     engine: str = EngineOpt,
     jobs: int = JobsOpt,

@@ -15,11 +15,12 @@ def info_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    count: bool = typer.Option(False, "--count", help="count every message of the store (walks every CommitLog file)"),
 ):
     """Summarize a store: files, geometry, queues, checkpoint, liveness, where recovery starts."""
     check_choice(fmt, ("table", "json", "jsonl"), "--format")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    info = store_info(s)
+    info = store_info(s, count_all=count)
     if fmt != "table":
         emit([info], fmt)
         return
@@ -33,8 +34,11 @@ def info_command(
                      "(not followed)", markup=False)
     stdout.print(f"[bold]commitlog[/bold] {cl['files']} files of {cl['file_size']} bytes in "
                  f"{', '.join(cl['dirs'])}")
-    stdout.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']}  "
-                 f"messages {cl['messages']}  ({cl['end_kind']} at {cl['valid_end']})")
+    counted = (f"messages {cl['messages']} in the store, " if cl["messages"] is not None else "") + \
+        f"{cl['messages_from_recovery_start']} from the recovery start file" + \
+        ("" if cl["messages"] is not None else " (--count for the whole store)")
+    stdout.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']} ({cl['end_kind']})  {counted}",
+                 markup=False)
     for p in cl["problems"]:
         stdout.print(f"  [red]{p}[/red]")
     rec = info["recovery"]

@@ -181,11 +181,12 @@ def query_queue_command(
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
     check_choice(boundary, BOUNDARIES, "--boundary")
+    s = open_store(store, commitlog_dirs)
+    s.require_topic(topic, queue)
     if (offset is None) == (time is None):
         raise UsageError("give exactly one of --offset N or --time T")
     if count is not None and count <= 0:
         raise UsageError(f"--count must be positive, not {count}")
-    s = open_store(store, commitlog_dirs)
     view = QueueView(s, topic, queue)
     try:
         if time is not None:

@@ -162,7 +162,7 @@ def _engine_rebuild(engine: str, kind: str, store, local_call, selective: bool, 
 
 def _open(store: str, commitlog_dirs, slots=None, entries=None):
     from rmqtool.store import Store
-    return Store(store, commitlog_dirs=commitlog_dirs)
+    return Store(store, commitlog_dirs=commitlog_dirs).require_root()
 
 
 @rebuild_app.command("consumequeue")

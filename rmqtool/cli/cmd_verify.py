@@ -118,6 +118,10 @@ def verify_command(
     if split_size is not None and split_size <= 0:
         raise UsageError(f"--split-size must be positive, not {split_size}")
     opened = open_stores(stores, commitlog_dirs, index_slots, index_entries)
+    for _, s in opened:
+        s.require_root()
+        if topic is not None:
+            s.require_topic(topic, queue)
     fleet = len(opened) > 1
     results = []
     with _engine(engine, jobs, master, remote, spark_conf) as eng:

@@ -17,8 +17,33 @@ from rmqtool.errors import UsageError
 MAX_ROW_BYTES = 16 << 20
 
 
+def _open_source(source: str):
+    if source == "-":
+        return sys.stdin.buffer
+    try:
+        return open(source, "rb")
+    except FileNotFoundError:
+        raise UsageError("no such file (expected a JSONL file of records, or - for stdin)", source) from None
+    except IsADirectoryError:
+        raise UsageError("is a directory (expected a JSONL file of records, or - for stdin)", source) from None
+    except OSError as exc:
+        raise UsageError(f"cannot open: {exc.strerror}", source) from None
+
+
+def _body_range(text: str) -> tuple[int, int]:
+    """--body-size MIN-MAX (or N): 0 <= MIN <= MAX."""
+    lo, _, hi = text.partition("-")
+    try:
+        lo_i, hi_i = int(lo), int(hi or lo)
+    except ValueError:
+        raise UsageError(f"--body-size {text!r}: expected MIN-MAX, e.g. 400-600") from None
+    if not 0 <= lo_i <= hi_i:
+        raise UsageError(f"--body-size {text!r}: expected 0 <= MIN <= MAX")
+    return lo_i, hi_i
+
+
 def _rows(source: str):
-    fh = sys.stdin.buffer if source == "-" else open(source, "rb")
+    fh = _open_source(source)
     name = "<stdin>" if source == "-" else source
     n = at = 0
     try:
@@ -72,6 +97,12 @@ def write_command(
     check_choice(fmt, ("table", "json"), "--format")
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")
+    if synthetic is not None and synthetic < 0:
+        raise UsageError(f"--synthetic {synthetic}: expected a message count >= 0")
+    for option, value in (("--topics", topics), ("--queues", queues), ("--key-cardinality", key_cardinality)):
+        if synthetic is not None and value < 1:
+            raise UsageError(f"{option} {value}: expected a count >= 1")
+    lo_i, hi_i = _body_range(body_size)
     from rmqtool.simplified import use_simplified
     if use_simplified(store, layout):          # the article's three files (--synthetic: its generator)
         from rmqtool.simplified import cli as simplified_cli
@@ -93,11 +124,6 @@ def write_command(
     bar = _CountProgress()
     try:
         if synthetic is not None:
-            lo, _, hi = body_size.partition("-")
-            try:
-                lo_i, hi_i = int(lo), int(hi or lo)
-            except ValueError:
-                raise UsageError(f"--body-size {body_size!r}: expected MIN-MAX") from None
             spec = SyntheticSpec(synthetic, topics, queues, key_cardinality, lo_i, hi_i,
                                  tuple(t for t in tags.split(",") if t), seed)
             s = write_synthetic(store, spec, geometry, progress=bar)
