@@ -144,23 +144,77 @@ def emit_jsonl(rows: Iterable[dict]) -> int:
     return n
 
 
+#: rows per rich table on a terminal: a person sees the first rows at once, whatever follows
+TABLE_CHUNK = 100
+
+
 def emit(rows: Iterable[dict], fmt: str, columns: list[str] | None = None, title: str | None = None) -> int:
-    """Render rows as a rich table, a JSON array, or JSON lines. Returns the row count."""
+    """Render rows as they come: a JSON array, JSON lines, rich tables (on a terminal, in chunks of
+    ``TABLE_CHUNK`` rows) or tab-separated lines with a header (table format, stdout not a terminal).
+    Memory stays flat whatever the row count. Returns the row count."""
     if fmt == "jsonl":
         return emit_jsonl(rows)
-    rows = list(rows)
     if fmt == "json":
-        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=2) + "\n")
-        return len(rows)
-    from rich.table import Table
-    cols = columns or (list(rows[0].keys()) if rows else [])
-    table = Table(title=title, show_lines=False)
-    for c in cols:
-        table.add_column(c, overflow="fold")
+        return emit_json(rows)
+    if not sys.stdout.isatty():
+        return emit_tsv(rows, columns, title)
+    return _emit_tables(rows, columns, title)
+
+
+def emit_json(rows: Iterable[dict]) -> int:
+    """A JSON array streamed row by row, the same text as ``json.dumps(rows, indent=2)``."""
+    import textwrap
+    write = sys.stdout.write
+    n = 0
     for row in rows:
-        table.add_row(*(escape_control(_cell(row.get(c))) for c in cols))
-    stdout.print(table)
-    return len(rows)
+        write("[\n" if n == 0 else ",\n")
+        write(textwrap.indent(json.dumps(row, ensure_ascii=False, indent=2), "  "))
+        n += 1
+    write("[]\n" if n == 0 else "\n]\n")
+    sys.stdout.flush()
+    return n
+
+
+def emit_tsv(rows: Iterable[dict], columns: list[str] | None = None, title: str | None = None) -> int:
+    """Tab-separated lines with a header line: what scripts read when a table is piped."""
+    write = sys.stdout.write
+    n, cols = 0, columns
+    for row in rows:
+        if cols is None:
+            cols = list(row.keys())
+        if n == 0:
+            write("\t".join(cols) + "\n")
+        write("\t".join(_tsv_cell(row.get(c)) for c in cols) + "\n")
+        n += 1
+    if n == 0 and cols:
+        write("\t".join(cols) + "\n")
+    sys.stdout.flush()
+    return n
+
+
+def _tsv_cell(value) -> str:
+    return escape_control(_cell(value))            # tabs and newlines come out as \x09, \x0a
+
+
+def _emit_tables(rows: Iterable[dict], columns: list[str] | None, title: str | None) -> int:
+    from itertools import islice
+    from rich.table import Table
+    it = iter(rows)
+    n, cols = 0, columns
+    while True:
+        chunk = list(islice(it, TABLE_CHUNK))
+        if not chunk and n:
+            return n
+        cols = cols or (list(chunk[0].keys()) if chunk else [])
+        table = Table(title=title if n == 0 else None, show_lines=False)
+        for c in cols:
+            table.add_column(c, overflow="fold")
+        for row in chunk:
+            table.add_row(*(escape_control(_cell(row.get(c))) for c in cols))
+        stdout.print(table)
+        n += len(chunk)
+        if len(chunk) < TABLE_CHUNK:
+            return n
 
 
 def _cell(value) -> str:
@@ -176,22 +230,35 @@ def fail(exc: RmqError) -> None:
     raise SystemExit(exc.exit_code)
 
 
+def _quiet_closed_stdout() -> None:
+    """The reader went away (``| head``): point stdout at /dev/null, so that the interpreter's
+    flush at exit does not fail a second time."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):      # no real file descriptor (tests' StringIO)
+        pass
+
+
 def run_app(application: typer.Typer) -> None:
     """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
     try:
         result = application(standalone_mode=False)
     except RmqError as exc:
         fail(exc)
-    except SystemExit:
+    except SystemExit as exc:
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":     # click's answer to EPIPE: exit 1
+            _quiet_closed_stdout()
+            raise SystemExit(0) from None
         raise
     except KeyboardInterrupt:
         stderr.print("interrupted", markup=False)
         raise SystemExit(130)
     except BrokenPipeError:
-        try:
-            sys.stdout = None
-        finally:
-            raise SystemExit(0)
+        _quiet_closed_stdout()
+        raise SystemExit(0)
     except Exception as exc:   # click usage errors and anything unforeseen
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):      # click/typer usage error
             exc.show()
