@@ -153,8 +153,15 @@ class _Shipped:
     batches: list                          # per batch: (topics, records, stop, stop_at, [(dtype, count, at)])
 
 
+def ignore_interrupts() -> None:
+    """A pool worker leaves Ctrl-C to its parent, which ends the pool (no traceback per worker)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _init_worker(fds: list[int], counter) -> None:
     global _ship_fd, _ship_end
+    ignore_interrupts()
     with counter.get_lock():
         slot = counter.value
         counter.value += 1

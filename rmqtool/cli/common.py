@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import sys
 from typing import Iterable, Optional
@@ -22,7 +23,6 @@ def _root() -> None:
 
 def _width() -> int | None:
     """Full width on a terminal; wide tables (not 80 columns) when piped."""
-    import os
     if sys.stdout.isatty():
         return None
     return int(os.environ.get("COLUMNS", "200"))
@@ -233,7 +233,6 @@ def fail(exc: RmqError) -> None:
 def _quiet_closed_stdout() -> None:
     """The reader went away (``| head``): point stdout at /dev/null, so that the interpreter's
     flush at exit does not fail a second time."""
-    import os
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -242,20 +241,24 @@ def _quiet_closed_stdout() -> None:
         pass
 
 
+#: the shell's code for a command ended by SIGINT
+EXIT_INTERRUPTED = 130
+
+
 def run_app(application: typer.Typer) -> None:
     """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
     try:
         result = application(standalone_mode=False)
     except RmqError as exc:
         fail(exc)
-    except SystemExit as exc:
+    except SystemExit:
         if type(sys.stdout).__name__ == "PacifyFlushWrapper":     # click's answer to EPIPE: exit 1
             _quiet_closed_stdout()
             raise SystemExit(0) from None
         raise
     except KeyboardInterrupt:
         stderr.print("interrupted", markup=False)
-        raise SystemExit(130)
+        raise SystemExit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         _quiet_closed_stdout()
         raise SystemExit(0)
@@ -264,8 +267,22 @@ def run_app(application: typer.Typer) -> None:
             exc.show()
             raise SystemExit(EXIT_BAD_INPUT)
         if exc.__class__.__name__ == "Abort":
+            if isinstance(exc.__cause__, KeyboardInterrupt):         # click turns Ctrl-C into Abort
+                stderr.print("interrupted", markup=False)
+                raise SystemExit(EXIT_INTERRUPTED)
             raise SystemExit(EXIT_BAD_INPUT)
+        if isinstance(exc, OSError) and not os.environ.get("RMQTOOL_TRACEBACK"):
+            where = exc.filename if exc.filename is not None else "rmqtool"
+            stderr.print(f"error: {escape_control(str(where))}: {exc.strerror or exc}", markup=False)
+            raise SystemExit(EXIT_BAD_INPUT)
+        if isinstance(exc, RecursionError) and not os.environ.get("RMQTOOL_TRACEBACK"):
+            stderr.print("error: input nested too deeply to read", markup=False)
+            raise SystemExit(EXIT_BAD_INPUT)
+        if os.environ.get("RMQTOOL_TRACEBACK"):
+            raise
         stderr.print(f"error: internal error {exc.__class__.__name__}: {escape_control(str(exc))} "
                      f"(please report it with the command line)", markup=False)
         raise SystemExit(EXIT_BAD_INPUT)
+    if result == EXIT_INTERRUPTED:          # typer turns Ctrl-C into Exit(130), returned here
+        stderr.print("interrupted", markup=False)
     raise SystemExit(result if isinstance(result, int) else 0)
