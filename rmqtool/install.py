@@ -131,32 +131,21 @@ def recover_leftovers(target: Path) -> list[str]:
     notes: list[str] = []
     parent = target.parent
     journal = journal_path(target)
+    stray = journal.with_name(journal.name + ".part")
+    if stray.exists():                      # a journal write that never finished: no swap began
+        stray.unlink()
+        notes.append(f"removed an unfinished install journal {stray.name}")
     if journal.exists():
         try:
             j = json.loads(journal.read_text())
             tmp, backup, old_ino = Path(j["tmp"]), Path(j["backup"]), j.get("old_ino")
-        except (OSError, ValueError, KeyError) as exc:
-            raise RmqError(f"unreadable install journal ({exc}); inspect it by hand", journal) from None
-        target_ino = target.stat().st_ino if target.exists() else None
-        if old_ino is not None and target_ino == old_ino:
-            # the swap never happened: target is the old tree, tmp an unused new tree
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            notes.append(f"interrupted install before the swap: kept the original {target}, "
-                         f"removed the unused build {tmp.name}")
-        elif target_ino is None and tmp.exists():
-            # rename fallback died between its two renames: the old tree is at backup
-            os.rename(tmp, target)
-            fsync_path(parent)
-            notes.append(f"interrupted install: moved the new tree {tmp.name} into place")
+        except (ValueError, KeyError, TypeError):
+            # empty or torn (written in place by older versions, e.g. on a full disk): the swap
+            # starts only once the journal is complete, so the target is the original tree
+            notes.append(f"removed an incomplete install journal {journal.name}: the swap never began, "
+                         f"{target.name} is the original")
         else:
-            if tmp.exists():
-                os.rename(tmp, backup)
-                fsync_path(parent)
-                notes.append(f"interrupted install after the swap: the originals were moved to "
-                             f"{backup.name}")
-            else:
-                notes.append(f"interrupted install had completed; originals are in {backup.name}")
+            notes.append(_finish_swap(target, tmp, backup, old_ino))
         journal.unlink()
         fsync_path(parent)
     prefix = target.name + TMP_MARK
@@ -167,6 +156,27 @@ def recover_leftovers(target: Path) -> list[str]:
     if notes:
         fsync_path(parent)
     return notes
+
+
+def _finish_swap(target: Path, tmp: Path, backup: Path, old_ino) -> str:
+    """Complete or undo the swap a complete journal describes; say what was done."""
+    parent = target.parent
+    target_ino = target.stat().st_ino if target.exists() else None
+    if old_ino is not None and target_ino == old_ino:
+        # the swap never happened: target is the old tree, tmp an unused new tree
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        return f"interrupted install before the swap: kept the original {target}, removed the unused build {tmp.name}"
+    if target_ino is None and tmp.exists():
+        # rename fallback died between its two renames: the old tree is at backup
+        os.rename(tmp, target)
+        fsync_path(parent)
+        return f"interrupted install: moved the new tree {tmp.name} into place"
+    if tmp.exists():
+        os.rename(tmp, backup)
+        fsync_path(parent)
+        return f"interrupted install after the swap: the originals were moved to {backup.name}"
+    return f"interrupted install had completed; originals are in {backup.name}"
 
 
 def new_build_dir(target: Path) -> Path:
@@ -189,8 +199,12 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
         return InstallResult(str(target), None, files, size)
     backup = target.parent / f"{target.name}{BACKUP_MARK}{utc_stamp()}"
     journal = journal_path(target)
-    _write_synced(journal, json.dumps({"tmp": str(tmp), "backup": str(backup),
-                                       "old_ino": target.stat().st_ino}))
+    try:
+        _write_synced(journal, json.dumps({"tmp": str(tmp), "backup": str(backup),
+                                           "old_ino": target.stat().st_ino}))
+    except BaseException:                   # nothing swapped: the build goes, the original stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     fsync_path(target.parent)
     crash_point("journal")
     if not _exchange(tmp, target):
@@ -212,12 +226,22 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
 
 
 def _write_synced(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Write ``path`` whole or not at all: a temporary file, fsynced, renamed over it (the caller
+    fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one."""
+    part = path.with_name(path.name + ".part")
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = memoryview(text.encode())
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 def prepare_output(output: Path) -> Path:

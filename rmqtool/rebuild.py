@@ -477,16 +477,20 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     if output is None and confirm and not confirm(result):
         return result
     build = inst.prepare_output(output) if output else inst.new_build_dir(target)
-    for (topic, qid), layout in layouts.items():
-        qdir = queue_dir(build, topic, qid)
-        qdir.mkdir(parents=True, exist_ok=True)
-        for start in layout.file_starts():
-            _write_sparse(qdir / f"{start:020d}", layout.file_data(start), file_size)
-            inst.crash_point("build")
-    for rel in carried:
-        inst.link_or_copy(target / rel, build / rel)
-    for rel in links:
-        inst.copy_link(target / rel, build / rel)
+    try:
+        for (topic, qid), layout in layouts.items():
+            qdir = queue_dir(build, topic, qid)
+            qdir.mkdir(parents=True, exist_ok=True)
+            for start in layout.file_starts():
+                _write_sparse(qdir / f"{start:020d}", layout.file_data(start), file_size)
+                inst.crash_point("build")
+        for rel in carried:
+            inst.link_or_copy(target / rel, build / rel)
+        for rel in links:
+            inst.copy_link(target / rel, build / rel)
+    except Exception:                       # a full disk, say: no half-built tree is left behind
+        discard_build(build, keep_dir=output is not None)
+        raise
     _finish(result, store, target, build, output)
     result.seconds = time.perf_counter() - t0
     return result
@@ -615,11 +619,16 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
 
     if dry_run or build is not None:
         walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
-        outcome = _run_walk(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt, check_crc,
-                            stops, replay)
+        try:
+            outcome = _run_walk(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt, check_crc,
+                                stops, replay)
+            builder.finish()
+        except Exception:                   # a full disk, say: no half-built index is left behind
+            if build is not None:
+                discard_build(build, keep_dir=output is not None)
+            raise
         result.records, result.range_end, result.end_kind = outcome.as_tuple()
         result.warnings += stops
-        builder.finish()
         result.entries = builder.entries
         if outcome.damage:
             _note_damage(result, outcome, _current_entries(store))
@@ -633,8 +642,12 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
     if build is None:
         result.seconds = time.perf_counter() - t0
         return result
-    for p in kept.files + others:
-        inst.link_or_copy(p, build / p.name)
+    try:
+        for p in kept.files + others:
+            inst.link_or_copy(p, build / p.name)
+    except Exception:
+        discard_build(build, keep_dir=output is not None)
+        raise
     _finish(result, store, target, build, output)
     result.seconds = time.perf_counter() - t0
     return result
