@@ -8,7 +8,6 @@ refuses to rebuild through or replace one (``rmqtool.install.carried_files`` /
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,25 +17,10 @@ import pytest
 from conftest import run_cli
 from rmqtool import install as inst
 from rmqtool.errors import RefusedError
+from test_hostile_names import tree  # noqa: E402  (one tree listing for both)
 
 GEOMETRY = ["--commitlog-file-size", 1 << 16, "--cq-file-size", 800, "--index-slots", 61,
             "--index-entries", 350]
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every path under root, links as their target (not followed), files by content."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(root))
-            if p.is_symlink():
-                out[rel] = "link:" + os.readlink(p)
-            elif p.is_file():
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-            else:
-                out[rel] = "dir"
-    return out
 
 
 def rows(topics: list[str], n: int = 30) -> str:

@@ -1,6 +1,7 @@
 """`rmqtool write STORE --from FILE|- | --synthetic N`: append exact broker records."""
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ MAX_ROW_BYTES = 16 << 20
 
 def _open_source(source: str):
     if source == "-":
-        return sys.stdin.buffer
+        raw = getattr(sys.stdin, "buffer", None)      # a text stream without bytes (an embedding caller's)
+        return raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
     try:
         return open(source, "rb")
     except FileNotFoundError:
@@ -67,7 +69,7 @@ def _rows(source: str):
             except (ValueError, RecursionError) as exc:
                 raise UsageError(f"line {n}: not JSON ({str(exc)[:200]})", name, start) from None
     finally:
-        if fh is not sys.stdin.buffer:
+        if source != "-":
             fh.close()
 
 
