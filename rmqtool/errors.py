@@ -34,6 +34,11 @@ class StoreLayoutError(RmqError):
     """The directory is not a store, or its files are misnamed or missized."""
 
 
+class UnreadableError(StoreLayoutError):
+    """A file is there but cannot be read (permissions, an I/O error). Never taken for a file
+    that vanished or shrank, so a query fails rather than answering from the rest of the store."""
+
+
 class CorruptDataError(RmqError):
     """Bytes that cannot be what the format says they are."""
 

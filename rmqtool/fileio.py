@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqtool.errors import FileChangedError, StoreLayoutError
+from rmqtool.errors import FileChangedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
 CHUNK_SIZE = 64 << 20
@@ -26,7 +26,7 @@ def file_size(path: Path | str) -> int:
     except FileNotFoundError:
         raise FileChangedError("file vanished", path) from None
     except OSError as exc:
-        raise StoreLayoutError(f"cannot stat: {exc.strerror}", path) from None
+        raise UnreadableError(f"cannot stat: {exc.strerror}", path) from None
 
 
 class ReadOnlyFile:
@@ -41,7 +41,7 @@ class ReadOnlyFile:
         except IsADirectoryError:
             raise StoreLayoutError("is a directory, expected a file", path) from None
         except OSError as exc:
-            raise StoreLayoutError(f"cannot open: {exc.strerror}", path) from None
+            raise UnreadableError(f"cannot open: {exc.strerror}", path) from None
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -58,7 +58,7 @@ class ReadOnlyFile:
             try:
                 part = os.pread(self.fd, want, pos + got)
             except OSError as exc:
-                raise FileChangedError(f"read failed: {exc.strerror}", self.path, pos + got) from None
+                raise UnreadableError(f"read failed: {exc.strerror}", self.path, pos + got) from None
             if not part:
                 break
             chunks.append(part)

@@ -21,7 +21,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats._derive import field_offsets, numpy_dtype, struct_of
-from rmqtool.errors import FileChangedError
+from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 
 _PREFIX = struct_of(cl.RecordPrefix)
@@ -239,7 +239,7 @@ class FileScan:
             try:
                 n = os.preadv(fh.fd, [view[got:]], pos + got)
             except OSError as exc:
-                raise FileChangedError(f"read failed: {exc.strerror}", fh.path, pos + got) from None
+                raise UnreadableError(f"read failed: {exc.strerror}", fh.path, pos + got) from None
             if not n:
                 raise FileChangedError(f"file shorter than expected (wanted {want} bytes, got {got})",
                                        fh.path, pos + got)

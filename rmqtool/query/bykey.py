@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from formats.indexfile import KEY_JOINER
-from rmqtool.errors import RmqError, UsageError
+from rmqtool.errors import RmqError, UnreadableError, UsageError
 from rmqtool.javahash import index_key_hash
 from rmqtool.query.indexwalk import IndexSet
 from rmqtool.query.records import RecordReader, match_kind, scan_batch
@@ -194,6 +194,8 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
                 if again is not None:
                     res.notes.append(f"{seg.path}@{start}: no record starts there; resumed at {again}")
                     scanned += _walk(seg, again, stop, key, topic, begin, end, how, found)[0]
+        except UnreadableError:
+            raise                # a scan that skipped a file would be a partial answer
         except RmqError as exc:
             res.notes.append(f"scan stopped: {exc}")
     return scanned

@@ -16,7 +16,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, ConsumeQueueUnit
-from rmqtool.errors import RmqError, UsageError
+from rmqtool.errors import RmqError, UnreadableError, UsageError
 from rmqtool.fileio import ReadOnlyFile
 
 BOUNDARIES = ("lower", "upper")
@@ -116,6 +116,8 @@ class QueueView:
                 return -1
             ts_at = cl.store_timestamp_position(_I32.unpack(raw)[0])
             raw = fh.read(pos + ts_at, _I64.size, exact=False)
+        except UnreadableError:
+            raise
         except RmqError:
             return -1
         return _I64.unpack(raw)[0] if len(raw) == _I64.size else -1

@@ -7,7 +7,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats._derive import _leaf, struct_of
-from rmqtool.errors import RmqError
+from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.fileio import ReadOnlyFile
 
 
@@ -164,6 +164,8 @@ class RecordReader:
                 window = fh.read(pos, total, exact=False)
                 if len(window) < total:
                     return None
+        except UnreadableError:
+            raise                # never "no record": the file is there, we cannot read it
         except RmqError:
             return None          # the file vanished or shrank: nothing to confirm
         return decode_record(window[:total], pos, str(seg.path), seg.start)
