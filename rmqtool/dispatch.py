@@ -30,6 +30,7 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYP
 from rmqtool.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
 from rmqtool.topicpath import queue_selected
+from rmqtool.install import pwrite_all
 
 INT_MAX = (1 << 31) - 1
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
@@ -231,6 +232,8 @@ def _commitlog_offsets(batch) -> np.ndarray:
 # --- per-batch dispatch ---------------------------------------------------------------------
 #: a walk's end kind when a record fails the broker's dispatch check (``BatchDispatch.stop``)
 END_DISPATCH_STOP = "dispatch-stop"
+#: verify's check name for it
+DISPATCH_STOP_CHECK = "dispatch.stop"
 
 
 @dataclass
@@ -381,6 +384,56 @@ def _keys_tokens_flat(buf, k_start, k_len):
     return rec, at[begins], ends - begins + 1, ordinal
 
 
+def goes_to_consumequeue(tx):
+    """The dispatcher's rule: NOT_TYPE and COMMIT_TYPE records get a ConsumeQueue unit
+    (prepared and rollback halves of a transaction do not). ``tx``: the transaction type
+    (``sys_flag & TRANSACTION_MASK``), an int or an array."""
+    return (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+
+
+def goes_to_index(tx):
+    """The index service's rule: every record but a ROLLBACK is indexed."""
+    return tx != cl.TRANSACTION_ROLLBACK_TYPE
+
+
+@dataclass
+class ScheduleDelays:
+    """The DELAY levels of a batch's ``SCHEDULE_TOPIC_XXXX`` records, up to the first that
+    fails the broker's record check (``failed_row``; None when none does)."""
+    rows: np.ndarray                 # rows with a parsed level, before failed_row
+    levels: np.ndarray
+    failed_row: int | None = None
+    failed_text: str = ""
+
+
+def schedule_delays(batch: DispatchColumns) -> ScheduleDelays:
+    """The broker's DELAY rule, once: for a ``SCHEDULE_TOPIC_XXXX`` record with a DELAY
+    property, ``Integer.parseInt`` runs inside ``checkMessageAndReturnSize``; where it throws
+    the record fails the check, so recovery ends the valid log there and reput stops there
+    (nothing from that record on is dispatched). Used by dispatch (tagsCode, the stop), the
+    recovery walk (valid end) and verify."""
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    t_start, t_len = _col(batch, "topic_start"), np.maximum(_col(batch, "topic_len"), 0)
+    d_start, d_len = _col(batch, "delay_start"), _col(batch, "delay_len")
+    rows, levels = [], []
+    cand = np.flatnonzero((t_len == len(_SCHEDULE)) & (d_len >= 0))
+    if len(cand):
+        eq = (buf[t_start[cand][:, None] + np.arange(len(_SCHEDULE))] == _SCHEDULE).all(axis=1)
+        for i in cand[eq].tolist():
+            text = buf[d_start[i]:d_start[i] + d_len[i]].tobytes().decode("utf-8", "replace")
+            level = parse_level(text)
+            if level is None:
+                return ScheduleDelays(np.asarray(rows, np.int64), np.asarray(levels, np.int64), i, text)
+            rows.append(i)
+            levels.append(level)
+    return ScheduleDelays(np.asarray(rows, np.int64), np.asarray(levels, np.int64))
+
+
+def delay_stop_text(text: str, offset: int) -> str:
+    return (f"DELAY value {text!r} is not an int at commitlog offset {offset}: "
+            "nothing from that record on is dispatched")
+
+
 def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None) -> BatchDispatch:
     """CQ units and index keys of one batch, in the broker's order."""
     config = config or DispatchConfig()
@@ -396,28 +449,17 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
     tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
     k_start, k_len = _col(batch, "keys_start"), _col(batch, "keys_len")
     u_start, u_len = _col(batch, "uniq_start"), _col(batch, "uniq_len")
-    d_start, d_len = _col(batch, "delay_start"), _col(batch, "delay_len")
 
     # --- tagsCode, with the SCHEDULE topic's deliver time -----------------------------
     tag_hash, _ = span_hashes(buf, tag_start, tag_len)
     tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
+    delays = schedule_delays(batch)
     stop, stop_at = None, -1
-    sched = np.zeros(n, dtype=bool)
-    cand = np.flatnonzero((t_len == len(_SCHEDULE)) & (d_len >= 0))
-    if len(cand):
-        eq = (buf[t_start[cand][:, None] + np.arange(len(_SCHEDULE))] == _SCHEDULE).all(axis=1)
-        sched[cand[eq]] = True
-    for i in np.flatnonzero(sched).tolist():
-        text = buf[d_start[i]:d_start[i] + d_len[i]].tobytes().decode("utf-8", "replace")
-        level = parse_level(text)
-        if level is None:
-            # Integer.parseInt throws inside checkMessageAndReturnSize: the record fails
-            # the broker's check, so recovery ends the valid log here and reput stops.
-            stop_at = int(phy[i])
-            stop = (f"DELAY value {text!r} is not an int at commitlog offset {stop_at}: "
-                    "nothing from that record on is dispatched")
-            n = i
-            break
+    if delays.failed_row is not None:
+        n = delays.failed_row
+        stop_at = int(phy[n])
+        stop = delay_stop_text(delays.failed_text, stop_at)
+    for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
         level = min(level, len(config.delay_levels_ms))
         if level > 0:
             tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
@@ -432,12 +474,12 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
     topic_hash, topic_units = span_hashes(buf, t_start, t_len)
     groups, topics = _topic_groups(buf, t_start, t_len, topic_hash)
 
-    in_cq = (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+    in_cq = goes_to_consumequeue(tx)
     cq_rows = np.flatnonzero(in_cq)
 
     # --- index keys -------------------------------------------------------------------------
     if config.index_enabled:
-        indexed = tx != cl.TRANSACTION_ROLLBACK_TYPE
+        indexed = goes_to_index(tx)
         prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
         u_rows = np.flatnonzero(indexed & (u_len >= 0))
         uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])
@@ -478,6 +520,21 @@ class QueueUnits:
         return len(self.queue_offset)
 
 
+def queue_groups(d: BatchDispatch, only: set | None = None):
+    """``((topic, queue id), unit rows)`` of one batch's CQ units, per selected queue, rows in
+    dispatch order (``only`` as ``topicpath.queue_selected`` takes it)."""
+    if not len(d.cq_topic):
+        return
+    key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id.astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    for grp in np.split(order, cuts):
+        g0 = grp[0]
+        qk = (d.topics[int(d.cq_topic[g0])], int(d.cq_queue_id[g0]))
+        if queue_selected(only, *qk):
+            yield qk, grp
+
+
 class CqCollector:
     """Accumulates CQ units of many batches, grouped by (topic, queue)."""
 
@@ -485,17 +542,7 @@ class CqCollector:
         self._parts: dict[tuple[str, int], list[tuple]] = {}
 
     def add(self, d: BatchDispatch, only: set | None = None) -> None:
-        if not len(d.cq_topic):
-            return
-        key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id.astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        key_sorted = key[order]
-        cuts = np.flatnonzero(np.diff(key_sorted)) + 1
-        for grp in np.split(order, cuts):
-            g0 = grp[0]
-            qk = (d.topics[int(d.cq_topic[g0])], int(d.cq_queue_id[g0]))
-            if not queue_selected(only, *qk):
-                continue
+        for qk, grp in queue_groups(d, only):
             self._parts.setdefault(qk, []).append(
                 (d.cq_queue_offset[grp], d.cq_phy_offset[grp], d.cq_size[grp], d.cq_tags_code[grp]))
 
@@ -545,65 +592,99 @@ def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
     return CqFiles(files, layout.real_units, layout.warnings)
 
 
-def layout_cq(q: QueueUnits, file_size: int, skipped: list[tuple[int, int]] = ()) -> CqLayout:
-    """Place a queue's units like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3).
+class QueueLayout:
+    """A queue's units placed like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3),
+    fed in dispatch order, a batch at a time: ``add`` returns the logical units to append
+    (``CQ_UNIT_DTYPE``; unit ``k`` of the queue's whole sequence sits at ``first_file + k*20``).
 
     The first unit creates the first file at its aligned offset; if it is not at the file
     start the gap is filled with pre-blank units. Later units are appended at the write
     position: repeats (queue offset or commitlog end below what is written) are skipped,
     a gap is reported and the unit still appended where the writer stands.
 
-    ``skipped``: CommitLog ranges ``[lo, hi)`` a rebuild went past (``--skip-corrupt``). A gap
+    ``skipped``: CommitLog ranges ``[lo, hi)`` a rebuild went past (``--skip-corrupt``; the
+    list may grow while units arrive: a range is known before any unit after it). A gap
     in queue offsets with such a range between its two units lost its records there: its
     slots get the broker's pre-blank filler unit, so every later unit stays at its own queue
-    offset (docs/skip-corrupt.md says how the broker serves the filler).
+    offset (docs/rebuild-damage.md says how the broker serves the filler).
     """
-    if file_size <= 0 or file_size % CQ_UNIT_SIZE:
-        raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
-    n = len(q)
-    if n == 0:
-        return CqLayout(0, np.zeros(0, CQ_UNIT_DTYPE), file_size, 0)
-    qoff, phy, size, tags = q.queue_offset, q.phy_offset, q.size, q.tags_code
-    warnings: list[str] = []
-    start = int(qoff[0]) * CQ_UNIT_SIZE
-    contiguous = bool((np.diff(qoff) == 1).all()) and bool((np.diff(phy + size) > 0).all())
-    if contiguous:
-        rows = np.arange(n)
-    else:
-        row_list, written_end, max_phy = [], start, -1
-        for i in range(n):
+
+    def __init__(self, topic: str, queue_id: int, file_size: int, skipped=()):
+        if file_size <= 0 or file_size % CQ_UNIT_SIZE:
+            raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+        self.topic, self.queue_id, self.file_size, self.skipped = topic, queue_id, file_size, skipped
+        self.first_file: int | None = None
+        self.written_end = 0          # logical byte position the next unit goes to
+        self.max_phy = -1             # commitlog end of the last unit written
+        self.real_units = 0
+        self.logical_units = 0        # units placed so far, leading pre-blank units included
+        self.warnings: list[str] = []
+
+    def add(self, qoff: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> np.ndarray:
+        n = len(qoff)
+        if n == 0:
+            return np.zeros(0, CQ_UNIT_DTYPE)
+        lead = 0
+        if self.first_file is None:
+            start = int(qoff[0]) * CQ_UNIT_SIZE
+            self.first_file = start - start % self.file_size
+            lead = (start - self.first_file) // CQ_UNIT_SIZE
+            self.written_end = start
+        end_phy = phy.astype(np.int64) + size
+        # the per-unit rule below, skipped when its result is known: every unit at the write
+        # position, each ending past the one before
+        if (int(qoff[0]) * CQ_UNIT_SIZE == self.written_end and int(end_phy[0]) > self.max_phy
+                and bool((np.diff(qoff) == 1).all()) and bool((np.diff(end_phy) > 0).all())):
+            rows = np.arange(n)
+            self.written_end += n * CQ_UNIT_SIZE
+            self.max_phy = int(end_phy[-1])
+        else:
+            rows = self._place(qoff, phy, end_phy)
+        logical = np.zeros(lead + len(rows), dtype=CQ_UNIT_DTYPE)
+        filler = np.concatenate([np.ones(lead, bool), rows < 0])
+        logical["commitlog_offset"][filler] = PRE_BLANK_COMMITLOG_OFFSET
+        logical["size"][filler] = PRE_BLANK_SIZE
+        logical["tags_code"][filler] = PRE_BLANK_TAGS_CODE
+        keep = rows[rows >= 0]
+        real = ~filler
+        logical["commitlog_offset"][real] = phy[keep]
+        logical["size"][real] = size[keep]
+        logical["tags_code"][real] = tags[keep]
+        self.real_units += len(keep)
+        self.logical_units += len(logical)
+        return logical
+
+    def _place(self, qoff, phy, end_phy) -> np.ndarray:
+        """Row of each placed unit (-1: a filler unit), one unit at a time."""
+        name = f"{self.topic}/{self.queue_id}"
+        rows: list[int] = []
+        for i in range(len(qoff)):
             expect = int(qoff[i]) * CQ_UNIT_SIZE
-            end_phy = int(phy[i] + size[i])
-            if end_phy <= max_phy or (i and expect < written_end):
-                warnings.append(f"{q.topic}/{q.queue_id}: repeated unit at queue offset {int(qoff[i])} skipped")
+            end = int(end_phy[i])
+            if end <= self.max_phy or expect < self.written_end:
+                self.warnings.append(f"{name}: repeated unit at queue offset {int(qoff[i])} skipped")
                 continue
-            if i and expect != written_end:
-                if _lost_between(max_phy, int(phy[i]), skipped):
-                    lost = (expect - written_end) // CQ_UNIT_SIZE
-                    warnings.append(f"{q.topic}/{q.queue_id}: queue offsets {written_end // CQ_UNIT_SIZE}.."
-                                    f"{int(qoff[i]) - 1} lost in a skipped range: {lost} filler unit(s)")
-                    row_list += [-1] * lost
-                    written_end = expect
+            if expect != self.written_end:
+                if _lost_between(self.max_phy, int(phy[i]), self.skipped):
+                    lost = (expect - self.written_end) // CQ_UNIT_SIZE
+                    self.warnings.append(f"{name}: queue offsets {self.written_end // CQ_UNIT_SIZE}.."
+                                         f"{int(qoff[i]) - 1} lost in a skipped range: {lost} filler unit(s)")
+                    rows += [-1] * lost
+                    self.written_end = expect
                 else:
-                    warnings.append(f"{q.topic}/{q.queue_id}: queue offset {int(qoff[i])} written at "
-                                    f"{written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
-            row_list.append(i)
-            written_end += CQ_UNIT_SIZE
-            max_phy = end_phy
-        rows = np.asarray(row_list, dtype=np.int64)
-    first_file = start - start % file_size
-    lead = (start - first_file) // CQ_UNIT_SIZE
-    logical = np.zeros(lead + len(rows), dtype=CQ_UNIT_DTYPE)
-    filler = np.concatenate([np.ones(lead, bool), rows < 0])
-    logical["commitlog_offset"][filler] = PRE_BLANK_COMMITLOG_OFFSET
-    logical["size"][filler] = PRE_BLANK_SIZE
-    logical["tags_code"][filler] = PRE_BLANK_TAGS_CODE
-    keep = rows[rows >= 0]
-    real = ~filler
-    logical["commitlog_offset"][real] = phy[keep]
-    logical["size"][real] = size[keep]
-    logical["tags_code"][real] = tags[keep]
-    return CqLayout(first_file, logical, file_size, len(keep), warnings)
+                    self.warnings.append(f"{name}: queue offset {int(qoff[i])} written at "
+                                         f"{self.written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
+            rows.append(i)
+            self.written_end += CQ_UNIT_SIZE
+            self.max_phy = end
+        return np.asarray(rows, dtype=np.int64)
+
+
+def layout_cq(q: QueueUnits, file_size: int, skipped: list[tuple[int, int]] = ()) -> CqLayout:
+    """A whole queue placed at once (``QueueLayout`` fed one batch)."""
+    placer = QueueLayout(q.topic, q.queue_id, file_size, skipped)
+    units = placer.add(q.queue_offset, q.phy_offset, q.size, q.tags_code)
+    return CqLayout(placer.first_file or 0, units, file_size, placer.real_units, placer.warnings)
 
 
 def _lost_between(lo: int, hi: int, skipped) -> bool:
@@ -643,10 +724,10 @@ class IndexFileImage:
         used = self.slots != 0
         if used.any():
             lo, hi = int(used.argmax()), len(used) - int(used[::-1].argmax())
-            _pwrite_all(fd, _raw_bytes(self.slots[lo:hi], INDEX_SLOT_DTYPE),
+            pwrite_all(fd, _raw_bytes(self.slots[lo:hi], INDEX_SLOT_DTYPE),
                         slot_position(self.hash_slots, lo))
         if len(self.entries):
-            _pwrite_all(fd, _raw_bytes(self.entries, INDEX_ENTRY_DTYPE),
+            pwrite_all(fd, _raw_bytes(self.entries, INDEX_ENTRY_DTYPE),
                         entry_position(self.hash_slots, FIRST_INDEX))
 
 
@@ -654,14 +735,6 @@ def _raw_bytes(a: np.ndarray, dtype) -> memoryview:
     """The bytes of ``a`` in ``dtype`` as a flat view (a copy only when the dtype or layout differs)."""
     a = np.ascontiguousarray(a.astype(dtype, copy=False))
     return memoryview(a.view(np.uint8).reshape(-1))
-
-
-def _pwrite_all(fd: int, data, pos: int) -> None:
-    import os
-    view = memoryview(data)
-    while view:
-        done = os.pwrite(fd, view[:1 << 30], pos)
-        view, pos = view[done:], pos + done
 
 
 def empty_index_image(hash_slots: int, index_entries: int, seed_phy: int = 0,
@@ -699,26 +772,42 @@ def _slot_chain_order(slot: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np
 
 
 def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileImage:
-    """Append keys to a file exactly as successive IndexFile.putKey calls would (format.md §5.4).
+    """Append keys to a file exactly as successive IndexFile.putKey calls would (format.md §5.4):
+    a new image (``append_index_keys`` on copies of the header and slots)."""
+    header, slots = image.header.copy(), image.slots.copy()
+    new = append_index_keys(header, slots, image.index_entries, key_hash, phy, ts)
+    if not len(new):
+        return IndexFileImage(header, slots, image.entries, image.hash_slots, image.index_entries)
+    entries = np.empty(len(image.entries) + len(new), dtype=INDEX_ENTRY_DTYPE)   # keep big-endian
+    entries[:len(image.entries)] = image.entries
+    entries[len(image.entries):] = new
+    return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
+
+
+def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int, key_hash, phy,
+                      ts) -> np.ndarray:
+    """putKey for each key in turn, in bulk: updates ``header`` and ``slots`` in place and
+    returns the new entries (``INDEX_ENTRY_DTYPE``), which go at entry number
+    ``index_count`` (as it was) onwards.
 
     Entry ``count + i`` holds key i; its prevIndex is the previous key of the same slot in
     this run, or, for the first key of a slot here, the slot's old value when that is a
     valid entry number (else 0). Chains come from one stable ordering of the keys by slot;
     few full-size temporaries are made (fresh pages are expensive on the VMs this runs on)."""
     n = len(key_hash)
-    h = image.header
+    h = header
+    hash_slots = len(slots)
     count = int(h["index_count"][0])
     count = FIRST_INDEX if count <= 0 else count
-    if count - 1 + n > image.index_entries - 1:
-        raise ValueError(f"{n} more keys do not fit an index file of {image.index_entries} entries")
+    if count - 1 + n > index_entries - 1:
+        raise ValueError(f"{n} more keys do not fit an index file of {index_entries} entries")
     if n == 0:
-        return image
+        return np.zeros(0, dtype=INDEX_ENTRY_DTYPE)
     key_hash = np.asarray(key_hash)
     phy = np.asarray(phy, dtype=np.int64)
     ts = np.asarray(ts, dtype=np.int64)
-    slots = image.slots.copy()
-    slot = np.remainder(key_hash, image.hash_slots, dtype=np.int64)
-    order, s_sorted = _slot_chain_order(slot, image.hash_slots)
+    slot = np.remainder(key_hash, hash_slots, dtype=np.int64)
+    order, s_sorted = _slot_chain_order(slot, hash_slots)
     del slot
     # along the sorted keys: a key's predecessor is the one before it when the slot is the same
     first = np.empty(n, dtype=bool)
@@ -738,9 +827,7 @@ def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileIma
     del s_sorted, first, heads, tails
     begin_ts = int(h["begin_timestamp"][0])
     begin = begin_ts if count > FIRST_INDEX else int(ts[0])
-    entries = np.empty(len(image.entries) + n, dtype=INDEX_ENTRY_DTYPE)   # keep big-endian
-    entries[:len(image.entries)] = image.entries
-    new = entries[len(image.entries):]
+    new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
     prev = np.empty(n, dtype=np.int32)            # scattered compactly, then written in one pass
     prev[order] = prev_sorted
     del order, prev_sorted
@@ -751,15 +838,13 @@ def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileIma
     new["time_diff"] = _time_diff(ts, begin)
     if count <= FIRST_INDEX:                       # the first-entry timeDiff quirk
         new["time_diff"][0] = _time_diff(ts[:1], begin_ts)[0]
-    header = h.copy()
-    if count <= FIRST_INDEX:
-        header["begin_timestamp"] = ts[0]
-        header["begin_phy_offset"] = phy[0]
-    header["end_timestamp"] = ts[-1]
-    header["end_phy_offset"] = phy[-1]
-    header["hash_slot_count"] = int(h["hash_slot_count"][0]) + int(np.count_nonzero(~old_valid))
-    header["index_count"] = count + n
-    return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
+        h["begin_timestamp"] = ts[0]
+        h["begin_phy_offset"] = phy[0]
+    h["end_timestamp"] = ts[-1]
+    h["end_phy_offset"] = phy[-1]
+    h["hash_slot_count"] = int(h["hash_slot_count"][0]) + int(np.count_nonzero(~old_valid))
+    h["index_count"] = count + n
+    return new
 
 
 def _time_diff(ts: np.ndarray, begin: int) -> np.ndarray:
@@ -795,34 +880,51 @@ def read_index_image(path, hash_slots: int, index_entries: int) -> IndexFileImag
     return IndexFileImage(header, slots, entries, hash_slots, index_entries)
 
 
+#: keys an IndexBuilder holds before it appends them to the open file (bounds its memory)
+FOLD_KEYS = 1 << 20
+
+
 class IndexBuilder:
     """Turns the key stream into index files, as IndexService.buildIndex does.
 
     Every dispatched record first makes sure an index file is open (a new one when the
     last is full, seeded with its end offset and timestamp); a record whose keys overflow
-    a file continues in the next. Full files go to ``sink(image)`` as soon as they fill;
-    ``finish`` emits the open one (possibly empty). To continue after kept files, pass
-    their end as the seed and how many keys of the record at ``seed_phy`` they already hold.
+    a file continues in the next. Keys are appended to the open file every ``FOLD_KEYS``
+    keys (``append_index_keys``: the same putKey rule whatever the cut). Full files go to
+    ``sink(image)`` as soon as they fill; ``finish`` emits the open one (possibly empty).
+    To continue after kept files, pass their end as the seed and how many keys of the
+    record at ``seed_phy`` they already hold.
+
+    ``open_file()`` (optional) returns where a new file's entries go as they are made
+    (``write_entries(first_entry_number, entries)``, then ``close(image)`` with the header
+    and slots): memory then stays one file's slots and a fold of keys. Without it the
+    entries are kept and the sink gets the whole image.
     """
 
     def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
                  seed_ts: int = 0, skip_keys_at_seed: int = 0,
-                 open_image: IndexFileImage | None = None):
+                 open_image: IndexFileImage | None = None, open_file=None, fold_keys: int | None = None):
         self.hash_slots, self.index_entries = hash_slots, index_entries
         self.open_image = open_image
         self.capacity = index_entries - 1
         if self.capacity < 1:
             raise ValueError("an index file needs at least 2 entries (entry 0 is never used)")
-        self.sink = sink
+        self.sink, self.open_file = sink, open_file
+        self.fold_keys = max(1, fold_keys or FOLD_KEYS)
         self.seed_phy, self.seed_ts = seed_phy, seed_ts
         self.skip_at_seed = skip_keys_at_seed
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._pending_n = 0
+        self._pending_n = 0            # keys pending (not yet appended)
+        self._in_file = 0              # keys of the open file (appended or pending)
+        self._image: IndexFileImage | None = None     # the open file's header and slots
+        self._out = None               # where its entries go (open_file), or None: _parts
+        self._parts: list[np.ndarray] = []
         self._open = False
         if open_image is not None:
-            self._pending_n = int(open_image.header["index_count"][0]) - FIRST_INDEX
+            self._in_file = int(open_image.header["index_count"][0]) - FIRST_INDEX
             self._open = True
             self.seed_phy = int(open_image.header["end_phy_offset"][0])
+        self._opened_with = self._in_file    # entries the open image already held
         self._filled_at: int | None = seed_phy if (seed_phy or seed_ts) else None
         self.files = 0
         self.entries = 0
@@ -849,31 +951,67 @@ class IndexBuilder:
         self._record_arrives(record_phy)
         pos = 0
         while pos < len(key_hash):
-            take = min(self.capacity - self._pending_n, len(key_hash) - pos)
-            self._pending.append((key_hash[pos:pos + take], phy[pos:pos + take], ts[pos:pos + take]))
+            take = min(self.capacity - self._in_file, len(key_hash) - pos)
+            # copies: the caller's arrays may be views of memory it reuses
+            self._pending.append((key_hash[pos:pos + take].copy(), phy[pos:pos + take].copy(),
+                                  ts[pos:pos + take].copy()))
             self._pending_n += take
+            self._in_file += take
             self._open = True
             pos += take
-            if self._pending_n == self.capacity:
+            if self._in_file == self.capacity:
                 self._flush()
                 self._filled_at = int(phy[pos - 1])
+            elif self._pending_n >= self.fold_keys:
+                self._fold()
         self._record_arrives(record_phy)
 
-    def _flush(self) -> None:
+    def _fold(self) -> None:
+        """Append the pending keys to the open file (opening it first)."""
+        if self._image is None:
+            if self.open_image is not None:
+                self._image = IndexFileImage(self.open_image.header.copy(), self.open_image.slots.copy(),
+                                             self.open_image.entries, self.hash_slots, self.index_entries)
+                self.open_image = None
+            else:
+                self._image = empty_index_image(self.hash_slots, self.index_entries, self.seed_phy, self.seed_ts)
+            self._out = self.open_file() if self.open_file is not None else None
         parts = self._pending
-        kh = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int32)
-        ph = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-        tt = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-        if self.open_image is not None:
-            image = extend_index_image(self.open_image, kh, ph, tt)
-            self.open_image = None
-        else:
-            image = build_index_image(kh, ph, tt, self.hash_slots, self.index_entries,
-                                      self.seed_phy, self.seed_ts)
+        if not parts:
+            return
+        kh = np.concatenate([p[0] for p in parts])
+        ph = np.concatenate([p[1] for p in parts])
+        tt = np.concatenate([p[2] for p in parts])
         self._pending, self._pending_n = [], 0
+        image = self._image
+        first = max(int(image.header["index_count"][0]), FIRST_INDEX)
+        new = append_index_keys(image.header, image.slots, self.index_entries, kh, ph, tt)
+        if self._out is not None:
+            self._out.write_entries(first, new)
+        else:
+            self._parts.append(new)
+
+    def _flush(self) -> None:
+        """Close the open file: its image to the sink, a new file's seed from its end."""
+        self._fold()
+        image, self._image = self._image, None
+        if self._parts:
+            entries = np.empty(len(image.entries) + sum(len(p) for p in self._parts), INDEX_ENTRY_DTYPE)
+            at = len(image.entries)
+            entries[:at] = image.entries
+            for p in self._parts:
+                entries[at:at + len(p)] = p
+                at += len(p)
+            image.entries, self._parts = entries, []
+        added = int(image.header["index_count"][0]) - FIRST_INDEX
+        if self._out is not None:
+            self._out.close(image)
+            self._out = None
         self._open = False
         self.files += 1
-        self.entries += len(kh)
+        self.entries += added - max(0, self._opened_with)
+        self._opened_with = 0
+        self._in_file = 0
         self.seed_phy = int(image.header["end_phy_offset"][0])
         self.seed_ts = int(image.header["end_timestamp"][0])
         self.sink(image)

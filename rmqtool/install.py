@@ -49,6 +49,14 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
+def pwrite_all(fd: int, data, pos: int) -> None:
+    """Write all of ``data`` at ``pos`` (pwrite may write less than asked)."""
+    view = memoryview(data).cast("B")
+    while view:
+        done = os.pwrite(fd, view[:1 << 30], pos)
+        view, pos = view[done:], pos + done
+
+
 def crash_point(step: str) -> None:
     """Test hook: die here, hard, if RMQTOOL_CRASH_AT names this step."""
     if os.environ.get(CRASH_ENV) == step:
@@ -364,11 +372,7 @@ def _copy_range(fin: int, fout: int, lo: int, hi: int, src: Path) -> None:
             data = os.pread(fin, min(hi - pos, 8 << 20), pos)
             if not data:
                 raise RmqError("file shrank while being copied", src, pos)
-            view = memoryview(data)
-            at = pos
-            while view:
-                w = os.pwrite(fout, view, at)
-                view, at = view[w:], at + w
+            pwrite_all(fout, data, pos)
             n = len(data)
         pos += n
 

@@ -21,10 +21,12 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
 from rmqtool import install as inst
-from rmqtool.dispatch import (END_DISPATCH_STOP, BatchDispatch, CqCollector, DispatchConfig, IndexBuilder,
-                              IndexFileImage, dispatch_batch, layout_cq)
+from rmqtool.cqbuild import CqBuilder
+from rmqtool.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
+                              dispatch_batch)
 from rmqtool.errors import RefusedError, UsageError
-from rmqtool.topicpath import describe, queue_dir, queue_selected, topic_path_problem
+from rmqtool.topicpath import queue_selected
+from formats.indexfile import entry_position
 from rmqtool.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.fileio import file_size, first_nonzero
@@ -187,9 +189,7 @@ def _ship(parts: list):
         meta.append((d.topics, d.records, d.stop, d.stop_at, cols))
     try:
         for at, view in views:
-            while view:
-                n = os.pwrite(fd, view, at)
-                view, at = view[n:], at + n
+            inst.pwrite_all(fd, view, at)
     except OSError:
         return parts
     _ship_end = -(-end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
@@ -213,6 +213,73 @@ def _unship(shipped, fds: list[int]) -> list[BatchDispatch]:
     return out
 
 
+_PUNCH_HOLE = 0x02 | 0x01                 # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def _release(shipped, fds: list[int]) -> None:
+    """Give back a task's results in its worker's memory file once they have been consumed
+    (nothing may keep a view of them: the builders copy what they hold), so the files stay
+    the size of the results in flight, not of every result of the run."""
+    if not isinstance(shipped, _Shipped) or not shipped.length:
+        return
+    import ctypes
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
+
+
+def _end_pool(pool, throttle: "_Throttle", raw, fds: list[int], failed: bool) -> None:
+    """End the scan pool. After a walk that ended (at the CommitLog's end or early) no new
+    task starts, the ones in flight (at most the throttle's window) finish and are dropped,
+    and the workers exit on their own. Only after a failure (Ctrl-C, an error) are they
+    killed at once: a worker killed while it sends a result would leave the pool's result
+    queue locked, and ``Pool.terminate`` then waits for that lock forever."""
+    throttle.stop()
+    if failed:
+        pool.terminate()
+        return
+    for shipped, *_ in raw:
+        _release(shipped, fds)
+    pool.close()
+    pool.join()
+
+
+def _consumed(results, throttle: "_Throttle"):
+    """``results``, telling ``throttle`` as each one is taken."""
+    for result in results:
+        throttle.consumed()
+        yield result
+
+
+class _Throttle:
+    """The tasks fed to ``pool.imap`` at most ``window`` ahead of the results consumed, so
+    the workers never run further ahead of the writer than that (their results wait in
+    memory). ``stop`` lets the pool's feeder thread end before the pool is terminated."""
+
+    def __init__(self, tasks: list, window: int):
+        import threading
+        self.tasks, self.window = tasks, window
+        self._slots = threading.Semaphore(window)
+        self._stopped = False
+
+    def __iter__(self):
+        for task in self.tasks:
+            self._slots.acquire()
+            if self._stopped:
+                return
+            yield task
+
+    def consumed(self) -> None:
+        self._slots.release()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._slots.release(len(self.tasks) + 1)
+
+
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
@@ -221,6 +288,8 @@ def default_workers() -> int:
 #: fewer files than a few per worker (so that no worker is left with a whole file to do alone)
 MIN_PIECE = 16 << 20
 PIECES_PER_WORKER = 8
+#: scan tasks queued or running per worker process, ahead of the consumer
+IN_FLIGHT_PER_WORKER = 2
 
 
 def _pieces(files: list, workers: int) -> list[tuple]:
@@ -263,13 +332,17 @@ def _chained(tasks: list, results, fds: list[int]):
             task = tasks[i]
             shipped, piece_end, _, began = next(results)
             if arrived is None and i > k:             # the file ended in an earlier piece
+                _release(shipped, fds)
                 continue
             if i > k and began != arrived:
+                _release(shipped, fds)
                 shipped, piece_end, _, began = _dispatch_file((*task[:2], arrived, *task[3:6], True))
             got = _unship(shipped, fds)
             ended = i == j - 1 or piece_end.kind != END_RANGE or any(d.stop for d in got)
             arrived = None if ended else piece_end.position
             yield task[0], task[1], got, piece_end if ended else None
+            del got
+            _release(shipped, fds)
         k = j
 
 
@@ -306,15 +379,19 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
                 os.close(fd)
             fds = []
         pool = ctx.Pool(procs, initializer=_init_worker, initargs=(fds, ctx.Value("i", 0)))
-        results = pool.imap(_dispatch_file, tasks)
+        throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * procs)
+        raw = pool.imap(_dispatch_file, throttle)
+        results = _consumed(raw, throttle)
     else:
         results = map(_dispatch_file, tasks)
+    failed = True
     try:
         for path, base, dispatches, file_end in _chained(tasks, results, fds):
             for d in dispatches:
                 on_dispatch(d)
                 records += d.records
                 if d.stop:
+                    failed = False
                     return records, d.stop_at, END_DISPATCH_STOP
             if file_end is None:                  # more pieces of this file follow
                 continue
@@ -325,39 +402,19 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             if progress:
                 progress(end - start, total)
             if to_offset is not None and end >= to_offset:
+                failed = False
                 return records, to_offset, "to-offset"
             if file_end.kind != END_BLANK:
                 break
+        failed = False
     finally:
         if pool is not None:
-            pool.terminate()
+            _end_pool(pool, throttle, raw, fds, failed)
         for fd in fds:          # the mappings made from them stay valid
             os.close(fd)
     if kind == END_RANGE and to_offset is not None:
         return records, to_offset, "to-offset"
     return records, end, kind
-
-
-@dataclass
-class Replay:
-    """A walk already done (rebuild all): its dispatches, those past the first damage that
-    were only counted, and its outcome."""
-    dispatches: list
-    tail: list
-    outcome: WalkOutcome
-
-
-def _run_walk(store, walk, start: int, to_offset: int | None, on_dispatch, on_tail, skip_corrupt: bool,
-              check_crc: bool, stops: list[str], replay: Replay | None) -> WalkOutcome:
-    """The rebuild's walk past damage (``truncation.walk_past_damage``), or its replay."""
-    if replay is None:
-        return walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
-                                check_crc, stops)
-    for d in replay.dispatches:
-        on_dispatch(d)
-    for d in replay.tail:
-        on_tail(d)
-    return replay.outcome
 
 
 def _count_units(d, only: set | None) -> int:
@@ -389,111 +446,173 @@ def check_rebuild_target(store, output: Path | None) -> None:
                            store.lock_path)
 
 
+# --- one walk, any number of builds --------------------------------------------------------------
+def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bool, progress, config,
+             workers: int | None, walker, skip_corrupt: bool) -> WalkOutcome:
+    """Walk the CommitLog once past any damage (``truncation.walk_past_damage``), each batch's
+    dispatch going to every job's builder as it arrives; then each job completes its plan.
+    On any failure (a full disk, Ctrl-C) every job's build is removed."""
+    stops: list[str] = []
+
+    def on_dispatch(d):
+        if d.stop:
+            stops.append(d.stop)
+        for job in jobs:
+            job.on_dispatch(d)
+
+    def on_tail(d):
+        for job in jobs:
+            job.on_tail(d)
+
+    def on_damage(damage):
+        for job in jobs:
+            job.on_damage(damage, skip_corrupt)
+
+    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config,
+                                             workers or default_workers()))
+    try:
+        outcome = walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
+                                   check_crc, stops, on_damage)
+        for job in jobs:
+            job.finish(outcome, stops)
+    except BaseException:
+        for job in jobs:
+            job.discard()
+        raise
+    return outcome
+
+
+class _Job:
+    """One rebuild (ConsumeQueue or IndexFiles): its plan (``result``), the build directory
+    its files go to while the walk runs (None for a dry run), and its install."""
+    result: RebuildResult
+    store = None
+    target: Path
+    output: Path | None = None
+    build: Path | None = None
+
+    def _open_build(self, dry_run: bool) -> None:
+        if dry_run:
+            return
+        if self.output is None:
+            self.result.recovered = inst.recover_leftovers(self.target)
+            self.build = inst.new_build_dir(self.target)
+        else:
+            self.build = inst.prepare_output(self.output)
+
+    def on_damage(self, damage, skip_corrupt: bool) -> None:
+        pass
+
+    def discard(self) -> None:
+        """Remove the build (it will not be installed)."""
+        if self.build is not None:
+            discard_build(self.build, keep_dir=self.output is not None)
+            self.build = None
+
+    def carry(self) -> None:
+        """Put the files that are not rebuilt into the build (links, never followed)."""
+
+    def install(self, confirm, allow_truncate: bool) -> None:
+        """Refuse (a walk that stopped early), ask, or install the build; a refused or
+        declined build is removed, and nothing in the store is touched."""
+        r = self.result
+        if self.build is None:
+            return
+        try:
+            if not allow_truncate:
+                refuse_truncation([r])
+            if self.output is None and confirm and not confirm(r):
+                self.discard()
+                return
+            self.carry()
+        except BaseException:
+            self.discard()
+            raise
+        _finish(r, self.store, self.target, self.build, self.output)
+
+
 # --- consumequeue ---------------------------------------------------------------------------
+class _CqJob(_Job):
+    def __init__(self, store, topics, queues, cq_file_size, output, dry_run: bool):
+        if queues and not topics:
+            raise UsageError("--queue needs --topic")
+        file_size = cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE
+        if file_size % CQ_UNIT_SIZE:
+            raise UsageError(f"--cq-file-size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+        self.store, self.output, self.target = store, output, store.consumequeue_dir
+        self.result = RebuildResult("consumequeue", str(store.root), str(self.target),
+                                    str(output) if output else None, dry_run,
+                                    store.commitlog.min_offset, 0, "", geometry={"cq_file_size": file_size})
+        self.only = None
+        if topics:
+            self.only = ({(t, q) for t in topics for q in queues} if queues else {(t, None) for t in topics})
+        inst.refuse_linked_topics(self.target, self.only)
+        self.skipped: list[tuple[int, int]] = []     # ranges --skip-corrupt went past, as they are found
+        self._open_build(dry_run)
+        self.builder = CqBuilder(file_size, self.only, self.skipped, self.build)
+        self.carried: list[str] = []
+        self.links: list[str] = []
+
+    def on_dispatch(self, d) -> None:
+        self.builder.add(d)
+
+    def on_tail(self, d) -> None:
+        self.result.tail_items += _count_units(d, self.only)
+
+    def on_damage(self, damage, skip_corrupt: bool) -> None:
+        if skip_corrupt:
+            self.skipped.append((damage.offset, damage.resumed_at))
+
+    def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
+        r, store, only = self.result, self.store, self.only
+        self.builder.finish()
+        r.records, r.range_end, r.end_kind = outcome.as_tuple()
+        r.warnings += stops + self.builder.warnings()
+        r.units = self.builder.units
+        r.files_written = self.builder.files_written()
+        if outcome.damage:
+            def keep(topic, qid):
+                return not queue_selected(only, topic, qid)
+            before, _ = cq_totals(store, None if only is None else lambda t, q: not keep(t, q))
+            _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
+            _note_damage(r, outcome, before,
+                         restart_forecast(store, max(self.builder.max_end, carried_max), outcome.data_end))
+        if self.target.is_dir():      # symlinks are carried as links, never followed (or refused)
+            c = inst.carried_files(self.target, only, rebuilt=set(self.builder.queue_keys()))
+            r.files_replaced += c.replaced
+            self.carried, self.links = c.files, c.links
+        r.files_kept = self.carried + self.links
+
+    def carry(self) -> None:
+        for rel in self.carried:
+            inst.link_or_copy(self.target / rel, self.build / rel)
+        for rel in self.links:
+            inst.copy_link(self.target / rel, self.build / rel)
+
+
 def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[int] | None = None,
                          cq_file_size: int | None = None, to_offset: int | None = None,
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
                          confirm: Callable[[RebuildResult], bool] | None = None,
                          workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                         allow_truncate: bool = False, replay: "Replay | None" = None) -> RebuildResult:
+                         allow_truncate: bool = False) -> RebuildResult:
     """Rebuild the ConsumeQueues (all, or ``topics``/``queues``) from the CommitLog.
 
-    A walk that stops before the CommitLog's last data is refused (``TruncationRefused``,
-    after ``result`` is filled for the plan) unless ``skip_corrupt`` (rebuild past it with
-    the resync) or ``allow_truncate``; a dry run only reports it."""
+    The files are written into a build directory as the walk goes (memory does not grow with
+    the store); ``confirm`` is asked with the whole plan before the build is installed. A
+    walk that stops before the CommitLog's last data is refused (``TruncationRefused``, the
+    plan in it) unless ``skip_corrupt`` (rebuild past it with the resync) or
+    ``allow_truncate``; a dry run only reports it."""
     t0 = time.perf_counter()
-    workers = workers or default_workers()
-    if queues and not topics:
-        raise UsageError("--queue needs --topic")
     check_rebuild_target(store, output)
-    file_size = cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE
-    if file_size % CQ_UNIT_SIZE:
-        raise UsageError(f"--cq-file-size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
-    target = store.consumequeue_dir
-    result = RebuildResult("consumequeue", str(store.root), str(target),
-                           str(output) if output else None, dry_run,
-                           store.commitlog.min_offset, 0, "", geometry={"cq_file_size": file_size})
-    if not dry_run and output is None:
-        result.recovered = inst.recover_leftovers(target)
-    only = None
-    if topics:
-        only = {(t, q) for t in topics for q in queues} if queues else {(t, None) for t in topics}
-    inst.refuse_linked_topics(target, only)
-
-    collector = CqCollector()
-    config = config or DispatchConfig()
-    stops: list[str] = []
-
-    def on_dispatch(d):
-        if d.stop:
-            stops.append(d.stop)
-        collector.add(d, only)
-
-    def on_tail(d):
-        result.tail_items += _count_units(d, only)
-
-    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
-    outcome = _run_walk(store, walk, store.commitlog.min_offset, to_offset, on_dispatch, on_tail,
-                        skip_corrupt, check_crc, stops, replay)
-    result.records, result.range_end, result.end_kind = outcome.as_tuple()
-    result.warnings += stops
-    layouts = {}
-    skipped = [(d.offset, d.resumed_at) for d in outcome.damage] if outcome.skipped else []
-    queues = collector.queues()
-    for q in queues:
-        problem = topic_path_problem(q.topic)
-        if problem is not None:        # topic names come from data: never a path outside the store
-            result.warnings.append(f"{problem}: queue {describe(q.topic)}/{q.queue_id} skipped "
-                                   f"({len(q)} units not written)")
-            continue
-        layout = layout_cq(q, file_size, skipped)
-        layouts[(q.topic, q.queue_id)] = layout
-        result.units += layout.real_units
-        result.warnings += layout.warnings
-        for start in layout.file_starts():
-            result.files_written.append({"path": f"{q.topic}/{q.queue_id}/{start:020d}", "size": file_size})
-    if outcome.damage:
-        def keep(topic, qid):
-            return not queue_selected(only, topic, qid)
-        before, _ = cq_totals(store, None if only is None else lambda t, q: not keep(t, q))
-        _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
-        rebuilt_max = max((int((q.phy_offset.astype(np.int64) + q.size).max()) for q in queues if len(q)),
-                          default=0)
-        _note_damage(result, outcome, before,
-                     restart_forecast(store, max(rebuilt_max, carried_max), outcome.data_end))
-
-    carried, links = [], []
-    if target.is_dir():           # symlinks are carried as links, never followed (or refused)
-        c = inst.carried_files(target, only, rebuilt=set(layouts))
-        result.files_replaced += c.replaced
-        carried, links = c.files, c.links
-    result.files_kept = carried + links
-    result.seconds = time.perf_counter() - t0
-    if dry_run:
-        return result
-    if not allow_truncate and replay is None:
-        refuse_truncation([result])
-    if output is None and confirm and not confirm(result):
-        return result
-    build = inst.prepare_output(output) if output else inst.new_build_dir(target)
-    try:
-        for (topic, qid), layout in layouts.items():
-            qdir = queue_dir(build, topic, qid)
-            qdir.mkdir(parents=True, exist_ok=True)
-            for start in layout.file_starts():
-                _write_sparse(qdir / f"{start:020d}", layout.file_data(start), file_size)
-                inst.crash_point("build")
-        for rel in carried:
-            inst.link_or_copy(target / rel, build / rel)
-        for rel in links:
-            inst.copy_link(target / rel, build / rel)
-    except Exception:                       # a full disk, say: no half-built tree is left behind
-        discard_build(build, keep_dir=output is not None)
-        raise
-    _finish(result, store, target, build, output)
-    result.seconds = time.perf_counter() - t0
-    return result
+    job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
+             config or DispatchConfig(), workers, walker, skip_corrupt)
+    job.result.seconds = time.perf_counter() - t0
+    job.install(confirm, allow_truncate)
+    job.result.seconds = time.perf_counter() - t0
+    return job.result
 
 
 def _finish(result: RebuildResult, store, target: Path, build: Path, output: Path | None) -> None:
@@ -502,18 +621,6 @@ def _finish(result: RebuildResult, store, target: Path, build: Path, output: Pat
         return
     done = inst.install(target, build)
     result.backup = done.backup
-
-
-def _write_sparse(path: Path, data: bytes, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        view, pos = memoryview(data), 0
-        while view:
-            n = os.pwrite(fd, view, pos)
-            view, pos = view[n:], pos + n
-    finally:
-        os.close(fd)
 
 
 # --- index ----------------------------------------------------------------------------------
@@ -554,103 +661,106 @@ def _kept_index_files(store, geometry: IndexGeometry, from_offset: int | None) -
     return kept
 
 
+class _IndexFileOut:
+    """One IndexFile written as it fills: entries as they are made, then header and slots
+    (``path`` None: a dry run, nothing is written)."""
+
+    def __init__(self, path: Path | None, geometry: IndexGeometry):
+        self.geometry, self.fd = geometry, None
+        if path is not None:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.ftruncate(self.fd, geometry.file_size)
+
+    def write_entries(self, first: int, entries) -> None:
+        if self.fd is not None:
+            inst.pwrite_all(self.fd, entries.view(np.uint8).reshape(-1),
+                            entry_position(self.geometry.hash_slots, first))
+
+    def close(self, image: IndexFileImage) -> None:
+        if self.fd is None:
+            return
+        try:
+            image.write_to(self.fd)            # the header and the used slots (no entries here)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+        inst.crash_point("build")
+
+
+class _IndexJob(_Job):
+    def __init__(self, store, geometry: IndexGeometry, from_offset: int | None, to_offset: int | None,
+                 output, dry_run: bool):
+        self.store, self.output, self.target, self.to_offset = store, output, store.index_dir, to_offset
+        if output is None and self.target.is_dir():
+            inst.refuse_links_in(self.target)     # a linked index file would end up only in the backup
+        r = self.result = RebuildResult("index", str(store.root), str(self.target), str(output) if output else None,
+                                        dry_run, 0, 0, "", geometry={"hash_slots": geometry.hash_slots,
+                                                                     "index_entries": geometry.index_entries})
+        kept = _kept_index_files(store, geometry, from_offset)
+        self.start = kept.seed_phy if kept.files else store.commitlog.min_offset
+        r.range_start = self.start
+        existing = set(store.index_files())
+        self.kept = kept.files
+        self.others = ([p for p in self.target.iterdir() if p.is_file() and p not in existing]
+                       if self.target.is_dir() else [])
+        r.files_kept = [p.name for p in kept.files] + [p.name for p in self.others]
+        r.files_replaced = sorted(p.name for p in existing - set(kept.files))
+        self.geometry = geometry
+        self.names = _name_source([p.name for p in kept.files])
+        self._open_build(dry_run)
+        self.builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, self._sink,
+                                    kept.seed_phy, kept.seed_ts, kept.skip, open_file=self._open_file)
+
+    def _open_file(self) -> "_IndexFileOut":
+        name = next(self.names)
+        self.result.files_written.append({"path": name, "size": self.geometry.file_size})
+        return _IndexFileOut(None if self.build is None else self.build / name, self.geometry)
+
+    def _sink(self, image: IndexFileImage) -> None:
+        """A file is complete (``_IndexFileOut.close`` wrote it)."""
+
+    def on_dispatch(self, d) -> None:
+        self.builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
+
+    def on_tail(self, d) -> None:
+        self.result.tail_items += len(d.key_hash)
+
+    def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
+        r = self.result
+        self.builder.finish()
+        r.records, r.range_end, r.end_kind = outcome.as_tuple()
+        r.warnings += stops
+        r.entries = self.builder.entries
+        if outcome.damage:
+            _note_damage(r, outcome, _current_entries(self.store))
+        if self.to_offset is not None and r.end_kind == "to-offset":
+            r.warnings.append(f"records from {self.to_offset} on are not indexed (--to-offset)")
+
+    def carry(self) -> None:
+        for p in self.kept + self.others:
+            inst.link_or_copy(p, self.build / p.name)
+
+
 def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None,
                   to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
                   confirm: Callable[[RebuildResult], bool] | None = None,
                   workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                  allow_truncate: bool = False, replay: Replay | None = None) -> RebuildResult:
+                  allow_truncate: bool = False) -> RebuildResult:
     """Rebuild the IndexFiles (those wholly below ``from_offset`` are kept) from the CommitLog.
 
-    An early stop of the walk is handled as by ``rebuild_consumequeue``; the refusal comes
-    before anything is installed (the images are built in a fresh build directory)."""
+    Each IndexFile is written as soon as it fills; the plan, the confirmation and an early
+    stop of the walk are handled as by ``rebuild_consumequeue``."""
     t0 = time.perf_counter()
-    workers = workers or default_workers()
     check_rebuild_target(store, output)
-    target = store.index_dir
-    if output is None and target.is_dir():
-        inst.refuse_links_in(target)       # a linked index file would end up only in the backup
-    result = RebuildResult("index", str(store.root), str(target), str(output) if output else None,
-                           dry_run, 0, 0, "", geometry={"hash_slots": geometry.hash_slots,
-                                                         "index_entries": geometry.index_entries})
-    if not dry_run and output is None:
-        result.recovered = inst.recover_leftovers(target)
-    kept = _kept_index_files(store, geometry, from_offset)
-    start = kept.seed_phy if kept.files else store.commitlog.min_offset
-    result.range_start = start
-    existing = set(store.index_files())
-    result.files_kept = [p.name for p in kept.files]
-    result.files_replaced = sorted(p.name for p in existing - set(kept.files))
-    others = [p for p in target.iterdir() if p.is_file() and p not in existing] if target.is_dir() else []
-    result.files_kept += [p.name for p in others]
-
-    names = _name_source([p.name for p in kept.files])
-    build: Path | None = None
-    if not dry_run and not (output is None and confirm and not confirm(result)):
-        build = inst.prepare_output(output) if output else inst.new_build_dir(target)
-    images: list[tuple[str, int]] = []
-
-    def sink(image: IndexFileImage) -> None:
-        name = next(names)
-        images.append((name, int(image.header["index_count"][0]) - 1))
-        result.files_written.append({"path": name, "size": geometry.file_size})
-        if build is not None:
-            fd = os.open(build / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                image.write_to(fd)
-            finally:
-                os.close(fd)
-            inst.crash_point("build")
-
-    builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, sink,
-                           kept.seed_phy, kept.seed_ts, kept.skip)
-    config = config or DispatchConfig()
-
-    stops: list[str] = []
-
-    def on_dispatch(d):
-        if d.stop:
-            stops.append(d.stop)
-        builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
-
-    def on_tail(d):
-        result.tail_items += len(d.key_hash)
-
-    if dry_run or build is not None:
-        walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers))
-        try:
-            outcome = _run_walk(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt, check_crc,
-                                stops, replay)
-            builder.finish()
-        except Exception:                   # a full disk, say: no half-built index is left behind
-            if build is not None:
-                discard_build(build, keep_dir=output is not None)
-            raise
-        result.records, result.range_end, result.end_kind = outcome.as_tuple()
-        result.warnings += stops
-        result.entries = builder.entries
-        if outcome.damage:
-            _note_damage(result, outcome, _current_entries(store))
-            if not dry_run and not allow_truncate and replay is None and not outcome.skipped:
-                if build is not None:
-                    discard_build(build, keep_dir=output is not None)
-                refuse_truncation([result])
-    result.entries = builder.entries
-    if to_offset is not None and result.end_kind == "to-offset":
-        result.warnings.append(f"records from {to_offset} on are not indexed (--to-offset)")
-    if build is None:
-        result.seconds = time.perf_counter() - t0
-        return result
-    try:
-        for p in kept.files + others:
-            inst.link_or_copy(p, build / p.name)
-    except Exception:
-        discard_build(build, keep_dir=output is not None)
-        raise
-    _finish(result, store, target, build, output)
-    result.seconds = time.perf_counter() - t0
-    return result
+    job = _IndexJob(store, geometry, from_offset, to_offset, output, dry_run)
+    _rebuild(store, [job], job.start, to_offset, check_crc, progress, config or DispatchConfig(), workers,
+             walker, skip_corrupt)
+    job.result.seconds = time.perf_counter() - t0
+    job.install(confirm, allow_truncate)
+    job.result.seconds = time.perf_counter() - t0
+    return job.result
 
 
 def _current_entries(store) -> int | None:
@@ -696,48 +806,38 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 progress: Progress | None = None, confirm=None,
                 workers: int | None = None, skip_corrupt: bool = False,
                 allow_truncate: bool = False) -> tuple[RebuildResult, RebuildResult]:
-    """ConsumeQueue and IndexFiles from one pass over the CommitLog (the dispatch results
-    are held in memory between the two installs, each of which is crash-safe on its own).
-    The two are built and installed at the same time unless ``confirm`` asks a person.
-    A walk that stops before the last data is refused before either is built (see
-    ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
+    """ConsumeQueue and IndexFiles from one pass over the CommitLog, both built as the walk
+    goes (memory does not grow with the store), then each installed crash-safely on its own.
+    The two installs run at the same time unless ``confirm`` asks a person (one prompt,
+    then the other). A walk that stops before the last data is refused before either is
+    installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
-    config = config or DispatchConfig()
-    start = store.commitlog.min_offset
-    held: list = []
-    tail: list = []
-    stops: list[str] = []
-
-    def hold(d):
-        if d.stop:
-            stops.append(d.stop)
-        held.append(d)
-
-    outcome = walk_past_damage(
-        store, lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, workers or default_workers()),
-        start, to_offset, hold, tail.append, skip_corrupt, check_crc, stops)
-    replay = Replay(held, tail, outcome)
-
-    def consumequeue(dry=dry_run):
-        return rebuild_consumequeue(store, cq_file_size=cq_file_size, to_offset=to_offset,
-                                    output=output / "consumequeue" if output else None, dry_run=dry,
-                                    check_crc=check_crc, config=config, confirm=confirm, replay=replay)
-
-    def index(dry=dry_run):
-        return rebuild_index(store, geometry, to_offset=to_offset, output=output / "index" if output else None,
-                             dry_run=dry, check_crc=check_crc, config=config, confirm=confirm, replay=replay)
-
-    if outcome.damage and not outcome.skipped and not allow_truncate and not dry_run:
-        refuse_truncation([consumequeue(True), index(True)])      # the plans, then the refusal
-    if output is None and confirm is not None and not getattr(confirm, "unattended", False):
-        results = consumequeue(), index()          # a person answers one prompt, then the other
-    else:
-        results = _both(consumequeue, index)
+    cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
+    try:
+        ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
+    except BaseException:
+        cq.discard()
+        raise
+    jobs = [cq, ix]
+    outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
+                       config or DispatchConfig(), workers, None, skip_corrupt)
+    try:
+        if outcome.damage and not outcome.skipped and not allow_truncate and not dry_run:
+            refuse_truncation([cq.result, ix.result])      # the plans, then the refusal
+        if output is None and confirm is not None and not getattr(confirm, "unattended", False):
+            cq.install(confirm, True)                      # a person answers one prompt, then the other
+            ix.install(confirm, True)
+        else:
+            _both(lambda: cq.install(confirm, True), lambda: ix.install(confirm, True))
+    except BaseException:
+        for job in jobs:
+            job.discard()
+        raise
     whole = time.perf_counter() - t0
-    for r in results:
-        r.seconds = whole
-    return results
+    for job in jobs:
+        job.result.seconds = whole
+    return cq.result, ix.result
 
 
 def _both(first, second):

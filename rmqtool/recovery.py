@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from formats import commitlog as cl
 from rmqtool.consumequeue import read_units
+from rmqtool.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, delay_stop_text, schedule_delays
 from rmqtool.errors import RmqError
 from rmqtool.scan import END_BLANK, FileEnd, FileScan, RecordBatch, walk_store
 
@@ -94,14 +95,28 @@ def recovery_start(store, mode: str | None = None, max_phy: int | None = None) -
                          "recovery starts at the first file", v49)
 
 
+def delay_stop_end(batch: RecordBatch, row: int, file_size: int) -> FileEnd:
+    """The walk's end at a record whose DELAY fails the broker's record check."""
+    pos = int(batch.position[row])
+    text = schedule_delays(batch).failed_text
+    return FileEnd(str(batch.path), batch.file_base, file_size, pos, END_DISPATCH_STOP,
+                   detail=delay_stop_text(text, batch.file_base + pos), check=DISPATCH_STOP_CHECK,
+                   total_size=int(batch.size[row]), magic=int(batch.magic[row]))
+
+
 def valid_end(store, start: RecoveryStart) -> tuple[int, FileEnd | None, int]:
-    """Walk from the recovery start like the broker: (valid end offset, stopping FileEnd, messages)."""
+    """Walk from the recovery start like the broker: (valid end offset, stopping FileEnd, messages).
+    A record whose DELAY fails the record check ends it (``dispatch.schedule_delays``)."""
     files = store.commitlog.files
     if not files:
         return 0, None, 0
     count, last_end = 0, None
     for item in walk_store(store, check_crc=True, files=files[start.file_index:], stop_at_break=True):
         if isinstance(item, RecordBatch):
+            failed = schedule_delays(item).failed_row
+            if failed is not None:          # the broker's record check fails there (DELAY)
+                end = delay_stop_end(item, failed, store.commitlog.file_size)
+                return end.phy_offset, end, count + failed
             count += len(item)
         else:
             last_end = item

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rmqtool.dispatch import END_DISPATCH_STOP
+from rmqtool.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP
 from rmqtool.errors import RefusedError
 from rmqtool.scan import END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileScan, next_record_after
 
@@ -73,11 +73,13 @@ class WalkOutcome:
 
 def walk_past_damage(store, walk: Walker, start: int, to_offset: int | None, on_dispatch: Callable,
                      on_tail: Callable | None = None, skip_corrupt: bool = False,
-                     check_crc: bool = True, stops: list[str] | None = None) -> WalkOutcome:
+                     check_crc: bool = True, stops: list[str] | None = None,
+                     on_damage: Callable | None = None) -> WalkOutcome:
     """Run ``walk`` from ``start``; while it stops with records after the stop, resync and
     walk again from the next record. Past the first stop the records go to ``on_dispatch``
     with ``skip_corrupt``, else to ``on_tail`` (counted, not built). ``stops`` holds the
-    dispatch-stop texts seen so far (the reason of a dispatch-stop end)."""
+    dispatch-stop texts seen so far (the reason of a dispatch-stop end); ``on_damage(Damage)``
+    hears of each stop before any record past it is dispatched."""
     records, end, kind = walk(start, to_offset, on_dispatch)
     out = WalkOutcome(records, end, kind, data_end=end)
     sink = on_dispatch
@@ -86,6 +88,8 @@ def walk_past_damage(store, walk: Walker, start: int, to_offset: int | None, on_
         if after is None or (kind == END_ZERO and after == end):    # the end, or a live file's growth
             break
         out.damage.append(describe_stop(store, end, kind, after, check_crc, stops))
+        if on_damage is not None:
+            on_damage(out.damage[-1])
         if not skip_corrupt:
             sink = on_tail or (lambda d: None)
         if after <= end:            # the resync never goes back: no loop on a bad anchor
@@ -110,7 +114,7 @@ def describe_stop(store, offset: int, kind: str, resumed_at: int, check_crc: boo
     seg, pos = loc if loc is not None else (store.commitlog.files[-1], offset - store.commitlog.files[-1].start)
     if kind == END_DISPATCH_STOP:
         detail = next((s for s in reversed(stops or []) if str(offset) in s), (stops or [""])[-1])
-        return Damage(offset, str(seg.path), pos, kind, "dispatch.stop", detail or "dispatch stopped", resumed_at)
+        return Damage(offset, str(seg.path), pos, kind, DISPATCH_STOP_CHECK, detail or "dispatch stopped", resumed_at)
     if kind == END_ZERO:
         return Damage(offset, str(seg.path), pos, kind, "commitlog.early-end",
                       "zeros where the data should go on", resumed_at)

@@ -39,12 +39,12 @@ from formats import commitlog as cl
 from formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
-from rmqtool.dispatch import (CqCollector, DispatchConfig, IndexBuilder, IndexFileImage,
+from rmqtool.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
 from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool import install as inst
-from rmqtool.errors import RefusedError, RmqError, UsageError
+from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import queue_dir, topic_path_problem
 from rmqtool.rebuild import _name_source
 
@@ -53,7 +53,6 @@ DEFAULT_STORE_HOST = "127.0.0.1:10911"
 DEFAULT_BORN_HOST = "127.0.0.1:0"
 DISPATCH_CHUNK = 65536
 PROGRESS_EVERY = 1024             # records between progress callbacks (a dispatch chunk is too coarse)
-_NOT_IN_QUEUE = (cl.TRANSACTION_PREPARED_TYPE, cl.TRANSACTION_ROLLBACK_TYPE)
 
 
 @dataclass
@@ -379,7 +378,7 @@ class _CommitLogAppender:
 def _existing_state(store, geometry: Geometry):
     """(valid end, next queue offsets, last store timestamp) of an existing store."""
     from rmqtool.consumequeue import read_units
-    from rmqtool.scan import END_BLANK, FileEnd, RecordBatch, walk_store
+    from rmqtool.scan import END_BLANK, FileEnd, walk_store
     next_off: dict[tuple[str, int], int] = {}
     max_phy = 0
     for ref in store.queues():
@@ -399,7 +398,7 @@ def _existing_state(store, geometry: Geometry):
             last_ts = int(item.store_timestamp[-1])
             lag = item.phy_offset >= max_phy         # records the CQ has not seen yet
             tx = item.sys_flag & cl.TRANSACTION_MASK
-            for i in np.flatnonzero(lag & ((tx == 0) | (tx == cl.TRANSACTION_COMMIT_TYPE))).tolist():
+            for i in np.flatnonzero(lag & goes_to_consumequeue(tx)).tolist():
                 key = (item.topic(i), int(item.queue_id[i]))
                 next_off[key] = max(next_off.get(key, 0), int(item.queue_offset[i]) + 1)
     return end, next_off, last_ts
@@ -542,7 +541,7 @@ class StoreWriter:
         for f in batch:
             tx = f.sys_flag & cl.TRANSACTION_MASK
             key = (f.topic, f.queue_id)
-            if tx in _NOT_IN_QUEUE:
+            if not goes_to_consumequeue(tx):
                 if f.queue_offset < 0:
                     f.queue_offset = 0
             else:
@@ -586,7 +585,7 @@ class StoreWriter:
             self._dispatch_stopped = True
             self.summary.warnings.append(d.stop)
         last_cq = next((r for r in reversed(rows[:d.records])
-                        if r["sys_flag"] & cl.TRANSACTION_MASK not in _NOT_IN_QUEUE), None)
+                        if goes_to_consumequeue(r["sys_flag"] & cl.TRANSACTION_MASK)), None)
         if last_cq is not None:
             self._last_cq_ts = last_cq["store_timestamp"]
         self.cq.add(d)

@@ -94,3 +94,26 @@ def test_engine_walks_end_at_the_failing_record(stopped_store, tmp_path):
     assert _tree(tmp_path / "cq") == _tree(root / "consumequeue")
     assert _tree(tmp_path / "d" / "cq") == _tree(root / "consumequeue")
     assert _index_files(tmp_path / "d" / "ix") == _index_files(root / "index")
+
+
+@pytest.mark.parametrize("level,jobs", [("shallow", 1), ("deep", 1), ("deep", 2)])
+def test_verify_info_and_rebuild_agree_on_the_stop(stopped_store, level, jobs):
+    """Issue 13: one DELAY rule. verify (any level, with or without parallel jobs) reports the
+    record as an error at its file and position, and its forecast ends the CommitLog there,
+    as `info` and `rebuild --dry-run` do."""
+    import json
+
+    from conftest import run_cli
+    root, _, bad_at = stopped_store
+    seg = Store(root).commitlog.locate(bad_at)
+    r = run_cli("verify", root, "--level", level, "--jobs", jobs, "--split-size", 4096, "-f", "json")
+    assert r.code == 1, r.err
+    report = json.loads(r.out)
+    stops = [f for f in report["findings"] if f["check"] == "dispatch.stop"]
+    assert [(f["severity"], f["file"], f["offset"]) for f in stops] == [("error", str(seg[0].path), seg[1])]
+    fc = report["forecast"]
+    info = json.loads(run_cli("info", root, "-f", "json").out)[0]["commitlog"]
+    plan = json.loads(run_cli("rebuild", "all", root, "--dry-run", "-f", "json").out)
+    assert (fc["valid_end"], fc["end_kind"]) == (info["valid_end"], info["end_kind"]) == (bad_at, END_DISPATCH_STOP)
+    assert all((p["range_end"], p["end_kind"]) == (bad_at, END_DISPATCH_STOP) for p in plan)
+    assert fc["end_detail"] == info["end_detail"]

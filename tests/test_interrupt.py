@@ -13,6 +13,12 @@ import pytest
 from conftest import run_cli
 
 
+def _default_sigint():
+    """Ctrl-C as in a terminal: a suite started in the background (``cmd &``) has SIGINT
+    ignored, which the child would inherit (and then rightly keep)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("int") / "store"
@@ -29,7 +35,8 @@ def store(tmp_path_factory):
 def test_sigint_says_interrupted_and_exits_130(store, tmp_path, args):
     argv = [a.format(store=store, out=tmp_path / "out") for a in args]
     p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=_default_sigint)
     time.sleep(0.4)                        # well inside each run (each takes seconds here)
     if p.poll() is not None:
         pytest.skip(f"finished before the signal on this machine (exit {p.returncode})")

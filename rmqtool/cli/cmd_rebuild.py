@@ -44,14 +44,22 @@ class LazyProgress:
             self.bar.stop()
 
 
-def _confirm_factory(yes: bool):
+_UNCONFIRMED = ("refusing to replace files without confirmation: pass --yes "
+                "(or --dry-run to see the plan)")
+
+
+def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
+    """The prompt before an in-place install (after the build, with the whole plan). Where
+    nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work."""
+    if not (yes or dry_run or output is not None or sys.stdin.isatty()):
+        raise UsageError(_UNCONFIRMED)
+
     def confirm(result) -> bool:
         if yes:
             return True
         _print_plan(result)
         if not sys.stdin.isatty():
-            raise UsageError("refusing to replace files without confirmation: pass --yes "
-                             "(or --dry-run to see the plan)")
+            raise UsageError(_UNCONFIRMED)
         if not typer.confirm("replace these files?", default=False):
             raise RefusedError("not confirmed; nothing was changed")
         return True
@@ -198,10 +206,10 @@ def rebuild_consumequeue_command(
                 engine, "consumequeue", s,
                 lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset,
                                                     output, dry_run, not no_crc, progress=bar,
-                                                    confirm=_confirm_factory(yes), workers=workers, walker=walker,
+                                                    confirm=_confirm_factory(yes, dry_run, output), workers=workers, walker=walker,
                                                     skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
                 bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
-                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes),
+                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes, dry_run, output),
                 allow_truncate=allow_truncate)
     finally:
         bar.close()
@@ -248,11 +256,11 @@ def rebuild_index_command(
             r = _engine_rebuild(
                 engine, "index", s,
                 lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                                             progress=bar, confirm=_confirm_factory(yes), workers=workers,
+                                             progress=bar, confirm=_confirm_factory(yes, dry_run, output), workers=workers,
                                              walker=walker, skip_corrupt=skip_corrupt,
                                              allow_truncate=allow_truncate),
                 bool(from_offset is not None or dry_run or skip_corrupt), master, remote, spark_conf, bar,
-                not no_crc, geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes),
+                not no_crc, geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes, dry_run, output),
                 allow_truncate=allow_truncate)
     finally:
         bar.close()
@@ -291,7 +299,7 @@ def rebuild_all_command(
     try:
         with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild all", dry_run, output):
             results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
-                                  progress=bar, confirm=_confirm_factory(yes), workers=workers,
+                                  progress=bar, confirm=_confirm_factory(yes, dry_run, output), workers=workers,
                                   skip_corrupt=skip_corrupt, allow_truncate=allow_truncate)
     finally:
         bar.close()

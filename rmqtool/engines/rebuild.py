@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqtool.dispatch import END_DISPATCH_STOP
+from rmqtool.install import pwrite_all
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 from rmqtool.engines.arrow import select
 from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
@@ -224,10 +225,7 @@ class CqFileWriter:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, self.file_size)
-                data, pos = memoryview(layout.file_data(start)), 0
-                while data:
-                    n = os.pwrite(fd, data, pos)
-                    data, pos = data[n:], pos + n
+                pwrite_all(fd, layout.file_data(start), 0)
             finally:
                 os.close(fd)
             files.append(f"{topic}/{qid}/{start:020d}")

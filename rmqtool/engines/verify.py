@@ -32,7 +32,7 @@ class VerifyStage:
         from rmqtool.verify.records import TopicTable, batch_columns, check_batch
         topics = TopicTable()
         for b in batches:
-            findings = check_batch(b, deep=True) if self.deep else []
+            findings = check_batch(b, deep=self.deep)
             cols = batch_columns(b, topics, self.deep)
             raws = sorted(topics.ids, key=topics.ids.__getitem__)      # raw topic bytes by local id
             blob = pickle.dumps((cols, findings, raws), protocol=5)

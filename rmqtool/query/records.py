@@ -7,6 +7,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats._derive import _leaf, struct_of
+from rmqtool.dispatch import goes_to_index
 from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.fileio import ReadOnlyFile
 
@@ -172,7 +173,8 @@ class RecordReader:
 
 
 def is_rollback(batch, i: int) -> bool:
-    return cl.transaction_type(int(batch.sys_flag[i])) == cl.TRANSACTION_ROLLBACK_TYPE
+    """Not indexed by the broker (``dispatch.goes_to_index``)."""
+    return not goes_to_index(cl.transaction_type(int(batch.sys_flag[i])))
 
 
 def match_kind(batch, i: int, key: str, topic: str | None, uniq_only: bool = False,

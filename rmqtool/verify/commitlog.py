@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from formats import commitlog as cl
+from rmqtool.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.fileio import ReadOnlyFile, first_nonzero
 from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
-from rmqtool.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.verify.findings import INFO, WARNING, FindingSink
 from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
@@ -36,6 +37,8 @@ class CommitLogVerifier:
         self.data_end: dict[int, tuple[int, str]] = {}   # file index -> (in-file end of data, end kind)
         self.file_changed = False
         self.crc_failures: dict[int, int] = {}          # file index -> first bad-CRC record position
+        self.delay_stops: dict[int, int] = {}           # file index -> first DELAY record-check failure
+        self.delay_texts: dict[tuple[int, int], str] = {}
         self.records = 0
         self.carved = 0
         self.damaged: list[tuple[int, int]] = []       # [stop, resync) CommitLog ranges carved past
@@ -90,18 +93,26 @@ class CommitLogVerifier:
         return RecordTable.from_parts(self.parts, self.topics, self.files)
 
     def _consume(self, idx: int, batch) -> None:
-        if self.deep:
-            for f in check_batch(batch, deep=True):
-                if f.check == "commitlog.body-crc" and not batch.carved:
-                    self.crc_failures.setdefault(idx, f.offset)
-                if self.report_records:
-                    self.sink.put(f)
+        for f in check_batch(batch, deep=self.deep):
+            self._note(idx, f, batch.carved)
+            if self.report_records:
+                self.sink.put(f)
         cols = batch_columns(batch, self.topics, self.deep)
         cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)
         self.parts.append(cols)
         self.records += len(batch)
         if batch.carved:
             self.carved += len(batch)
+
+    def _note(self, idx: int, f, carved: bool) -> None:
+        """Where the broker's CRC-checking walk would stop in this file: the first bad body
+        CRC or DELAY record check (carved records lie past a stop already)."""
+        stops = {"commitlog.body-crc": self.crc_failures, DISPATCH_STOP_CHECK: self.delay_stops}.get(f.check)
+        if stops is not None and not carved:
+            at = stops.get(idx)
+            stops[idx] = f.offset if at is None else min(at, f.offset)
+            if f.check == DISPATCH_STOP_CHECK:
+                self.delay_texts[(idx, f.offset)] = f.message
 
     def _adopt_file(self, idx: int, seg, prepared) -> None:
         """Take the engine's batches of one file, then go on from where its walk stopped."""
@@ -112,9 +123,7 @@ class CommitLogVerifier:
             cols["topic_id"] = remap_topics(part, self.topics.intern)
             cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
             for f in part.findings:
-                if f.check == "commitlog.body-crc":
-                    at = self.crc_failures.get(idx)
-                    self.crc_failures[idx] = f.offset if at is None else min(at, f.offset)
+                self._note(idx, f, False)
                 if self.report_records:
                     self.sink.put(f)
             self.parts.append(cols)
@@ -230,8 +239,8 @@ class CommitLogVerifier:
 def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> tuple[int, FileEnd, int]:
     """The broker's walk (CRC on) replayed from a deep walk's results, without reading again.
 
-    From the start file: the first bad body CRC or the first stop that is not a BLANK ends
-    the log; a BLANK moves on to the next file.
+    From the start file: the first bad body CRC, the first DELAY record-check failure or the
+    first stop that is not a BLANK ends the log; a BLANK moves on to the next file.
     """
     files = clv.store.commitlog.files
     end = None
@@ -239,6 +248,11 @@ def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> 
         seg = files[idx]
         pos, kind = clv.data_end.get(idx, (0, END_ZERO))
         crc_at = clv.crc_failures.get(idx)
+        delay_at = clv.delay_stops.get(idx)
+        if delay_at is not None and delay_at < pos and (crc_at is None or delay_at < crc_at):
+            end = FileEnd(str(seg.path), seg.start, seg.size, delay_at, END_DISPATCH_STOP,
+                          detail=clv.delay_texts.get((idx, delay_at), ""), check=DISPATCH_STOP_CHECK)
+            break
         if crc_at is not None and crc_at < pos:
             end = FileEnd(str(seg.path), seg.start, seg.size, crc_at, END_CORRUPT, detail="body CRC mismatch",
                           check="commitlog.body-crc")

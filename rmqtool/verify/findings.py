@@ -35,6 +35,8 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "commitlog.file-changed": (WARNING, "shallow", "a file shrank or vanished while being read (live store)"),
     "commitlog.replaced": (WARNING, "shallow", "the store root was replaced (by `write`) during every verify run"),
     "commitlog.live-tail": (INFO, "shallow", "incomplete record at the live tail of a store a broker holds"),
+    "dispatch.stop": (ERROR, "shallow", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int: the broker's record "
+                      "check fails there, its recovery ends the CommitLog there and nothing after it is dispatched"),
     # commitlog: deep record checks
     "commitlog.body-crc": (ERROR, "deep", "crc32(body) & 0x7FFFFFFF != BODYCRC (non-empty bodies only)"),
     "commitlog.prop-crc": (ERROR, "deep", "__CRC32# property != crc32 of the record without its 20-byte tail"),

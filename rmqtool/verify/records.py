@@ -17,6 +17,7 @@ import numpy as np
 from formats import commitlog as cl
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
 from rmqtool.scan import _gather, _row_width, body_crc_matches, distinct_widths, span_rows
+from rmqtool.dispatch import DISPATCH_STOP_CHECK, delay_stop_text, schedule_delays
 from rmqtool.schema import dispatch_tags_code
 from rmqtool.verify.findings import Finding, ERROR
 
@@ -306,10 +307,13 @@ def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
 
 
 def check_batch(batch, deep: bool = True) -> list[Finding]:
-    """Deep per-record checks of one batch: body CRC, __CRC32# property CRC, stored offset."""
-    if not deep or not len(batch):
+    """Per-record checks of one batch: at every level the broker's DELAY record check
+    (``dispatch.schedule_delays``); deep: body CRC, __CRC32# property CRC, stored offset."""
+    if not len(batch):
         return []
-    out: list[Finding] = []
+    out: list[Finding] = delay_stop_findings(batch)
+    if not deep:
+        return out
     cols = batch.columns
     buf = batch.buf
     base = batch.buf_base
@@ -353,6 +357,19 @@ def check_batch(batch, deep: bool = True) -> list[Finding]:
                                    f"computed over its first {size - cl.CRC32_RESERVED_LENGTH} bytes{carved}",
                                    buf_excerpt(batch, d0 + base, 10)))
     return out
+
+
+def delay_stop_findings(batch) -> list[Finding]:
+    """``dispatch.stop`` at the first record of a (walked, not carved) batch whose DELAY fails
+    the broker's record check: where its recovery ends the CommitLog."""
+    if batch.carved:
+        return []
+    delays = schedule_delays(batch)
+    if delays.failed_row is None:
+        return []
+    pos = int(batch.position[delays.failed_row])
+    text = delay_stop_text(delays.failed_text, batch.file_base + pos)
+    return [Finding(ERROR, DISPATCH_STOP_CHECK, batch.path, pos, text, buf_excerpt(batch, pos))]
 
 
 @dataclass

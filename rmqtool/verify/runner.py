@@ -23,7 +23,8 @@ from rmqtool.verify.index import check_index_file, deep_index_checks, missing_ke
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
 LEVELS = ("shallow", "deep")
 FAIL_ON = ("error", "warning")
-_SEVERITY_KIND = {"commitlog": "commitlog", "cq": "consumequeue", "index": "index", "checkpoint": "checkpoint"}
+_SEVERITY_KIND = {"commitlog": "commitlog", "dispatch": "commitlog", "cq": "consumequeue", "index": "index",
+                  "checkpoint": "checkpoint"}
 
 
 @dataclass
@@ -233,8 +234,11 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
     summary["findings"] = {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)}
     summary["findings_not_listed"] = sink.suppressed()
     summary["checks"] = {f"{check}:{sev}": n for (check, sev), n in sorted(sink.counts.items())}
+    for kind in set(_SEVERITY_KIND.values()):
+        summary[kind]["findings"] = {}
     for prefix, kind in _SEVERITY_KIND.items():
-        summary[kind]["findings"] = dict(sink.by_kind.get(prefix, {}))
+        for severity, n in sink.by_kind.get(prefix, {}).items():
+            summary[kind]["findings"][severity] = summary[kind]["findings"].get(severity, 0) + n
 
 
 def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:

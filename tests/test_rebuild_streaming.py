@@ -1,0 +1,150 @@
+"""Rebuild streams (issue 20.8): ConsumeQueue units and IndexFile entries are written as the
+walk goes, in buffers whose size does not depend on the store. Every cut of those buffers
+gives upstream's files byte for byte; the cuts only decide when bytes are written."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from conftest import load_answers, reference_store
+from rmqtool.dispatch import (CqCollector, IndexBuilder, QueueLayout, QueueUnits, RecordColumns,
+                              dispatch_batch, layout_cq)
+from rmqtool.indexfile import IndexGeometry
+from rmqtool.store import Store
+from test_rebuild import index_contents, tree
+
+GEOMETRY = IndexGeometry(61, 350)
+
+
+def _random_rows(rnd: random.Random, n: int) -> list[dict]:
+    rows, phy, ts, next_offset = [], 0, 1_700_000_000_000, {}
+    pool = [f"k{i}" for i in range(rnd.randint(1, 30))]
+    for _ in range(n):
+        queue = (rnd.choice(["T", "U"]), rnd.randint(0, 2))
+        next_offset[queue] = next_offset.get(queue, -1) + 1
+        rows.append({"topic": queue[0], "queue_id": queue[1], "queue_offset": next_offset[queue],
+                     "keys": " ".join(rnd.choice(pool) for _ in range(rnd.randint(0, 3))) or None,
+                     "uniq_key": f"U{rnd.randint(0, 10**6)}", "phy_offset": phy, "store_timestamp": ts,
+                     "size": 100})
+        phy += rnd.randint(92, 3000)
+        ts += rnd.choice([0, 1, 999, 1500])
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_index_builder_folds_and_streams_like_one_build(seed):
+    """Keys appended every 1..n keys, to memory or to a streamed file: the same images."""
+    rnd = random.Random(seed)
+    rows = _random_rows(rnd, rnd.randint(1, 400))
+    batches, i = [], 0
+    while i < len(rows):
+        j = i + rnd.randint(1, 50)
+        batches.append(dispatch_batch(RecordColumns.from_records(rows[i:j])))
+        i = j
+    slots, entries = rnd.choice([(7, 11), (61, 350), (13, 1000)])
+
+    def build(fold, streamed):
+        images, files = [], []
+
+        class Out:
+            def __init__(self):
+                self.buf = bytearray(20 * entries)
+                files.append(self)
+
+            def write_entries(self, first, new):
+                self.buf[20 * first:20 * first + new.nbytes] = new.tobytes()
+
+            def close(self, image):
+                self.image = image
+
+        ib = IndexBuilder(slots, entries, images.append, fold_keys=fold, open_file=Out if streamed else None)
+        for d in batches:
+            ib.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
+        ib.finish()
+        if streamed:            # put the streamed entries back into each image
+            for im, out in zip(images, files):
+                n = int(im.header["index_count"][0]) - 1
+                im.entries = np.frombuffer(bytes(out.buf[20:20 * (n + 1)]), im.entries.dtype)
+        return [im.to_bytes() for im in images], ib.entries
+
+    want = build(1 << 30, False)
+    for fold in (1, 2, 7, rnd.randint(1, 100)):
+        assert build(fold, False) == want
+        assert build(fold, True) == want
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_queue_layout_fed_in_pieces_equals_whole(seed):
+    """Units placed a batch at a time (the rule's state carried) equal one placement,
+    gaps, repeats and skipped ranges included."""
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 300)
+    qoff = np.cumsum([rnd.choice([1, 1, 1, 0, 2, 5]) for _ in range(n)]) + rnd.randint(0, 90)
+    phy = np.cumsum([rnd.choice([100, 100, -50, 0]) for _ in range(n)]) + 10_000
+    size = np.full(n, 60, np.int64)
+    tags = np.arange(n, dtype=np.int64)
+    skipped = [(int(phy[n // 2]) - 1, int(phy[n // 2]))]
+
+    whole = layout_cq(QueueUnits("T", 0, qoff, phy, size, tags), 800, skipped)
+    placer = QueueLayout("T", 0, 800, skipped)
+    parts, i = [], 0
+    while i < n:
+        j = i + rnd.randint(1, 40)
+        parts.append(placer.add(qoff[i:j], phy[i:j], size[i:j], tags[i:j]))
+        i = j
+    assert b"".join(p.tobytes() for p in parts) == whole.units.tobytes()
+    assert (placer.first_file, placer.real_units, placer.warnings) == (whole.first_file, whole.real_units,
+                                                                      whole.warnings)
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rebuild_all_with_tiny_buffers_is_byte_identical(store_copy, tmp_path, monkeypatch, name, workers):
+    """Every CQ flush and every index fold at its smallest: the same files as with the default
+    buffers, which are upstream's byte for byte (the crashed store's queues are the broker's
+    from before its crash, so there only the two rebuilds are compared)."""
+    import rmqtool.cqbuild as cqbuild
+    import rmqtool.dispatch as dispatch
+    import rmqtool.rebuild as rb
+    root = store_copy(name)
+    want = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "want", workers=workers,
+                          allow_truncate=True)
+    monkeypatch.setattr(cqbuild, "BUFFER_BYTES", 1)
+    monkeypatch.setattr(dispatch, "FOLD_KEYS", 3)
+    monkeypatch.setattr(rb, "IN_FLIGHT_PER_WORKER", 1)
+    cq, ix = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "out", workers=workers,
+                            allow_truncate=True)
+    assert tree(tmp_path / "out" / "consumequeue") == tree(tmp_path / "want" / "consumequeue")
+    assert index_contents(tmp_path / "out" / "index") == index_contents(tmp_path / "want" / "index")
+    assert (cq.units, ix.entries) == (want[0].units, want[1].entries)
+    if name != "crashed":
+        assert tree(tmp_path / "out" / "consumequeue") == tree(reference_store(name) / "consumequeue")
+        assert index_contents(tmp_path / "out" / "index") == index_contents(reference_store(name) / "index")
+        assert cq.units == sum(1 for m in load_answers(name)["messages"] if m["inConsumeQueue"])
+
+
+def test_rebuild_dry_run_writes_nothing_and_counts_the_same(store_copy, tmp_path):
+    import rmqtool.rebuild as rb
+    root = store_copy("mixed")
+    before = tree(root)
+    dry = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, dry_run=True)
+    real = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "out")
+    assert tree(root) == before
+    for d, r in zip(dry, real):
+        assert (d.units, d.entries, d.records, d.warnings, len(d.files_written)) == \
+            (r.units, r.entries, r.records, r.warnings, len(r.files_written))
+
+
+def test_collector_and_builder_group_queues_alike():
+    """CqCollector (write) and CqBuilder (rebuild) take a batch's queues from one grouping."""
+    from rmqtool.cqbuild import CqBuilder
+    rows = _random_rows(random.Random(3), 200)
+    d = dispatch_batch(RecordColumns.from_records(rows))
+    coll = CqCollector()
+    coll.add(d)
+    builder = CqBuilder(800)
+    builder.add(d)
+    assert [(q.topic, q.queue_id) for q in coll.queues()] == builder.queue_keys()
+    assert sum(len(q) for q in coll.queues()) == builder.units
