@@ -434,69 +434,82 @@ def delay_stop_text(text: str, offset: int) -> str:
             "nothing from that record on is dispatched")
 
 
+def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = None,
+                      delays: ScheduleDelays | None = None) -> np.ndarray:
+    """The dispatcher's tagsCode of every record of a batch: hashCode of the whole TAGS value
+    (0 when absent); for ``SCHEDULE_TOPIC_XXXX`` with a DELAY level > 0 the deliver timestamp
+    (``schedule_delays``; records from a failed one on keep their TAGS hash, they are never
+    dispatched)."""
+    config = config or DispatchConfig()
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
+    tag_hash, _ = span_hashes(buf, tag_start, tag_len)
+    tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
+    delays = delays if delays is not None else schedule_delays(batch)
+    if len(delays.rows):
+        ts = _col(batch, "store_timestamp")
+        for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
+            level = min(level, len(config.delay_levels_ms))
+            if level > 0:
+                tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
+    return tags_code
+
+
+def record_index_keys(batch: DispatchColumns, n: int | None = None,
+                      topic_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(record row, keyHash) of every index key of the first ``n`` records, in the order
+    IndexService.buildIndex puts them: per record ``topic#UNIQ_KEY`` (when the property is
+    there, even empty), then ``topic#token`` for each KEYS token (single spaces, empty tokens
+    skipped); ROLLBACK records have none (``goes_to_index``)."""
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    n = len(_col(batch, "sys_flag")) if n is None else n
+    tx = _col(batch, "sys_flag")[:n] & cl.TRANSACTION_MASK
+    k_start, k_len = _col(batch, "keys_start")[:n], _col(batch, "keys_len")[:n]
+    u_start, u_len = _col(batch, "uniq_start")[:n], _col(batch, "uniq_len")[:n]
+    if topic_hash is None:
+        topic_hash, _ = span_hashes(buf, _col(batch, "topic_start")[:n],
+                                    np.maximum(_col(batch, "topic_len")[:n], 0))
+    indexed = goes_to_index(tx)
+    prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
+    u_rows = np.flatnonzero(indexed & (u_len >= 0))
+    uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])
+    k_ok = indexed & (k_len > 0)
+    rec, tok_start, tok_len, ordinal = _keys_tokens(buf, np.where(k_ok, k_start, 0), np.where(k_ok, k_len, 0))
+    th, tu = span_hashes(buf, tok_start, tok_len)
+    key_rec = np.concatenate([u_rows, rec])
+    key_ord = np.concatenate([np.zeros(len(u_rows), np.int64), ordinal + 1])
+    raw = np.concatenate([combine_hash(prefix[u_rows], uh, uu), combine_hash(prefix[rec], th, tu)])
+    order = np.lexsort((key_ord, key_rec))
+    return key_rec[order], index_key_hash_array(raw[order])
+
+
 def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None) -> BatchDispatch:
     """CQ units and index keys of one batch, in the broker's order."""
     config = config or DispatchConfig()
     buf = np.asarray(batch.buf, dtype=np.uint8)
     phy = _commitlog_offsets(batch)
     n = len(phy)
-    size = _col(batch, "size")
-    ts = _col(batch, "store_timestamp")
-    sys_flag = _col(batch, "sys_flag")
-    qid = _col(batch, "queue_id")
-    qoff = _col(batch, "queue_offset")
-    t_start, t_len = _col(batch, "topic_start"), np.maximum(_col(batch, "topic_len"), 0)
-    tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
-    k_start, k_len = _col(batch, "keys_start"), _col(batch, "keys_len")
-    u_start, u_len = _col(batch, "uniq_start"), _col(batch, "uniq_len")
-
-    # --- tagsCode, with the SCHEDULE topic's deliver time -----------------------------
-    tag_hash, _ = span_hashes(buf, tag_start, tag_len)
-    tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
     delays = schedule_delays(batch)
+    tags_code = record_tags_codes(batch, config, delays)
     stop, stop_at = None, -1
-    if delays.failed_row is not None:
+    if delays.failed_row is not None:        # nothing from that record on is dispatched
         n = delays.failed_row
         stop_at = int(phy[n])
         stop = delay_stop_text(delays.failed_text, stop_at)
-    for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
-        level = min(level, len(config.delay_levels_ms))
-        if level > 0:
-            tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
-    if n < len(phy):
-        cut = slice(0, n)
-        phy, size, ts, sys_flag, qid, qoff = (a[cut] for a in (phy, size, ts, sys_flag, qid, qoff))
-        t_start, t_len, k_start, k_len, u_start, u_len = (
-            a[cut] for a in (t_start, t_len, k_start, k_len, u_start, u_len))
-        tags_code = tags_code[cut]
+    cut = slice(0, n)
+    phy, tags_code = phy[cut], tags_code[cut]
+    size, ts, sys_flag, qid, qoff = (_col(batch, name)[cut] for name in
+                                     ("size", "store_timestamp", "sys_flag", "queue_id", "queue_offset"))
+    t_start, t_len = _col(batch, "topic_start")[cut], np.maximum(_col(batch, "topic_len")[cut], 0)
 
     tx = sys_flag & cl.TRANSACTION_MASK
     topic_hash, topic_units = span_hashes(buf, t_start, t_len)
     groups, topics = _topic_groups(buf, t_start, t_len, topic_hash)
-
-    in_cq = goes_to_consumequeue(tx)
-    cq_rows = np.flatnonzero(in_cq)
-
-    # --- index keys -------------------------------------------------------------------------
+    cq_rows = np.flatnonzero(goes_to_consumequeue(tx))
     if config.index_enabled:
-        indexed = goes_to_index(tx)
-        prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
-        u_rows = np.flatnonzero(indexed & (u_len >= 0))
-        uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])
-        k_ok = indexed & (k_len > 0)
-        rec, tok_start, tok_len, ordinal = _keys_tokens(buf, np.where(k_ok, k_start, 0),
-                                                         np.where(k_ok, k_len, 0))
-        th, tu = span_hashes(buf, tok_start, tok_len)
-        key_rec = np.concatenate([u_rows, rec])
-        key_ord = np.concatenate([np.zeros(len(u_rows), np.int64), ordinal + 1])
-        raw = np.concatenate([combine_hash(prefix[u_rows], uh, uu),
-                              combine_hash(prefix[rec], th, tu)])
-        order = np.lexsort((key_ord, key_rec))
-        key_rec = key_rec[order]
-        key_hash = index_key_hash_array(raw[order])
+        key_rec, key_hash = record_index_keys(batch, n, topic_hash)
     else:
-        key_rec = np.zeros(0, np.int64)
-        key_hash = np.zeros(0, np.int32)
+        key_rec, key_hash = np.zeros(0, np.int64), np.zeros(0, np.int32)
     return BatchDispatch(
         topics=topics, cq_topic=groups[cq_rows], cq_queue_id=qid[cq_rows],
         cq_queue_offset=qoff[cq_rows], cq_phy_offset=phy[cq_rows], cq_size=size[cq_rows],

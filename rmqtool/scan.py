@@ -658,20 +658,6 @@ def decode_record_reference(raw: bytes) -> dict:
 
 
 # --- whole store ------------------------------------------------------------------------
-@dataclass
-class StoreWalk:
-    """Result of walking every commitlog file: per-file ends and the valid end."""
-    ends: list[FileEnd] = field(default_factory=list)
-
-    @property
-    def valid_end(self) -> int | None:
-        """Offset where the broker's walk would stop (first non-clean end or last data)."""
-        for end in self.ends:
-            if end.kind != END_BLANK:
-                return end.phy_offset
-        return self.ends[-1].file_base + self.ends[-1].file_size if self.ends else None
-
-
 def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_break: bool = False,
                files=None) -> Iterator[RecordBatch | FileEnd]:
     """Yield every file's record batches followed by its ``FileEnd``, in commitlog order.

@@ -58,36 +58,36 @@ spans = st.lists(st.one_of(st.text(alphabet="abcXYZ #0", max_size=300), st.text(
 
 @settings(max_examples=200, deadline=None)
 @given(spans, st.binary(max_size=5))
-def test_span_hash_equals_java_hash(texts, gap):
-    from rmqtool.verify.records import span_hash
+def test_span_hashes_equal_java_hash(texts, gap):
+    """The one vectorised Java hash (dispatch.span_hashes, also verify's) on any UTF-8 spans."""
+    from rmqtool.dispatch import span_hashes
     raw = [t.encode("utf-8") for t in texts]
     blob, starts = b"", []
     for r in raw:
         blob += gap
         starts.append(len(blob))
         blob += r
-    h, ok = span_hash(np.frombuffer(blob, np.uint8), np.array(starts), np.array([len(r) for r in raw]))
-    for i, (t, r) in enumerate(zip(texts, raw)):
-        assert bool(ok[i]) == r.isascii()
-        if r.isascii():
-            assert int(h[i]) == java_string_hash(t)
+    h, units = span_hashes(np.frombuffer(blob, np.uint8), np.array(starts), np.array([len(r) for r in raw]))
+    for i, t in enumerate(texts):
+        assert int(h[i]) == java_string_hash(t)
+        assert int(units[i]) == len(t.encode("utf-16-le")) // 2
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(alphabet="ab ", max_size=70), min_size=1, max_size=10), st.binary(max_size=3))
-def test_split_spans_equals_str_split(values, gap):
-    from rmqtool.verify.records import split_spans
+def test_keys_tokens_equal_str_split(values, gap):
+    """The one KEYS tokenizer (dispatch._keys_tokens, used by dispatch and verify)."""
+    from rmqtool.dispatch import _keys_tokens
     blob, starts, lens = b"", [], []
     for v in values:
         blob += gap
         starts.append(len(blob))
         lens.append(len(v) if v else -1)
         blob += v.encode()
-    owner, tok_start, tok_len = split_spans(np.frombuffer(blob, np.uint8), np.array(starts), np.array(lens), ord(" "))
+    owner, tok_start, tok_len, _ = _keys_tokens(np.frombuffer(blob, np.uint8), np.array(starts), np.array(lens))
     got = [(int(o), blob[s:s + n].decode()) for o, s, n in zip(owner, tok_start, tok_len)]
     want = [(i, tok) for i, v in enumerate(values) for tok in v.split(" ") if tok]
     assert got == want
-    assert list(tok_start) == sorted(tok_start)
 
 
 @settings(max_examples=400, deadline=None)

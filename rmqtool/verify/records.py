@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from formats import commitlog as cl
-from rmqtool.javahash import combine_hash, index_key_hash_array, java_string_hash, pow31
-from rmqtool.scan import _gather, _row_width, body_crc_matches, distinct_widths, span_rows
-from rmqtool.dispatch import DISPATCH_STOP_CHECK, delay_stop_text, schedule_delays
-from rmqtool.schema import dispatch_tags_code
+from rmqtool.scan import _gather, _row_width, body_crc_matches, span_rows
+from rmqtool.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
+                              schedule_delays, span_hashes)
 from rmqtool.verify.findings import Finding, ERROR
 
 CRC_MASK = 0x7FFFFFFF
@@ -34,68 +33,7 @@ def buf_excerpt(batch, position: int, length: int = 16, before: int = 16) -> str
     return f"{start + batch.buf_base}: {raw[:cut].hex()} [{raw[cut:].hex()}]"
 
 
-_SHORT_SPAN = 256
-_INV31_POW = np.array([pow(pow(31, -1, 1 << 32), e, 1 << 32) for e in range(_SHORT_SPAN + 1)], dtype=np.uint32)
-
-
-def span_hash(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Java hashCode of ASCII byte spans and whether each span is pure ASCII.
-
-    Spans that are not ASCII get a meaningless hash; callers recompute those from
-    the decoded string. Spans up to 256 bytes are copied into rows of a power-of-two
-    width and hashed column by column (Horner, uint32 wrap-around); bytes past a span's
-    end count as 0 and the surplus factor 31**k is undone with the inverse of 31 mod 2**32.
-    """
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(starts)
-    out = np.zeros(n, dtype=np.uint32)
-    ascii_ok = np.ones(n, dtype=bool)
-    idx = np.flatnonzero(lengths > 0)
-    if not len(idx):
-        return out.view(np.int32), ascii_ok
-    short = lengths[idx] <= _SHORT_SPAN
-    if short.any():
-        sidx = idx[short]
-        widths = _row_width(lengths[sidx], 4)
-        for width in distinct_widths(widths):
-            g = sidx[widths == width]
-            out[g], ascii_ok[g] = _hash_rows(span_rows(blob, starts[g], int(width)), lengths[g])
-    if not short.all():
-        lidx = idx[~short]
-        out[lidx], ascii_ok[lidx] = _hash_long(blob, starts[lidx], lengths[lidx])
-    return out.view(np.int32), ascii_ok
-
-
-def _hash_rows(rows: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    k = len(rows)
-    full, top = int(lengths.min()), int(lengths.max())
-    # one contiguous copy of the columns in use (a Horner step then reads a contiguous column)
-    cols = np.ascontiguousarray(rows[:, :top].T)
-    if full < top:
-        cols[full:] *= np.arange(full, top)[:, None] < lengths     # bytes past a span's end count as 0
-    h = np.zeros(k, dtype=np.uint32)
-    with np.errstate(over="ignore"):
-        for j in range(top):
-            h *= np.uint32(31)
-            h += cols[j]
-        if full < top:
-            h *= _INV31_POW[top - lengths]
-    high = cols.max(axis=0) if top else np.zeros(k, dtype=np.uint8)
-    return h, high < 0x80
-
-
-def _hash_long(blob, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
-    """Per-byte gather for long spans (rare: property values over 256 bytes)."""
-    total = int(lengths.sum())
-    owner = np.repeat(np.arange(len(starts)), lengths)
-    first = np.cumsum(lengths) - lengths
-    pos_in_span = np.arange(total) - first[owner]
-    data = blob[starts[owner] + pos_in_span]
-    with np.errstate(over="ignore"):
-        contrib = data.astype(np.uint32) * pow31(lengths[owner] - 1 - pos_in_span)
-    return (np.add.reduceat(contrib, first).astype(np.uint32),
-            np.maximum.reduceat(data, first) < 0x80)
+_SHORT_SPAN = 256                  # topic_ids compares topics up to this many bytes at once
 
 
 def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -107,52 +45,12 @@ def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return s[idx] == values
 
 
-def split_spans(blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, sep: int):
-    """Split disjoint, ordered spans on a separator byte: (owner, token start, token length), empties dropped.
-
-    Tokens come in buffer order. Each span is copied into a row of a power-of-two width,
-    so only the spans' own bytes are searched.
-    """
-    rec = np.flatnonzero(lengths > 0)
-    if not len(rec):
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    widths = _row_width(lengths[rec], 8, steps=4)
-    owners, tstarts, tlens = [], [], []
-    for width in distinct_widths(widths):
-        g = rec[widths == width]
-        s0, ln = starts[g], lengths[g]
-        flat = span_rows(blob, s0, int(width)).reshape(-1)
-        row_base = np.arange(len(g), dtype=np.int64) * width
-        row_end = row_base + ln
-        seps = np.flatnonzero(flat == sep)
-        seps = seps[seps < row_end[seps // width]]
-        tok = np.concatenate([row_base, seps + 1])
-        end = np.concatenate([seps, row_end])        # every token ends at a separator or its row's end
-        tok.sort()
-        end.sort()
-        keep = end > tok
-        tok, end = tok[keep], end[keep]
-        r = tok // width
-        owners.append(g[r])
-        tstarts.append(s0[r] + (tok - row_base[r]))
-        tlens.append(end - tok)
-    owner, tstart, tlen = (np.concatenate(x) for x in (owners, tstarts, tlens))
-    if len(owners) > 1:
-        order = np.argsort(tstart, kind="stable")
-        owner, tstart, tlen = owner[order], tstart[order], tlen[order]
-    return owner, tstart, tlen
-
-
 @dataclass
 class TopicTable:
     """Topic strings seen in the scan, as small integer ids."""
     names: list[str] = field(default_factory=list)
     ids: dict[bytes, int] = field(default_factory=dict)
     by_name: dict[str, int] = field(default_factory=dict)
-    prefix_hash: list[int] = field(default_factory=list)      # hashCode(topic + "#")
     # topic_ids' memory of earlier batches: (hash << 16 | length) -> id, its sorted arrays, padded bytes per width
     _key_ids: dict = field(default_factory=dict, repr=False, compare=False)
     _lookup: tuple | None = field(default=None, repr=False, compare=False)
@@ -166,7 +64,6 @@ class TopicTable:
             self.ids[raw] = tid
             self.names.append(name)
             self.by_name.setdefault(name, tid)
-            self.prefix_hash.append(java_string_hash(name + "#"))
         return tid
 
     def lookup(self, name: str) -> int:
@@ -181,7 +78,7 @@ class TopicTable:
         """
         buf = batch.buf
         starts, lens = batch.topic_start, batch.topic_len
-        h, _ = span_hash(buf, starts, lens)
+        h, _ = span_hashes(buf, starts, lens)
         key = (h.astype(np.int64) & 0xFFFFFFFF) << 16 | (lens & 0xFFFF)
         out = np.full(len(starts), -1, dtype=np.int32)
         self._known_topics(buf, starts, lens, key, out)
@@ -242,49 +139,6 @@ class TopicTable:
         out[hit[same]] = tid[same]
 
 
-def tags_codes(batch, topic_id: np.ndarray, topics: TopicTable) -> np.ndarray:
-    """The dispatcher's tagsCode for every record (TAGS hashCode; deliver time for delayed)."""
-    buf = batch.buf
-    n = len(batch)
-    codes = np.zeros(n, dtype=np.int64)
-    has = np.flatnonzero(batch.tags_len > 0)
-    if len(has):
-        h, ok = span_hash(buf, batch.tags_start[has], batch.tags_len[has])
-        codes[has] = h.astype(np.int64)
-        for j in np.flatnonzero(~ok):
-            i = int(has[j])
-            codes[i] = java_string_hash(batch.text("tags", i))
-    sched = topics.lookup(cl.SCHEDULE_TOPIC)
-    if sched >= 0:
-        for i in np.flatnonzero((topic_id == sched) & (batch.delay_len > 0)):
-            i = int(i)
-            codes[i] = dispatch_tags_code(cl.SCHEDULE_TOPIC, batch.properties(i), int(batch.store_timestamp[i]))
-    return codes
-
-
-def key_hashes(batch, topic_id: np.ndarray, topics: TopicTable, tx: np.ndarray):
-    """(record index, keyHash) of every index key: topic#UNIQ_KEY and topic#token for each KEYS token."""
-    buf = batch.buf
-    indexable = tx != cl.TRANSACTION_ROLLBACK_TYPE
-    u_len = np.where(indexable, batch.uniq_len, -1)
-    k_len = np.where(indexable, batch.keys_len, -1)
-    u_rec = np.flatnonzero(u_len > 0)
-    u_start, u_l = batch.uniq_start[u_rec], u_len[u_rec]
-    k_rec, k_start, k_l = split_spans(buf, batch.keys_start, k_len, ord(cl.KEY_SEPARATOR))
-    rec = np.concatenate([u_rec, k_rec]).astype(np.int64)
-    start = np.concatenate([u_start, k_start]).astype(np.int64)
-    length = np.concatenate([u_l, k_l]).astype(np.int64)
-    if not len(rec):
-        return rec, np.zeros(0, np.int32)
-    tok_hash, ok = span_hash(buf, start, length)
-    prefix = np.asarray(topics.prefix_hash, dtype=np.int64)[topic_id[rec]]
-    full = combine_hash(prefix, tok_hash, length)
-    for j in np.flatnonzero(~ok):
-        token = buf[start[j]:start[j] + length[j]].tobytes().decode("utf-8", "replace")
-        full[j] = java_string_hash(topics.names[topic_id[rec[j]]] + "#" + token)
-    return rec, index_key_hash_array(full)
-
-
 def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
     """Per-record arrays the cross-checks need (``key_rec`` indexes this batch's records)."""
     tx = (batch.sys_flag & cl.TRANSACTION_MASK).astype(np.int8)
@@ -300,9 +154,9 @@ def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
         "topic_id": topic_id,
         "carved": np.full(len(batch), bool(batch.carved)),
     }
-    if deep:
-        cols["tags_code"] = tags_codes(batch, topic_id, topics)
-        cols["key_rec"], cols["key_hash"] = key_hashes(batch, topic_id, topics, tx)
+    if deep:             # what the dispatcher computes, by the dispatcher's own functions
+        cols["tags_code"] = record_tags_codes(batch)
+        cols["key_rec"], cols["key_hash"] = record_index_keys(batch)
     return cols
 
 
