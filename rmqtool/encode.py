@@ -103,7 +103,7 @@ def patch_phy_offset(raw: bytearray, phy_offset: int) -> None:
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+    return zlib.crc32(body) & cl.BODY_CRC_MASK if body else 0
 
 
 def record_length(f: MessageFields, topic_bytes: bytes | None = None) -> int:

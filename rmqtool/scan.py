@@ -411,7 +411,7 @@ def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:
     # one zlib.crc32 call per body, iterated in C (map over slices of one memoryview)
     spans = map(memoryview(buf).__getitem__, map(slice, start.tolist(), (start + length).tolist()))
     got = np.fromiter(map(zlib.crc32, spans), dtype=np.int64, count=len(start))
-    return ((got & 0x7FFFFFFF) == cols["body_crc"]) | (length <= 0)
+    return ((got & cl.BODY_CRC_MASK) == cols["body_crc"]) | (length <= 0)
 
 
 def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:

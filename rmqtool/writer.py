@@ -385,7 +385,7 @@ def _existing_state(store, geometry: Geometry):
         q = store.queue(ref.topic, ref.queue_id)
         units = read_units(ref.topic, ref.queue_id, q)
         next_off[(ref.topic, ref.queue_id)] = units.end_queue_offset
-        real = units.units[units.units["size"] != 0x7FFFFFFF]
+        real = units.units[~units.pre_blank]
         if len(real):
             max_phy = max(max_phy, int((real["commitlog_offset"] + real["size"]).max()))
     end, last_ts = 0, 0

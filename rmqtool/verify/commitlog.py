@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from formats import commitlog as cl
-from rmqtool.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP
+from rmqtool.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, goes_to_consumequeue
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.fileio import ReadOnlyFile, first_nonzero
 from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
@@ -301,7 +301,7 @@ def queue_offset_findings(table: RecordTable, sink: FindingSink, topic_id: int |
     c = table.cols
     if not len(table):
         return
-    sel = (c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)
+    sel = goes_to_consumequeue(c["tx"])
     if topic_id is not None:
         sel &= c["topic_id"] == topic_id
     if queue_id is not None:

@@ -12,6 +12,7 @@ import numpy as np
 from formats import commitlog as cl
 from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from rmqtool.dispatch import goes_to_consumequeue
 from rmqtool.fileio import ReadOnlyFile
 from rmqtool.verify.findings import FindingSink
 from rmqtool.verify.records import RecordTable
@@ -178,7 +179,7 @@ def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, 
     qid_ok = c["queue_id"][r] == qu.queue_id
     qoff_ok = c["queue_offset"][r] == qu.qoff[j]
     tx = c["tx"][r]
-    type_ok = (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+    type_ok = goes_to_consumequeue(tx)
     good = size_ok & topic_ok & qid_ok & qoff_ok & type_ok
     found[r[good]] = True
     for k in np.flatnonzero(~good):
@@ -217,7 +218,7 @@ def missing_units(table: RecordTable, found: np.ndarray, queues: dict, dispatch_
     if not len(table):
         return []
     tx = c["tx"]
-    dispatchable = (((tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)) & ~c["carved"]
+    dispatchable = (goes_to_consumequeue(tx) & ~c["carved"]
                     & (c["phy"] + c["size"] <= valid_end) & selected)
     miss = np.flatnonzero(dispatchable & ~found)
     pending = []

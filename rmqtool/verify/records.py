@@ -20,7 +20,7 @@ from rmqtool.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index
                               schedule_delays, span_hashes)
 from rmqtool.verify.findings import Finding, ERROR
 
-CRC_MASK = 0x7FFFFFFF
+CRC_MASK = cl.BODY_CRC_MASK
 _CRC_PREFIX = np.frombuffer((cl.PROPERTY_CRC32 + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
 
 

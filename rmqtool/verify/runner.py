@@ -243,13 +243,13 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
 
 def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:
     """Shallow-level listing of records in [frontier, end) (no per-key join)."""
-    from formats import commitlog as cl
+    from rmqtool.dispatch import goes_to_consumequeue, goes_to_index
     c = table.cols
     if not len(table):
         return []
     mask = selected & ~c["carved"] & (c["phy"] >= frontier) & (c["phy"] + c["size"] <= end)
     if dispatchable:
-        mask &= (c["tx"] == cl.TRANSACTION_NOT_TYPE) | (c["tx"] == cl.TRANSACTION_COMMIT_TYPE)
+        mask &= goes_to_consumequeue(c["tx"])
     else:
-        mask &= c["tx"] != cl.TRANSACTION_ROLLBACK_TYPE
+        mask &= goes_to_index(c["tx"])
     return [int(i) for i in np.flatnonzero(mask)]
