@@ -31,6 +31,7 @@ from rmqtool.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
 from rmqtool.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
 from rmqtool.topicpath import queue_selected
 from rmqtool.install import pwrite_all
+from rmqtool.kernels import span_matrix
 
 INT_MAX = (1 << 31) - 1
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
@@ -175,19 +176,6 @@ def _length_groups(lengths: np.ndarray):
     ends = np.cumsum(counts[distinct])
     return [(int(length), order[end - int(counts[length]):end])
             for length, end in zip(distinct.tolist(), ends.tolist())]
-
-
-def span_matrix(buf: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
-    """(len(starts), length) uint8: the bytes buf[s:s + length] of every start, in one gather.
-    Every span must lie inside buf (IndexError otherwise, never a read outside it)."""
-    if length <= 0 or len(buf) < length:
-        if len(starts) and length > 0:
-            raise IndexError("span past the end of the buffer")
-        return np.zeros((len(starts), max(length, 0)), dtype=np.uint8)
-    buf = np.ascontiguousarray(buf)
-    # every position of buf as one item of `length` bytes: the gather copies whole items
-    windows = np.ndarray(shape=(len(buf) - length + 1,), dtype=np.dtype(f"V{length}"), buffer=buf, strides=(1,))
-    return windows[starts].view(np.uint8).reshape(len(starts), length)
 
 
 def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:

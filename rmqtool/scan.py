@@ -23,6 +23,7 @@ from formats import commitlog as cl
 from formats._derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.kernels import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
 
 _PREFIX = struct_of(cl.RecordPrefix)
 _PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
@@ -71,44 +72,6 @@ class FileEnd:
     @property
     def clean(self) -> bool:
         return self.kind in (END_BLANK, END_ZERO, END_EOF, END_RANGE)
-
-
-def _strided(buf: np.ndarray, dtype) -> np.ndarray:
-    """Every byte position of ``buf`` as the start of one ``dtype`` item (overlapping items, stride 1).
-
-    Fancy-indexing this 1-D view copies one whole item per position (a memcpy each), several
-    times faster than indexing the rows of a 2-D ``sliding_window_view``.
-    """
-    dt = np.dtype(dtype)
-    if not buf.flags.c_contiguous:
-        buf = np.ascontiguousarray(buf)
-    return np.ndarray((len(buf) - dt.itemsize + 1,), dtype=dt, buffer=buf, strides=(1,))
-
-
-def _clip_positions(pos: np.ndarray, limit: int) -> np.ndarray:
-    pos = np.asarray(pos, dtype=np.int64)
-    if len(pos) and (int(pos.min()) < 0 or int(pos.max()) > limit):
-        pos = np.clip(pos, 0, limit)
-    return pos
-
-
-def _gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """(n, width) uint8 matrix of the bytes at each position (positions clipped into buf)."""
-    limit = len(buf) - width
-    if limit < 0:
-        buf = np.concatenate([buf, np.zeros(-limit, dtype=np.uint8)])
-        limit = 0
-    pos = _clip_positions(pos, limit)
-    return _strided(buf, f"V{width}")[pos].view(np.uint8).reshape(-1, width)
-
-
-def _gather_int(buf: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
-    dt = np.dtype(dtype)
-    limit = len(buf) - dt.itemsize
-    if limit < 0:
-        buf = np.concatenate([buf, np.zeros(-limit, dtype=np.uint8)])
-        limit = 0
-    return _strided(buf, dt)[_clip_positions(pos, limit)].astype(np.int64)
 
 
 @dataclass
@@ -303,7 +266,7 @@ def _message_candidates(buf: np.ndarray, last: int) -> tuple[np.ndarray, np.ndar
     """Every position below ``last`` where a MESSAGE magic sits, and the TOTALSIZE there.
     ``last`` must leave room for the record prefix in ``buf``."""
     hits = _first_magic_bytes(buf[_MAGIC_AT:_MAGIC_AT + last])
-    prefix = _strided(buf, _PREFIX_DTYPE)[hits]
+    prefix = strided_view(buf, _PREFIX_DTYPE)[hits]
     is_message = np.isin(prefix["magic"], cl.MESSAGE_MAGICS)
     return hits[is_message].astype(np.int64), prefix["total_size"][is_message].astype(np.int64)
 
@@ -416,7 +379,7 @@ def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:
 
 def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
     """Vectorized decode of MESSAGE records at ``starts`` (positions in ``buf``)."""
-    head = np.ascontiguousarray(_gather(buf, starts, cl.MESSAGE_HEAD_SIZE)).view(
+    head = np.ascontiguousarray(gather_bytes(buf, starts, cl.MESSAGE_HEAD_SIZE)).view(
         cl.MESSAGE_HEAD_DTYPE).reshape(-1)
     sys_flag = head["sys_flag"].astype(np.int64)
     born_size = np.where(sys_flag & cl.BORNHOST_V6_FLAG, cl.HOST_V6_SIZE, cl.HOST_V4_SIZE)
@@ -425,7 +388,7 @@ def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
     store_ts_pos = born_host_start + born_size
     store_host_start = store_ts_pos + cl.STORE_TIMESTAMP_SIZE
     tail_pos = store_host_start + store_size
-    tail = np.ascontiguousarray(_gather(buf, tail_pos, cl.MESSAGE_TAIL_SIZE)).view(_TAIL_DTYPE).reshape(-1)
+    tail = np.ascontiguousarray(gather_bytes(buf, tail_pos, cl.MESSAGE_TAIL_SIZE)).view(_TAIL_DTYPE).reshape(-1)
     body_length = tail["body_length"].astype(np.int64)
     body_start = tail_pos + cl.MESSAGE_TAIL_SIZE
     body_len = np.maximum(body_length, 0)
@@ -433,15 +396,15 @@ def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
     v2 = magic == cl.MESSAGE_MAGIC_V2
     topic_len_pos = body_start + body_len
     if v2.all():
-        topic_len = _gather_int(buf, topic_len_pos, ">i2")
+        topic_len = gather_ints(buf, topic_len_pos, ">i2")
     elif not v2.any():
-        topic_len = _gather_int(buf, topic_len_pos, ">i1")
+        topic_len = gather_ints(buf, topic_len_pos, ">i1")
     else:
-        topic_len = np.where(v2, _gather_int(buf, topic_len_pos, ">i2"), _gather_int(buf, topic_len_pos, ">i1"))
+        topic_len = np.where(v2, gather_ints(buf, topic_len_pos, ">i2"), gather_ints(buf, topic_len_pos, ">i1"))
     topic_field = np.where(v2, cl.TopicLengthV2.sizeof(), cl.TopicLengthV1.sizeof())
     topic_start = topic_len_pos + topic_field
     props_len_pos = topic_start + np.maximum(topic_len, 0)
-    props_length = _gather_int(buf, props_len_pos, ">i2")
+    props_length = gather_ints(buf, props_len_pos, ">i2")
     props_start = props_len_pos + cl.PropertiesLength.sizeof()
     total = head["total_size"].astype(np.int64)
     computed = (cl.MESSAGE_FIXED_SIZE + born_size + store_size + topic_field + body_len
@@ -463,7 +426,7 @@ def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
         "sys_flag": sys_flag,
         "born_timestamp": head["born_timestamp"].astype(np.int64),
         "born_host_start": born_host_start,
-        "store_timestamp": _gather_int(buf, store_ts_pos, ">i8"),
+        "store_timestamp": gather_ints(buf, store_ts_pos, ">i8"),
         "store_host_start": store_host_start,
         "reconsume_times": tail["reconsume_times"].astype(np.int64),
         "prepared_transaction_offset": tail["prepared_transaction_offset"].astype(np.int64),
@@ -488,62 +451,6 @@ def _decode_columns(buf: np.ndarray, starts: np.ndarray) -> dict:
     cols.update(extract_properties(buf, cols["props_start"][:n_good], cols["props_len"][:n_good],
                                    pad_to=len(good)))
     return cols
-
-
-def span_rows(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """(k, width) uint8 copy of ``buf[start:start + width]`` per start; bytes past the end read as 0."""
-    starts = np.asarray(starts, dtype=np.int64)
-    n = len(buf)
-    over = starts + width > n
-    if not over.any():
-        return _strided(buf, f"V{width}")[starts].view(np.uint8).reshape(-1, width)
-    lo = int(starts[over].min())
-    tail = np.zeros(n - lo + width, dtype=np.uint8)
-    tail[:n - lo] = buf[lo:]
-    rows = np.empty((len(starts), width), dtype=np.uint8)
-    if not over.all():
-        rows[~over] = _strided(buf, f"V{width}")[starts[~over]].view(np.uint8).reshape(-1, width)
-    rows[over] = _strided(tail, f"V{width}")[starts[over] - lo].view(np.uint8).reshape(-1, width)
-    return rows
-
-
-def _row_width(lengths: np.ndarray, minimum: int, steps: int = 1) -> np.ndarray:
-    """Row width >= each length that groups spans into a few matrix shapes.
-
-    With ``steps`` 1 the power of two at or above the length; with 2 or 4 that octave is cut
-    into as many equal widths (less padding to copy and search, a few more shapes).
-    Lengths up to 64 KiB are looked up in a table built once per (minimum, steps).
-    """
-    lengths = np.asarray(lengths)
-    if len(lengths) and 0 <= int(lengths.min()) and int(lengths.max()) < _WIDTH_TABLE_SIZE:
-        table = _WIDTH_TABLES.get((minimum, steps))
-        if table is None:
-            table = _WIDTH_TABLES[(minimum, steps)] = _compute_row_width(np.arange(_WIDTH_TABLE_SIZE), minimum, steps)
-        return table[lengths]
-    return _compute_row_width(lengths, minimum, steps)
-
-
-_WIDTH_TABLE_SIZE = 1 << 16
-_WIDTH_TABLES: dict = {}
-
-
-def _compute_row_width(lengths: np.ndarray, minimum: int, steps: int) -> np.ndarray:
-    w = np.maximum(lengths, minimum).astype(np.int64)
-    top = (1 << np.ceil(np.log2(w)).astype(np.int64)).astype(np.int64)
-    if steps == 1:
-        return top
-    q = np.maximum(top // (2 * steps), 1)
-    return (w + q - 1) // q * q
-
-
-def distinct_widths(widths: np.ndarray) -> list[int]:
-    """Sorted distinct values of a few small non-negative ints (``np.unique`` without its hash table)."""
-    if not len(widths):
-        return []
-    lo, hi = int(widths.min()), int(widths.max())
-    if hi - lo > 1 << 20:
-        return np.unique(widths).tolist()
-    return (np.flatnonzero(np.bincount(widths - lo)) + lo).tolist()
 
 
 _KEY_PATTERNS = {name: np.frombuffer((key + cl.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8)
@@ -577,7 +484,7 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
     rec = np.flatnonzero(props_len > 0)
     if not len(rec):
         return out
-    widths = _row_width(props_len[rec], 64, steps=4)
+    widths = row_width(props_len[rec], 64, steps=4)
     for width in distinct_widths(widths):
         group = rec[widths == width] if len(rec) else rec
         _extract_rows(buf, group, props_start[group], props_len[group], int(width), out)
@@ -608,7 +515,7 @@ def _extract_rows(buf, rec, starts, lens, width: int, out: dict) -> None:
     row_first_sep = np.zeros(nrows + 1, dtype=np.int64)
     np.cumsum(np.bincount(sep_row, minlength=nrows), out=row_first_sep[1:])
     n_seps = len(seps)
-    heads = _strided(flat, np.uint32) if size >= 4 else np.zeros(0, np.uint32)
+    heads = strided_view(flat, np.uint32) if size >= 4 else np.zeros(0, np.uint32)
     kinds = []      # (segment starts, their first four bytes, index of the separator that may end them, rows)
     for seg, nxt_sep, seg_row in ((row_base, row_first_sep[:nrows], None),
                                   (seps[opening] + 1, opening + 1, sep_row[opening])):
@@ -697,7 +604,7 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
                 return None
             cand, _ = _message_candidates(buf, len(buf) - _HEAD_DTYPE.itemsize + 1)
             if len(cand):
-                phys = _strided(buf, _HEAD_DTYPE)[cand]["physical_offset"]
+                phys = strided_view(buf, _HEAD_DTYPE)[cand]["physical_offset"]
                 hit = cand[phys == file_base + pos + cand]
                 hit = hit[pos + hit < end]
                 if len(hit):

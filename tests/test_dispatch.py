@@ -514,7 +514,7 @@ def test_grouped_and_flat_keys_tokens_agree():
 
 
 def test_span_matrix_stays_inside_the_buffer():
-    from rmqtool.dispatch import span_matrix
+    from rmqtool.kernels import span_matrix
     buf = np.frombuffer(b"abcdef", np.uint8)
     assert span_matrix(buf, np.array([0, 4]), 2).tolist() == [[97, 98], [101, 102]]
     for starts, length in (([5], 2), ([0], 7)):

@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from formats import commitlog as cl
 from rmqtool.javahash import java_string_hash
-from rmqtool.scan import EXTRACTED_PROPERTIES, extract_properties, span_rows
+from rmqtool.kernels import span_rows
+from rmqtool.scan import EXTRACTED_PROPERTIES, extract_properties
 
 segment = st.one_of(
     st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "X", "", "TAG", "UNIQ_KEYS"]),
@@ -122,7 +123,7 @@ def test_chain_fast_check_implies_no_chain_findings(hashes, S, mutations):
 def test_strided_gathers_equal_byte_slices(raw, positions, width):
     """_gather / _gather_int / span_rows (one memcpy per item from a stride-1 view) against plain slicing."""
     import struct
-    from rmqtool.scan import _gather, _gather_int
+    from rmqtool.kernels import gather_bytes as _gather, gather_ints as _gather_int
     buf = np.frombuffer(raw, np.uint8)
     pos = np.array(positions, dtype=np.int64)
     padded = raw + bytes(max(0, width - len(raw)))
@@ -149,14 +150,14 @@ def test_strided_gathers_equal_byte_slices(raw, positions, width):
 
 @given(st.lists(st.integers(0, 5000), min_size=1, max_size=50), st.sampled_from([1, 2, 4]), st.sampled_from([4, 8, 64]))
 def test_row_widths_cover_lengths_and_distinct_equals_unique(lengths, steps, minimum):
-    from rmqtool.scan import _row_width, distinct_widths
+    from rmqtool.kernels import distinct_widths, row_width as _row_width
     lens = np.array(lengths, dtype=np.int64)
     w = _row_width(lens, minimum, steps=steps)
     assert (w >= np.maximum(lens, minimum)).all()
     assert len(distinct_widths(w)) <= len(np.unique(_row_width(lens, minimum))) * steps
     assert distinct_widths(w) == np.unique(w).tolist()
     assert distinct_widths(np.array([0, 1 << 22, 7])) == [0, 7, 1 << 22]
-    from rmqtool.scan import _compute_row_width
+    from rmqtool.kernels import _compute_row_width
     big = np.array(lengths + [70000, 1 << 20], dtype=np.int64)        # past the lookup table
     assert _row_width(big, minimum, steps).tolist() == _compute_row_width(big, minimum, steps).tolist()
     assert w.tolist() == _compute_row_width(lens, minimum, steps).tolist()

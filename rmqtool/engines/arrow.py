@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from formats import commitlog as cl
 from rmqtool.ids import decode_uniq_key, format_address, format_host
 from rmqtool.javahash import tags_code
+from rmqtool.kernels import gather_bytes
 from rmqtool.schema import RECORD_FIELDS, decompress, dispatch_tags_code
 
 EXPORT_BODY_MODES = ("none", "raw", "text")
@@ -114,19 +115,15 @@ def _by_value(values: np.ndarray, fmt) -> pa.Array:
     return texts.take(enc.indices)
 
 
-def _gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    return buf[pos[:, None] + np.arange(width)]
-
-
 def _hosts(buf: np.ndarray, start: np.ndarray, v6: np.ndarray) -> tuple[np.ndarray, pa.Array]:
     """(address+port bytes matrix padded to the IPv6 size, formatted host strings)."""
     n = len(start)
     mat = np.zeros((n, cl.HOST_V6_SIZE + 1), dtype=np.uint8)
     mat[:, 0] = v6
     if (~v6).any():
-        mat[~v6, 1:cl.HOST_V4_SIZE + 1] = _gather(buf, start[~v6], cl.HOST_V4_SIZE)
+        mat[~v6, 1:cl.HOST_V4_SIZE + 1] = gather_bytes(buf, start[~v6], cl.HOST_V4_SIZE)
     if v6.any():
-        mat[v6, 1:] = _gather(buf, start[v6], cl.HOST_V6_SIZE)
+        mat[v6, 1:] = gather_bytes(buf, start[v6], cl.HOST_V6_SIZE)
 
     def fmt(row):
         size = cl.HOST_V6_SIZE if row[0] else cl.HOST_V4_SIZE
@@ -255,7 +252,7 @@ def _uniq_info(buf: np.ndarray, u_start: np.ndarray, u_len: np.ndarray, born: np
         sel = np.flatnonzero(u_len == width)
         if not len(sel):
             continue
-        nib = _NIBBLE[_gather(buf, u_start[sel], width)]
+        nib = _NIBBLE[gather_bytes(buf, u_start[sel], width)]
         good = (nib >= 0).all(axis=1)
         slow.extend(sel[~good].tolist())          # non-hex of the right length: reference path
         sel, nib = sel[good], nib[good].astype(np.int64)

@@ -18,6 +18,7 @@ import numpy as np
 from formats import simplified as fmt
 from rmqtool.errors import CorruptDataError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.kernels import gather_records
 
 _LONG = struct.Struct(">q")
 _BODY_SIZE_AT = fmt.RECORD_HEAD_OFFSETS["body_size"]
@@ -110,12 +111,6 @@ class RecordBatch:
                 "body_encoding": body, "body": render_body(raw, body)}
 
 
-def _gather(buf: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Records of ``dtype`` at byte positions ``pos`` (rows of a zero-copy sliding view: no index matrix)."""
-    rows = np.lib.stride_tricks.sliding_window_view(buf, dtype.itemsize)[pos]
-    return np.ascontiguousarray(rows).view(dtype).reshape(-1)
-
-
 def _walk_window(window: bytes, base: int, file_size: int):
     """Follow msgTotalLen through one window: (starts, stop CommitLogEnd | None, resume position)."""
     starts = []
@@ -166,8 +161,8 @@ def walk_commitlog(path: Path | str, chunk_size: int = CHUNK_SIZE) -> Iterator[R
                 arr = np.frombuffer(window, np.uint8)
                 at = np.asarray(starts, dtype=np.int64)
                 rel = at - pos
-                heads = _gather(arr, rel, fmt.RECORD_HEAD_DTYPE)
-                tails = _gather(arr, rel + fmt.RECORD_HEAD_SIZE + heads["body_size"].astype(np.int64),
+                heads = gather_records(arr, rel, fmt.RECORD_HEAD_DTYPE)
+                tails = gather_records(arr, rel + fmt.RECORD_HEAD_SIZE + heads["body_size"].astype(np.int64),
                                 fmt.RECORD_TAIL_DTYPE)
                 yield RecordBatch(path, window, pos, at, heads, tails)
             if stop is not None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from formats import commitlog as cl
-from rmqtool.scan import _gather, _row_width, body_crc_matches, span_rows
+from rmqtool.kernels import gather_bytes, row_width, span_rows
+from rmqtool.scan import body_crc_matches
 from rmqtool.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
                               schedule_delays, span_hashes)
 from rmqtool.verify.findings import Finding, ERROR
@@ -124,7 +125,7 @@ class TopicTable:
             return
         tid = ids[at[hit]]
         n = lens[hit]
-        width = int(_row_width(np.array([max(int(n.max()), 1)]), 8)[0])
+        width = int(row_width(np.array([max(int(n.max()), 1)]), 8)[0])
         if width > _SHORT_SPAN:
             return
         canon = self._canon.get(width)
@@ -197,7 +198,7 @@ def check_batch(batch, deep: bool = True) -> list[Finding]:
     cand = np.flatnonzero(plen >= cl.CRC32_RESERVED_LENGTH)
     if len(cand):
         tail = cols["props_start"][cand] + plen[cand] - cl.CRC32_RESERVED_LENGTH
-        hit = (_gather(buf, tail, len(_CRC_PREFIX)) == _CRC_PREFIX).all(axis=1)
+        hit = (gather_bytes(buf, tail, len(_CRC_PREFIX)) == _CRC_PREFIX).all(axis=1)
         for j in np.flatnonzero(hit):
             i = int(cand[j])
             rel = int(batch.position[i]) - base
