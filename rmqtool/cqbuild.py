@@ -28,8 +28,8 @@ BUFFER_BYTES = 32 << 20
 class _Queue:
     layout: QueueLayout
     problem: str | None                  # a topic name that cannot be a path: never written
-    pending: list = field(default_factory=list)
-    pending_from: int = 0                # logical unit number of the first pending unit
+    pending: list = field(default_factory=list)      # (queue offset, phy, size, tags) per batch
+    pending_from: int = 0                # logical unit number of the next unit written
     units_seen: int = 0
     max_end: int = 0                     # largest commitlog end of its units
     files: set = field(default_factory=set)
@@ -47,31 +47,34 @@ class CqBuilder:
 
     # --- feeding ----------------------------------------------------------------------------
     def add(self, d: BatchDispatch) -> None:
+        """Take one batch's units; they are placed and written when the buffer is full (many
+        batches at once: the placement's cost is per call, not per unit)."""
         for qk, rows in queue_groups(d, self.only):
             q = self._queues.get(qk)
             if q is None:
                 q = self._queues[qk] = _Queue(QueueLayout(*qk, self.file_size, self.skipped),
                                               topic_path_problem(qk[0]))
-            phy, size = d.cq_phy_offset[rows], d.cq_size[rows]
+            cols = (d.cq_queue_offset[rows], d.cq_phy_offset[rows], d.cq_size[rows], d.cq_tags_code[rows])
             q.units_seen += len(rows)
-            q.max_end = max(q.max_end, int((phy.astype(np.int64) + size).max()))
+            q.max_end = max(q.max_end, int((cols[1].astype(np.int64) + cols[2]).max()))
             if q.problem is not None:       # topic names come from data: never a path outside the store
                 continue
-            units = q.layout.add(d.cq_queue_offset[rows], phy, size, d.cq_tags_code[rows])
-            if self.build is not None and len(units):
-                q.pending.append(units)
-                self._pending_bytes += units.nbytes
+            q.pending.append(cols)
+            self._pending_bytes += sum(c.nbytes for c in cols)
         if self._pending_bytes >= self.buffer_bytes:
             self.flush()
 
     def flush(self) -> None:
-        """Write every queue's pending units to its files."""
+        """Place every queue's pending units and write them (a dry run only places them)."""
         for qk, q in self._queues.items():
-            if q.pending:      # as bytes: np.concatenate would make the big-endian fields native
-                data = np.concatenate([units.view(np.uint8).reshape(-1) for units in q.pending])
-                self._write(qk, q, data)
-                q.pending_from += len(data) // CQ_UNIT_SIZE
-                q.pending = []
+            if not q.pending:
+                continue
+            cols = [np.concatenate([p[i] for p in q.pending]) for i in range(4)]
+            q.pending = []
+            units = q.layout.add(*cols)
+            if self.build is not None and len(units):
+                self._write(qk, q, units.view(np.uint8).reshape(-1))
+                q.pending_from += len(units)
         self._pending_bytes = 0
 
     def _write(self, qk, q: _Queue, raw: np.ndarray) -> None:
@@ -89,7 +92,7 @@ class CqBuilder:
                 if start not in q.files:
                     os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
                     q.files.add(start)
-                inst.pwrite_all(fd, data[:take], at - start)
+                inst.pwrite_all(fd, data[:take], at - start, start_writeback=True)
             finally:
                 os.close(fd)
             inst.crash_point("build")
@@ -97,8 +100,7 @@ class CqBuilder:
 
     # --- what was built ---------------------------------------------------------------------
     def finish(self) -> None:
-        if self.build is not None:
-            self.flush()
+        self.flush()
 
     def queue_keys(self) -> list[tuple[str, int]]:
         """The queues written (in order), not those skipped for their topic name."""

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -222,13 +223,20 @@ def _release(shipped, fds: list[int]) -> None:
     the size of the results in flight, not of every result of the run."""
     if not isinstance(shipped, _Shipped) or not shipped.length:
         return
+    fallocate = _fallocate()
+    if fallocate:
+        fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
+
+
+@lru_cache(maxsize=1)
+def _fallocate():
     import ctypes
     try:
-        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
     except (OSError, AttributeError):
-        return
-    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    return fn
 
 
 def _end_pool(pool, throttle: "_Throttle", raw, fds: list[int], failed: bool) -> None:
@@ -674,7 +682,7 @@ class _IndexFileOut:
     def write_entries(self, first: int, entries) -> None:
         if self.fd is not None:
             inst.pwrite_all(self.fd, entries.view(np.uint8).reshape(-1),
-                            entry_position(self.geometry.hash_slots, first))
+                            entry_position(self.geometry.hash_slots, first), start_writeback=True)
 
     def close(self, image: IndexFileImage) -> None:
         if self.fd is None:

@@ -146,5 +146,6 @@ def test_collector_and_builder_group_queues_alike():
     coll.add(d)
     builder = CqBuilder(800)
     builder.add(d)
+    builder.finish()
     assert [(q.topic, q.queue_id) for q in coll.queues()] == builder.queue_keys()
     assert sum(len(q) for q in coll.queues()) == builder.units
