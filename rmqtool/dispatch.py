@@ -17,7 +17,7 @@ the scalar Java hash of the decoded string (UTF-16 code units, U+FFFD replacemen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable
 
 import numpy as np
 
@@ -40,34 +40,15 @@ _JOINER = ord(KEY_JOINER)
 _SPACE = ord(cl.KEY_SEPARATOR)
 
 
-class DispatchColumns(Protocol):
-    """What dispatch reads: per-record columns plus (start, length) spans into ``buf``.
+@dataclass
+class RecordColumns:
+    """What dispatch reads: per-record columns plus (start, length) spans into ``buf``, here
+    built from Python values (tests, ``write``); a ``RecordBatch`` from ``rmqtool.scan`` has
+    the same columns and is fed directly (``DispatchColumns``: any object with them).
 
     Length -1 means absent. ``stored_phy_offset`` (the PHYSICALOFFSET field, which the
     broker dispatches) is used when present, else ``phy_offset``.
     """
-    buf: np.ndarray
-    phy_offset: np.ndarray
-    size: np.ndarray
-    store_timestamp: np.ndarray
-    sys_flag: np.ndarray
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    topic_start: np.ndarray
-    topic_len: np.ndarray
-    tags_start: np.ndarray
-    tags_len: np.ndarray
-    keys_start: np.ndarray
-    keys_len: np.ndarray
-    uniq_start: np.ndarray
-    uniq_len: np.ndarray
-    delay_start: np.ndarray
-    delay_len: np.ndarray
-
-
-@dataclass
-class RecordColumns:
-    """A plain ``DispatchColumns`` built from Python values (tests, ``write``)."""
     buf: np.ndarray
     phy_offset: np.ndarray
     size: np.ndarray
@@ -116,6 +97,10 @@ class RecordColumns:
 # --- span hashing ------------------------------------------------------------------------
 _HORNER_MAX_GROUPS = 64
 _HORNER_MAX_LENGTH = 512
+
+
+#: any object with ``RecordColumns``' columns (a ``RecordBatch``, a ``RecordColumns``)
+DispatchColumns = RecordColumns
 
 
 def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

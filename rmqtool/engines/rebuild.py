@@ -24,6 +24,17 @@ from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
 DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary())])
 
 
+def _in_range(batches, start: int, to_offset: int | None):
+    """The batches' records in [start, to_offset), batch by batch (empty ones skipped)."""
+    for b in batches:
+        keep = b.phy_offset >= start
+        if to_offset is not None:
+            keep &= b.phy_offset < to_offset
+        if not keep.any():
+            continue
+        yield b if keep.all() else select(b, np.flatnonzero(keep))
+
+
 class DispatchStage:
     """Per task: records in [start, to_offset) -> pickled ``BatchDispatch`` per batch."""
 
@@ -33,14 +44,7 @@ class DispatchStage:
     def __call__(self, task, batches):
         from rmqtool.dispatch import dispatch_batch
         rows = []
-        for b in batches:
-            keep = b.phy_offset >= self.start
-            if self.to_offset is not None:
-                keep &= b.phy_offset < self.to_offset
-            if not keep.any():
-                continue
-            if not keep.all():
-                b = select(b, np.flatnonzero(keep))
+        for b in _in_range(batches, self.start, self.to_offset):
             d = dispatch_batch(b, self.config)
             rows.append({"task": task.task_id, "records": d.records, "dispatch": pickle.dumps(d, protocol=5)})
             if d.stop:                    # the broker dispatches nothing after it
@@ -123,14 +127,7 @@ class DispatchRowsStage:
         n_cq = n_key = records = 0
         max_phy, stops, stop_at = -1, [], -1
         try:
-            for b in batches:
-                keep = b.phy_offset >= self.start
-                if self.to_offset is not None:
-                    keep &= b.phy_offset < self.to_offset
-                if not keep.any():
-                    continue
-                if not keep.all():
-                    b = select(b, np.flatnonzero(keep))
+            for b in _in_range(batches, self.start, self.to_offset):
                 d = dispatch_batch(b, self.config)
                 records += d.records
                 if d.stop:
