@@ -1,7 +1,7 @@
 """StoreCheckpoint: the 4096-byte ``checkpoint`` file (format.md §6)."""
 import construct as cs
 
-from formats._derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, numpy_dtype
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE; unused bytes are zero
 

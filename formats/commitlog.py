@@ -7,7 +7,7 @@ strings these pieces together; bulk readers compute positions from the same piec
 """
 import construct as cs
 
-from formats._derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, numpy_dtype
 
 # --- magic codes (format.md §2.1) -----------------------------------------------
 MESSAGE_MAGIC_V1 = 0xDAA320A7

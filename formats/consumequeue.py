@@ -1,7 +1,7 @@
 """ConsumeQueue (20-byte unit) and 5.x BatchConsumeQueue (46-byte unit), format.md §4."""
 import construct as cs
 
-from formats._derive import numpy_dtype, field_offsets
+from formats.derive import numpy_dtype, field_offsets
 
 ConsumeQueueUnit = cs.Struct(
     "commitlog_offset" / cs.Int64sb,

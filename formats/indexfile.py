@@ -1,7 +1,7 @@
 """IndexFile: 40-byte header, 4-byte hash slots, 20-byte entries (format.md §5)."""
 import construct as cs
 
-from formats._derive import numpy_dtype, field_offsets
+from formats.derive import numpy_dtype, field_offsets
 
 IndexHeader = cs.Struct(
     "begin_timestamp" / cs.Int64sb,

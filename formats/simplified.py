@@ -30,7 +30,7 @@ Declarations only; no I/O, no logic beyond position arithmetic.
 """
 import construct as cs
 
-from formats._derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, numpy_dtype
 from formats.indexfile import IndexHeader as _RocketMQIndexHeader
 
 # --- file names and pre-sizes ------------------------------------------------------------

@@ -14,23 +14,23 @@ import zlib
 from dataclasses import dataclass
 
 from formats import commitlog as cl
-from formats._derive import _leaf
+from formats.derive import leaf_field
 
 _FMT = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 
 def _struct_of(struct_cs) -> struct.Struct:
     """A big-endian ``struct.Struct`` equal to a fixed-size construct Struct of integers."""
-    return struct.Struct(">" + "".join(_leaf(sc).fmtstr[1:] for sc in struct_cs.subcons))
+    return struct.Struct(">" + "".join(leaf_field(sc).fmtstr[1:] for sc in struct_cs.subcons))
 
 
 _HEAD = _struct_of(cl.MessageHead)
 _TAIL = _struct_of(cl.MessageTail)
 _PORT = struct.Struct(">i")
 _TS = struct.Struct(">q")
-_TOPIC_V1 = struct.Struct(">" + _leaf(cl.TopicLengthV1).fmtstr[1:])
-_TOPIC_V2 = struct.Struct(">" + _leaf(cl.TopicLengthV2).fmtstr[1:])
-_PROPS_LEN = struct.Struct(">" + _leaf(cl.PropertiesLength).fmtstr[1:])
+_TOPIC_V1 = struct.Struct(">" + leaf_field(cl.TopicLengthV1).fmtstr[1:])
+_TOPIC_V2 = struct.Struct(">" + leaf_field(cl.TopicLengthV2).fmtstr[1:])
+_PROPS_LEN = struct.Struct(">" + leaf_field(cl.PropertiesLength).fmtstr[1:])
 
 
 @dataclass

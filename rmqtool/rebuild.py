@@ -714,7 +714,7 @@ class _IndexJob(_Job):
         r.files_kept = [p.name for p in kept.files] + [p.name for p in self.others]
         r.files_replaced = sorted(p.name for p in existing - set(kept.files))
         self.geometry = geometry
-        self.names = _name_source([p.name for p in kept.files])
+        self.names = index_file_names([p.name for p in kept.files])
         self._open_build(dry_run)
         self.builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, self._sink,
                                     kept.seed_phy, kept.seed_ts, kept.skip, open_file=self._open_file)
@@ -783,7 +783,7 @@ def _current_entries(store) -> int | None:
     return total
 
 
-def _name_source(kept_names: list[str]):
+def index_file_names(kept_names: list[str]):
     """Fresh index file names: now (local time), strictly after every kept name."""
     now = int(time.time() * 1000)
     floor = max((int(n) for n in kept_names), default=0)

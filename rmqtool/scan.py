@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from formats import commitlog as cl
-from formats._derive import field_offsets, numpy_dtype, struct_of
+from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 from rmqtool.kernels import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view

@@ -205,6 +205,13 @@ class Store:
                 continue
         return resolve_geometry(files, self._index_slots, self._index_entries)
 
+    @property
+    def requested_index_geometry(self) -> IndexGeometry | None:
+        """The geometry given by the caller (``--index-slots``/``--index-entries``), if any."""
+        if self._index_slots and self._index_entries:
+            return IndexGeometry(self._index_slots, self._index_entries)
+        return None
+
     # --- checkpoint, liveness, config --------------------------------------------------------------
     def checkpoint(self) -> CheckpointValues | None:
         if not self.checkpoint_path.is_file():

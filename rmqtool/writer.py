@@ -46,7 +46,7 @@ from rmqtool.encode import (Host, MessageFields, effective_sys_flag, encode, enc
 from rmqtool import install as inst
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.topicpath import queue_dir, topic_path_problem
-from rmqtool.rebuild import _name_source
+from rmqtool.rebuild import index_file_names
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_STORE_HOST = "127.0.0.1:10911"
@@ -470,7 +470,7 @@ class StoreWriter:
 
     def _setup(self, geometry: Geometry | None) -> None:
         created = self.created
-        self.geometry = geometry or self._infer_geometry()
+        self.geometry = geometry or self.infer_geometry()
         g = self.geometry
         if g.cq_file_size % CQ_UNIT_SIZE:
             raise UsageError(f"--cq-file-size {g.cq_file_size} is not a multiple of {CQ_UNIT_SIZE}")
@@ -487,7 +487,7 @@ class StoreWriter:
         self._last_cq_ts = 0              # store time of the last record dispatched to a CQ
         self._dispatch_stopped = False
 
-    def _infer_geometry(self) -> Geometry:
+    def infer_geometry(self) -> Geometry:
         g = Geometry()
         if self.store.commitlog.files:
             g.commitlog_file_size = self.store.commitlog.file_size
@@ -508,7 +508,7 @@ class StoreWriter:
             else:
                 seed_phy = int(last.header["end_phy_offset"][0])
                 seed_ts = int(last.header["end_timestamp"][0])
-        self._names = _name_source([p.name for p in files])
+        self._names = index_file_names([p.name for p in files])
         return IndexBuilder(g.hash_slots, g.index_entries, self._sink,
                             seed_phy, seed_ts, open_image=open_image)
 

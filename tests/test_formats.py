@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from formats import checkpoint, commitlog as cl, consumequeue, indexfile
-from formats._derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, numpy_dtype
 from rmqtool import javahash
 
 FIXED = [

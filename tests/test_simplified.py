@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import reference_store, run_cli
 from formats import simplified as fmt
-from formats._derive import field_offsets
+from formats.derive import field_offsets
 from rmqtool.errors import RmqError
 from rmqtool.javahash import java_string_hash
 from rmqtool.simplified import handles, ops, use_simplified

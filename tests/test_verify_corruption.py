@@ -15,7 +15,7 @@ from formats.checkpoint import CHECKPOINT_OFFSETS
 from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
 from formats.indexfile import INDEX_ENTRY_DTYPE, INDEX_HEADER_OFFSETS, entry_position, slot_position
-from formats._derive import field_offsets
+from formats.derive import field_offsets
 from formats.indexfile import IndexEntry
 from rmqtool.indexfile import IndexFileReader
 from rmqtool.store import Store

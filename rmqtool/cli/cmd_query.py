@@ -71,7 +71,7 @@ def query_key_command(
         raise UsageError("query-key needs a STORE and a KEY")
     *paths, key = stores
     if len(paths) == 1 and use_simplified(paths[0], layout):     # the article's store: KEY is a msgId
-        from rmqtool.simplified import cli as simplified_cli
+        from rmqtool.cli import simplified_store as simplified_cli
         raise typer.Exit(simplified_cli.query_key(paths[0], key, fmt, body))
     if raw and scan:
         raise UsageError("--raw reads the index only; it cannot be combined with --scan")

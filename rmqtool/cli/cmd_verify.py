@@ -110,7 +110,7 @@ def verify_command(
     check_choice(level, LEVELS, "--level")
     check_choice(fail_on, FAIL_ON, "--fail-on")
     if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks
-        from rmqtool.simplified import cli as simplified_cli
+        from rmqtool.cli import simplified_store as simplified_cli
         raise typer.Exit(simplified_cli.verify(stores[0], fmt, fail_on, limit if limit >= 0 else None))
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)

@@ -107,7 +107,7 @@ def write_command(
     lo_i, hi_i = _body_range(body_size)
     from rmqtool.simplified import use_simplified
     if use_simplified(store, layout):          # the article's three files (--synthetic: its generator)
-        from rmqtool.simplified import cli as simplified_cli
+        from rmqtool.cli import simplified_store as simplified_cli
         rows = None if source is None else (row for _, row in _rows(source))
         raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
     geometry = None
@@ -117,7 +117,7 @@ def write_command(
         if (store / "commitlog").is_dir():
             from rmqtool.store import Store
             existing.store = Store(store)
-            g = existing._infer_geometry()
+            g = existing.infer_geometry()
         g.commitlog_file_size = commitlog_file_size or g.commitlog_file_size
         g.cq_file_size = cq_file_size or g.cq_file_size
         g.hash_slots = index_slots or g.hash_slots

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 
 from formats import commitlog as cl
-from formats._derive import _leaf, struct_of
+from formats.derive import leaf_field, struct_of
 from rmqtool.dispatch import goes_to_index
 from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.fileio import ReadOnlyFile
@@ -15,11 +15,11 @@ from rmqtool.fileio import ReadOnlyFile
 _PREFIX = struct_of(cl.RecordPrefix)
 _HEAD = struct_of(cl.MessageHead)
 _TAIL = struct_of(cl.MessageTail)
-_PORT = struct.Struct(">" + _leaf(cl.HostV4.subcons[1]).fmtstr[1:])
-_TS = struct.Struct(">" + _leaf(cl.StoreTimestamp).fmtstr[1:])
-_TOPIC_V1 = struct.Struct(">" + _leaf(cl.TopicLengthV1).fmtstr[1:])
-_TOPIC_V2 = struct.Struct(">" + _leaf(cl.TopicLengthV2).fmtstr[1:])
-_PROPS_LEN = struct.Struct(">" + _leaf(cl.PropertiesLength).fmtstr[1:])
+_PORT = struct.Struct(">" + leaf_field(cl.HostV4.subcons[1]).fmtstr[1:])
+_TS = struct.Struct(">" + leaf_field(cl.StoreTimestamp).fmtstr[1:])
+_TOPIC_V1 = struct.Struct(">" + leaf_field(cl.TopicLengthV1).fmtstr[1:])
+_TOPIC_V2 = struct.Struct(">" + leaf_field(cl.TopicLengthV2).fmtstr[1:])
+_PROPS_LEN = struct.Struct(">" + leaf_field(cl.PropertiesLength).fmtstr[1:])
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 _FIRST_READ = 4096
 _HEAD_NAMES = tuple(sc.name for sc in cl.MessageHead.subcons)

@@ -13,7 +13,7 @@ import numpy as np
 
 from formats.indexfile import (INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE, INDEX_HEADER_OFFSETS, INDEX_HEADER_SIZE,
                                INDEX_SLOT_DTYPE, IndexEntry, entry_position, slot_position)
-from formats._derive import field_offsets
+from formats.derive import field_offsets
 from rmqtool.fileio import ReadOnlyFile
 from rmqtool.indexfile import IndexHeaderValues, parse_header
 from rmqtool.verify.findings import INFO, WARNING, FindingSink

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
-from rmqtool.indexfile import IndexGeometry
 from rmqtool.verify.checkpoint import check_checkpoint, read_checkpoint_first
 from rmqtool.verify.commitlog import CommitLogVerifier, queue_offset_findings, valid_end_from_walk
 from rmqtool.verify.consumequeue import deep_unit_checks, missing_units, read_queue, shallow_unit_checks
@@ -75,8 +74,8 @@ def _geometry(store, sink: FindingSink):
     try:
         return store.index_geometry
     except StoreLayoutError as exc:
-        if store._index_slots and store._index_entries:
-            return IndexGeometry(store._index_slots, store._index_entries)
+        if store.requested_index_geometry is not None:
+            return store.requested_index_geometry
         sink.add("index.file-size", exc.path, None, exc.message + "; index files not checked", excerpt=False)
         return None
 

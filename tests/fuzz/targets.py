@@ -392,7 +392,7 @@ def _simplified_cli(steps: Steps, store: Path, key: str) -> None:
     """The CLI functions with their JSON output (captured), for a sample of inputs."""
     import contextlib
     import io
-    from rmqtool.simplified import cli as scli
+    from rmqtool.cli import simplified_store as scli
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         code = steps(scli.verify, store, "json")
         check(code in (None, 0, 1), f"verify exit code {code}")

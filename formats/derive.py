@@ -12,7 +12,7 @@ _STRUCT_CODE_TO_NUMPY = {
 }
 
 
-def _leaf(subcon):
+def leaf_field(subcon):
     """Strip Renamed wrappers down to the field that carries the format."""
     while isinstance(subcon, cs.Renamed):
         subcon = subcon.subcon
@@ -21,7 +21,7 @@ def _leaf(subcon):
 
 def field_dtype(subcon) -> np.dtype:
     """numpy dtype of one fixed-size field (integer FormatField or Bytes)."""
-    leaf = _leaf(subcon)
+    leaf = leaf_field(subcon)
     if isinstance(leaf, cs.FormatField):
         order, code = leaf.fmtstr[0], leaf.fmtstr[1:]
         endian = {">": ">", "<": "<", "=": "="}[order]
@@ -47,7 +47,7 @@ def field_offsets(struct: cs.Struct) -> dict[str, int]:
 
 def struct_of(struct: cs.Struct) -> _struct.Struct:
     """A ``struct.Struct`` packing the integer fields of a fixed-size construct Struct."""
-    leaves = [_leaf(sc) for sc in struct.subcons]
+    leaves = [leaf_field(sc) for sc in struct.subcons]
     orders = {leaf.fmtstr[0] for leaf in leaves}
     if len(orders) != 1:
         raise TypeError(f"fields of {struct!r} mix byte orders")
