@@ -149,3 +149,16 @@ def test_collector_and_builder_group_queues_alike():
     builder.finish()
     assert [(q.topic, q.queue_id) for q in coll.queues()] == builder.queue_keys()
     assert sum(len(q) for q in coll.queues()) == builder.units
+
+
+def test_rebuild_takes_jobs_like_verify_and_export(store_copy, tmp_path):
+    """One option name for parallelism: -j/--jobs (rebuild's old --workers still works)."""
+    from conftest import run_cli
+    root = store_copy("basic")
+    for name, flag in (("jobs", "-j"), ("long", "--jobs"), ("old", "--workers")):
+        r = run_cli("rebuild", "all", root, "--output", tmp_path / name, flag, "2", "--cq-file-size", 800,
+                    "--index-slots", 61, "--index-entries", 350, "-f", "json")
+        assert r.code == 0, r.err
+    assert tree(tmp_path / "jobs" / "consumequeue") == tree(tmp_path / "old" / "consumequeue") == \
+        tree(reference_store("basic") / "consumequeue")
+    assert index_contents(tmp_path / "long" / "index") == index_contents(reference_store("basic") / "index")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (BODY_MODES, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
@@ -49,7 +49,7 @@ def dump_commitlog(
                                               help="a single renamed file's start offset (its name is not 20 digits)"),
 ):
     """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     body = body or ("none" if fmt == "table" else "raw")
     check_choice(body, BODY_MODES, "--body")
     if use_simplified(target, layout):
@@ -107,7 +107,7 @@ def dump_consumequeue(
     layout: str = LayoutOpt,
 ):
     """Every unit of every ConsumeQueue (or of one file), up to its logical end."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops
         emit(_limited(ops.consumer_queue_rows(target), limit), fmt, ops.CQ_COLUMNS if fmt == "table" else None)
@@ -137,7 +137,7 @@ def dump_index(
     layout: str = LayoutOpt,
 ):
     """Index file headers and entries (1 .. indexCount-1), with each entry's slot and time."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops
         rows = ops.index_rows(target, header_only, from_offset, to_offset)
@@ -158,7 +158,7 @@ def dump_checkpoint(
     fmt: str = FormatOpt,
 ):
     """The checkpoint's timestamps and offsets, with upstream's derived minimums."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     rows = list(checkpoint_rows(target, lambda p: open_store(p)))
     if fmt == "table":
         for r in rows:

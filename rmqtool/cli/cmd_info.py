@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, escape_control, format_time, open_store, stdout)
 from rmqtool.info import store_info
 
@@ -18,7 +18,7 @@ def info_command(
     count: bool = typer.Option(False, "--count", help="count every message of the store (walks every CommitLog file)"),
 ):
     """Summarize a store: files, geometry, queues, checkpoint, liveness, where recovery starts."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
     info = store_info(s, count_all=count)
     if fmt != "table":

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.locate import locate_offset, locate_queue_offset
 from rmqtool.simplified import use_simplified
@@ -24,7 +24,7 @@ def locate_command(
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Which file and position hold OFFSET (and the record containing it), or a queue offset."""
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     if offset is not None and (topic or queue is not None or queue_offset is not None):
         raise UsageError("give either OFFSET or --topic/--queue/--queue-offset, not both")
     simplified = use_simplified(store, layout)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.storelock import rebuild_lock
@@ -187,7 +187,8 @@ def rebuild_consumequeue_command(
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
+                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
     engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
     remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
@@ -197,7 +198,7 @@ def rebuild_consumequeue_command(
 ):
     """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
     from rmqtool.rebuild import rebuild_consumequeue
-    check_choice(fmt, ("table", "json"), "--format")
+    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
@@ -229,7 +230,8 @@ def rebuild_index_command(
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
+                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
     engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
     remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
@@ -242,7 +244,7 @@ def rebuild_index_command(
     """Rebuild IndexFiles from the CommitLog (headers, slots and entries as the broker writes them)."""
     from rmqtool.indexfile import IndexGeometry
     from rmqtool.rebuild import rebuild_index
-    check_choice(fmt, ("table", "json"), "--format")
+    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     if index_slots and index_entries:
         geometry = IndexGeometry(index_slots, index_entries)
@@ -279,7 +281,8 @@ def rebuild_all_command(
     no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--workers", help="processes scanning commitlog files (default: CPUs)"),
+    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
+                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
@@ -288,7 +291,7 @@ def rebuild_all_command(
     """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog."""
     from rmqtool.indexfile import IndexGeometry
     from rmqtool.rebuild import rebuild_all
-    check_choice(fmt, ("table", "json"), "--format")
+    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     if bool(index_slots) != bool(index_entries):
         raise UsageError("pass both --index-slots and --index-entries")

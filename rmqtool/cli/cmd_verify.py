@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
                                 real_console,
                                 stderr, stdout)
@@ -106,7 +106,7 @@ def verify_command(
     Several stores are verified one after the other (one engine session for all); JSON is then
     one object per store under ``reports``, JSONL lines carry ``store``; exit 1 if any has findings."""
     from rmqtool.simplified import use_simplified
-    check_choice(fmt, ("table", "json", "jsonl"), "--format")
+    check_choice(fmt, FORMATS, "--format")
     check_choice(level, LEVELS, "--level")
     check_choice(fail_on, FAIL_ON, "--fail-on")
     if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks

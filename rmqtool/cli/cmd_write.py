@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import FormatOpt, app, check_choice, emit, stderr, stdout
+from rmqtool.cli.common import REPORT_FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
 from rmqtool.errors import UsageError
 
 
@@ -96,7 +96,7 @@ def write_command(
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
     from rmqtool.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
-    check_choice(fmt, ("table", "json"), "--format")
+    check_choice(fmt, REPORT_FORMATS, "--format")
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")
     if synthetic is not None and synthetic < 0:

@@ -56,6 +56,8 @@ stdout = LazyConsole()
 stderr = LazyConsole(stderr=True)
 
 FORMATS = ("table", "json", "jsonl")
+#: commands that print one report (rebuild, write): no row stream
+REPORT_FORMATS = ("table", "json")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl")
