@@ -1,10 +1,24 @@
 """The one exception root. The CLI catches ``RmqError`` once and prints one line."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1      # verify found problems, or a query found nothing
 EXIT_BAD_INPUT = 2     # bad usage or unreadable input
 EXIT_REFUSED = 3       # refused for safety (live broker holds the lock, destination exists)
+
+
+@contextmanager
+def writing_to(path):
+    """An OS error without a file name raised in the block (ENOSPC from a write to an open
+    descriptor) names ``path``, the directory being written, in its one-line message."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 class RmqError(Exception):

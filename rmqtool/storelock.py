@@ -31,7 +31,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from rmqtool import liveness
-from rmqtool.errors import RefusedError
+from rmqtool.errors import RefusedError, writing_to
 from rmqtool.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_side, side_path
 
 LOCK_NAME = "lock"
@@ -223,7 +223,8 @@ def writer_lock(store, command: str):
     """Hold the rmqtool writer lock of ``store`` (a ``Store`` or a path) for the block."""
     lock = WriterLock(_root_of(store), command).acquire()
     try:
-        yield lock
+        with writing_to(_root_of(store)):
+            yield lock
     finally:
         lock.release()
 

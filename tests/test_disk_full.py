@@ -59,6 +59,26 @@ def test_rebuild_on_a_full_disk(small_fs, leave):
     assert r.code == 0, r.err
 
 
+@pytest.mark.parametrize("leave", [400 << 10, 1800 << 10])
+def test_write_on_a_full_disk(small_fs, leave):
+    """`write` that runs out of space: one line, exit 2, nothing left beside or inside the
+    store, the store as it was; once there is space the same write works."""
+    store = small_fs / "s"
+    shutil.copytree(reference_store("basic"), store)
+    before = _tree(store)
+    _fill(small_fs, leave)
+    argv = ["write", str(store), "--synthetic", "20000"]
+    r = subprocess.run([sys.executable, "-m", "rmqtool", *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and "No space left on device" in r.stderr and "internal error" not in r.stderr
+    assert r.stderr.startswith(f"error: {small_fs}/")            # names what it was writing
+    assert sorted(os.listdir(small_fs)) == ["filler", "s"]
+    assert _tree(store) == before
+    os.unlink(small_fs / "filler")
+    r = run_cli("write", store, "--synthetic", "2000")
+    assert r.code == 0, r.err
+
+
 def test_an_incomplete_journal_from_an_older_run_is_cleaned(store_copy):
     """An empty journal (older versions wrote it in place; a full disk left 0 bytes) and a stray
     build: the next run says so, removes both and rebuilds."""

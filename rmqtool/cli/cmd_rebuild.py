@@ -12,6 +12,7 @@ import typer
 from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.errors import writing_to
 from rmqtool.storelock import rebuild_lock
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
@@ -202,7 +203,8 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     bar = LazyProgress("rebuild consumequeue")
     try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output), \
+                writing_to(output or s.root):
             r = _engine_rebuild(
                 engine, "consumequeue", s,
                 lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset,
@@ -254,7 +256,8 @@ def rebuild_index_command(
         geometry = s.index_geometry
     bar = LazyProgress("rebuild index")
     try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild index", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild index", dry_run, output), \
+                writing_to(output or s.root):
             r = _engine_rebuild(
                 engine, "index", s,
                 lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
@@ -300,7 +303,8 @@ def rebuild_all_command(
         output.mkdir(parents=True, exist_ok=True)
     bar = LazyProgress("rebuild")
     try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild all", dry_run, output):
+        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild all", dry_run, output), \
+                writing_to(output or s.root):
             results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
                                   progress=bar, confirm=_confirm_factory(yes, dry_run, output), workers=workers,
                                   skip_corrupt=skip_corrupt, allow_truncate=allow_truncate)

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from rmqtool.cli.common import REPORT_FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
-from rmqtool.errors import UsageError
+from rmqtool.errors import UsageError, writing_to
 
 
 #: the longest JSONL row `write --from` reads: the broker's default maxMessageSize (4 MiB) as base64,
@@ -125,12 +125,13 @@ def write_command(
         geometry = g
     bar = _CountProgress()
     try:
-        if synthetic is not None:
-            spec = SyntheticSpec(synthetic, topics, queues, key_cardinality, lo_i, hi_i,
-                                 tuple(t for t in tags.split(",") if t), seed)
-            s = write_synthetic(store, spec, geometry, progress=bar)
-        else:
-            s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar)
+        with writing_to(store):            # an ENOSPC names the store, not "rmqtool"
+            if synthetic is not None:
+                spec = SyntheticSpec(synthetic, topics, queues, key_cardinality, lo_i, hi_i,
+                                     tuple(t for t in tags.split(",") if t), seed)
+                s = write_synthetic(store, spec, geometry, progress=bar)
+            else:
+                s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar)
     finally:
         bar.close()
     if fmt == "json":
