@@ -79,6 +79,18 @@ def test_write_on_a_full_disk(small_fs, leave):
     assert r.code == 0, r.err
 
 
+def test_export_on_a_full_disk(small_fs):
+    """`export` out of space: one line naming the destination, exit 2, no parts left."""
+    pytest.importorskip("pyarrow")
+    _fill(small_fs, 600 << 10)
+    out = small_fs / "out"
+    r = subprocess.run([sys.executable, "-m", "rmqtool", "export", str(reference_store("basic")), "--to", str(out),
+                        "--body", "raw"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {out}") and "Traceback" not in r.stderr
+    assert sorted(os.listdir(small_fs)) == ["filler"]
+
+
 def test_an_incomplete_journal_from_an_older_run_is_cleaned(store_copy):
     """An empty journal (older versions wrote it in place; a full disk left 0 bytes) and a stray
     build: the next run says so, removes both and rebuilds."""

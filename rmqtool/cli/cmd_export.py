@@ -8,6 +8,7 @@ import typer
 from rmqtool.cli.common import (CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
                                 parse_time, stderr)
 from rmqtool.dump import RecordFilter, check_range
+from rmqtool.errors import writing_to
 
 EngineOpt = typer.Option("local", "--engine", help="local (default) | spark")
 JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
@@ -46,7 +47,7 @@ def export_command(
                        parse_time(end, "--end"))
     check_range(flt)
     opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
-    with make_engine(engine, jobs, master, remote, spark_conf) as eng:
+    with make_engine(engine, jobs, master, remote, spark_conf) as eng, writing_to(to):
         summary = export(opened, to, eng, fmt=fmt, body=body, flt=flt, split_size=split_size, force=force)
     stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
                  f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
