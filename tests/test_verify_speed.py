@@ -92,30 +92,48 @@ def test_keys_tokens_equal_str_split(values, gap):
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=40), st.integers(2, 9),
-       st.lists(st.tuples(st.sampled_from(["prev", "slot"]), st.integers(0, 60), st.integers(-2, 45)), max_size=3))
-def test_chain_fast_check_implies_no_chain_findings(hashes, S, mutations):
-    """The sort-free chain check passes only when the exact (sorting) check finds nothing."""
+@given(st.lists(st.integers(-3, 40), min_size=1, max_size=40), st.integers(2, 9),
+       st.lists(st.tuples(st.sampled_from(["prev", "slot"]), st.integers(0, 60), st.integers(-2, 45)), max_size=3),
+       st.integers(1, 41))
+def test_windowed_chains_equal_reference(hashes, S, mutations, window):
+    """The slot chain check fed a window of entries at a time gives exactly the findings of the
+    straightforward per-entry formulation (prevIndex = the previous entry of its slot; every slot
+    = the newest entry of its slot), on broker-built chains with prevIndex and slot mutations."""
+    from formats.indexfile import INDEX_ENTRY_DTYPE
     from rmqtool.verify.findings import FindingSink
-    from rmqtool.verify.index import _chain_findings, _chains_consistent
+    from rmqtool.verify.index import _Chains
     n = len(hashes)
     h = np.array(hashes, dtype=np.int64)
-    bucket = h % S
+    bucket = np.where(h >= 0, h % S, -1)
     prev = np.zeros(n, dtype=np.int64)
-    slots = np.zeros(S, dtype=np.int64)
+    slots = np.zeros(S, dtype=np.int32)
     for e in range(1, n + 1):
         b = int(bucket[e - 1])
-        prev[e - 1], slots[b] = slots[b], e
-    num = np.arange(1, n + 1, dtype=np.int64)
-    assert _chains_consistent(bucket, prev, num, slots)
+        if b >= 0:
+            prev[e - 1], slots[b] = slots[b], e
     for what, at, value in mutations:
         (prev if what == "prev" else slots)[at % (n if what == "prev" else S)] = value
+    entries = np.zeros(n, INDEX_ENTRY_DTYPE)
+    entries["key_hash"], entries["prev_index"] = h, prev
     sink = FindingSink(None)
-    _chain_findings("f", S, bucket, prev, num, prev >= num, slots, sink)
-    if _chains_consistent(bucket, prev, num, slots):
-        assert not sink.findings
-    else:
-        assert sink.findings or (prev >= num).any() or (prev < 0).any() or (slots > n).any() or (slots < 0).any()
+    chains = _Chains("f", S, n, slots, sink)
+    for lo in range(0, n, window):
+        chains.feed(entries[lo:lo + window], lo + 1)
+    chains.finish()
+    want, newest = [], {}
+    for e in range(1, n + 1):
+        b = int(bucket[e - 1])
+        if b >= 0:
+            if prev[e - 1] < e and prev[e - 1] != newest.get(b, 0):
+                want.append((e, int(prev[e - 1])))
+            newest[b] = e
+    slot_want = [s for s in range(S) if 0 <= slots[s] <= n and slots[s] != newest.get(s, 0)]
+    from formats.derive import field_offsets
+    from formats.indexfile import IndexEntry, entry_position, slot_position
+    at = field_offsets(IndexEntry)["prev_index"]
+    got = sorted((f.offset, f.message) for f in sink.findings)
+    assert [o for o, _ in got] == sorted([entry_position(S, e) + at for e, _ in want]
+                                         + [slot_position(S, s) for s in slot_want])
 
 
 @settings(max_examples=200, deadline=None)
@@ -255,7 +273,7 @@ def test_locate_equals_scalar_search(records, offsets):
 
 @pytest.mark.parametrize("mutation", ["none", "phy", "hash", "time", "mixed"])
 def test_deep_index_checks_equal_reference(store_copy, mutation):
-    """deep_index_checks (entries numbered by position, suffix slices, in-place time math) gives the
+    """deep_index_checks (entries read 7 at a time and routed as rows, in-place time math) gives the
     findings and matched pairs of the straightforward formulation, on mutated reference index files."""
     import struct as st_
     from formats.indexfile import INDEX_ENTRY_DTYPE, entry_position
@@ -271,7 +289,7 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
     rng = np.random.default_rng(len(mutation))
     for n, path in enumerate(store.index_files()):
         state = vix.check_index_file(path, geometry, FindingSink(None), False)
-        count = len(state.entries)
+        count = state.count
         with open(path, "r+b") as fh:
             for e in rng.integers(1, count + 1, size=min(count, 6)).tolist() if mutation != "none" else []:
                 kind = mutation if mutation != "mixed" else ["phy", "hash", "time"][e % 3]
@@ -287,14 +305,15 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
                     fh.write(st_.pack(">i", int(rng.integers(-3, 1 << 20))))
     store = Store(root)
     clv = CommitLogVerifier(store, FindingSink(None), deep=True, live=False)
-    table = clv.walk()
+    chunks = clv.walk()
+    assert len(chunks) == 1
+    table = chunks.chunk(0)
     selected = np.ones(len(table), dtype=bool)
     selected[::3] = False
     valid_end = int(table.cols["phy"][-1]) - 500
 
-    def reference(state):
+    def reference(state, ent):
         sink = FindingSink(None)
-        ent = state.entries
         num = np.arange(1, len(ent) + 1)
         phy = ent["phy_offset"].astype(np.int64)
         h = ent["key_hash"].astype(np.int64)
@@ -326,15 +345,23 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
 
     total, indexed = 0, []
     for path in store.index_files():
-        state = vix.check_index_file(path, geometry, FindingSink(None), False)
+        read = []
+        state = vix.check_index_file(path, geometry, FindingSink(None), False,
+                                     on_entries=lambda ent, first: read.append(vix.entry_rows(ent, first, 0)),
+                                     window=7)
         if not state.usable:
             continue
-        sink = FindingSink(None)
-        got_pairs = vix.deep_index_checks(state, geometry, table, store, valid_end, sink, selected)
-        ref_sink, ref_pairs = reference(state)
+        rows = np.concatenate(read)
+        sink, past = FindingSink(None), vix.PastEnd()
+        got_pairs = vix.deep_index_checks(state, geometry, rows, table, store, valid_end, sink, selected, past)
+        past.report(geometry, valid_end, sink)
+        ref_entries = np.zeros(len(rows), INDEX_ENTRY_DTYPE)
+        for name, col in (("phy_offset", "phy"), ("key_hash", "key_hash"), ("time_diff", "time_diff")):
+            ref_entries[name] = rows[col]
+        ref_sink, ref_pairs = reference(state, ref_entries)
         assert got_pairs.tolist() == ref_pairs.tolist()
-        assert [(f.check, f.offset) for f in sink.findings] == [(f.check, f.offset) for f in ref_sink.findings]
-        for f, g in zip(sink.findings, ref_sink.findings):
+        assert sorted((f.check, f.offset) for f in sink.findings) == sorted((f.check, f.offset) for f in ref_sink.findings)
+        for f, g in zip(sink.sorted(), ref_sink.sorted()):
             assert all(part in f.message for part in g.message.split())
         total += len(sink.findings)
         indexed.append(got_pairs)

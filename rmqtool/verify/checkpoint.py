@@ -26,7 +26,32 @@ def read_checkpoint_first(store) -> CheckpointValues | RmqError | None:
         return exc
 
 
-def check_checkpoint(store, cp: CheckpointValues | RmqError | None, table: RecordTable | None, valid_end: int,
+class RecordTimes:
+    """Store times of the trusted records (walked, not carved, ending before the valid end),
+    gathered chunk by chunk: the newest, and how many are newer than ``physic_ts``."""
+
+    def __init__(self, valid_end: int, physic_ts: int | None):
+        self.valid_end, self.physic_ts = valid_end, physic_ts
+        self.records = 0
+        self.trusted = 0
+        self.newest = 0
+        self.newer = 0
+
+    def add(self, table: RecordTable) -> None:
+        c = table.cols
+        self.records += len(table)
+        if not len(table):
+            return
+        trusted = ~c["carved"] & (c["phy"] + c["size"] <= self.valid_end)
+        ts = c["store_ts"][trusted]
+        if len(ts):
+            self.trusted += len(ts)
+            self.newest = max(self.newest, int(ts.max()))
+            if self.physic_ts:
+                self.newer += int(np.count_nonzero(ts > self.physic_ts))
+
+
+def check_checkpoint(store, cp: CheckpointValues | RmqError | None, times: RecordTimes | None, valid_end: int,
                      index_end_ts: int | None, sink: FindingSink) -> dict | None:
     """Findings on ``cp`` (from ``read_checkpoint_first``) against what the data shows."""
     path = store.checkpoint_path
@@ -42,10 +67,8 @@ def check_checkpoint(store, cp: CheckpointValues | RmqError | None, table: Recor
     if cp.nonzero_bytes_after_fields:
         sink.add("checkpoint.trailing", path, None,
                  f"{cp.nonzero_bytes_after_fields} non-zero byte(s) after the five checkpoint fields", excerpt=False)
-    if table is not None and len(table):
-        c = table.cols
-        trusted = ~c["carved"] & (c["phy"] + c["size"] <= valid_end)
-        max_ts = int(c["store_ts"][trusted].max()) if trusted.any() else 0
+    if times is not None and times.records:
+        max_ts = times.newest
         for name, value in (("physic_msg_timestamp", cp.physic_msg_timestamp),
                             ("logics_msg_timestamp", cp.logics_msg_timestamp),
                             ("index_msg_timestamp", cp.index_msg_timestamp)):
@@ -54,11 +77,10 @@ def check_checkpoint(store, cp: CheckpointValues | RmqError | None, table: Recor
                          f"{name} {value} is later than the newest record before the valid end "
                          f"({max_ts}): the checkpoint claims data the CommitLog does not hold", excerpt_len=8)
         if cp.physic_msg_timestamp and max_ts > cp.physic_msg_timestamp:
-            newer = int(np.count_nonzero(trusted & (c["store_ts"] > cp.physic_msg_timestamp)))
             sink.add("checkpoint.behind", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],
-                     f"{newer} record(s) are newer than physicMsgTimestamp {cp.physic_msg_timestamp} "
+                     f"{times.newer} record(s) are newer than physicMsgTimestamp {cp.physic_msg_timestamp} "
                      "(flush not yet recorded)", excerpt=False)
-    elif table is not None and (cp.physic_msg_timestamp or cp.logics_msg_timestamp):
+    elif times is not None and (cp.physic_msg_timestamp or cp.logics_msg_timestamp):
         sink.add("checkpoint.ahead", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],
                  "checkpoint has timestamps but the CommitLog holds no record", excerpt_len=8)
     if index_end_ts is not None and cp.index_msg_timestamp > index_end_ts:

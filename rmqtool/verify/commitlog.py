@@ -17,6 +17,7 @@ from rmqtool.fileio import ReadOnlyFile, first_nonzero
 from rmqtool.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
 from rmqtool.verify.findings import INFO, WARNING, FindingSink
+from rmqtool.verify.chunks import RecordChunks, SpillDir
 from rmqtool.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
@@ -24,7 +25,7 @@ class CommitLogVerifier:
     """Walk every commitlog file, report findings, build the record table."""
 
     def __init__(self, store, sink: FindingSink, deep: bool, live: bool, progress=None,
-                 report_records: bool = True):
+                 report_records: bool = True, spill: SpillDir | None = None, chunk_records: int | None = None):
         self.store = store
         self.sink = sink
         self.deep = deep
@@ -32,8 +33,8 @@ class CommitLogVerifier:
         self.progress = progress
         self.report_records = report_records   # False when --only excludes commitlog findings
         self.topics = TopicTable()
-        self.parts: list[dict] = []
         self.files: list[str] = []
+        self.chunks = RecordChunks(self.topics, self.files, spill or SpillDir(), chunk_records)
         self.data_end: dict[int, tuple[int, str]] = {}   # file index -> (in-file end of data, end kind)
         self.file_changed = False
         self.crc_failures: dict[int, int] = {}          # file index -> first bad-CRC record position
@@ -63,7 +64,7 @@ class CommitLogVerifier:
             self.add(check, p.path, offset, p.message, p.severity, excerpt=False)
 
     # --- walk --------------------------------------------------------------------------------
-    def walk(self, engine=None, split_size: int | None = None) -> RecordTable:
+    def walk(self, engine=None, split_size: int | None = None) -> RecordChunks:
         """Walk every file; with an ``engine`` its tasks walk byte ranges in parallel and this
         process adopts their batches, then judges each file's end as the sequential walk does."""
         files = self.store.commitlog.files
@@ -90,7 +91,7 @@ class CommitLogVerifier:
             if self.progress:
                 self.progress(seg.size)
         self._check_ends(files)
-        return RecordTable.from_parts(self.parts, self.topics, self.files)
+        return self.chunks.finish()
 
     def _consume(self, idx: int, batch) -> None:
         for f in check_batch(batch, deep=self.deep):
@@ -99,7 +100,7 @@ class CommitLogVerifier:
                 self.sink.put(f)
         cols = batch_columns(batch, self.topics, self.deep)
         cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)
-        self.parts.append(cols)
+        self.chunks.append(cols)
         self.records += len(batch)
         if batch.carved:
             self.carved += len(batch)
@@ -126,7 +127,7 @@ class CommitLogVerifier:
                 self._note(idx, f, False)
                 if self.report_records:
                     self.sink.put(f)
-            self.parts.append(cols)
+            self.chunks.append(cols)
             self.records += len(cols["phy"])
         _, pos = prepared.ends.get(path, (END_EOF, 0))
         self.bytes += pos
@@ -236,7 +237,7 @@ class CommitLogVerifier:
                          "more than one empty pre-allocated file after the last data", excerpt=False)
 
 
-def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> tuple[int, FileEnd, int]:
+def valid_end_from_walk(clv: "CommitLogVerifier", records: RecordChunks, start) -> tuple[int, FileEnd, int]:
     """The broker's walk (CRC on) replayed from a deep walk's results, without reading again.
 
     From the start file: the first bad body CRC, the first DELAY record-check failure or the
@@ -264,9 +265,7 @@ def valid_end_from_walk(clv: "CommitLogVerifier", table: RecordTable, start) -> 
     if end is None:
         return start.offset, None, 0
     offset = end.file_base + end.file_size if end.kind == END_BLANK else end.phy_offset
-    c = table.cols
-    count = int(np.count_nonzero(~c["carved"] & (c["phy"] >= start.offset) & (c["phy"] < offset))) if len(table) else 0
-    return offset, end, count
+    return offset, end, records.count(start.offset, offset)
 
 
 def _starts_with_data(path) -> bool:
@@ -292,37 +291,55 @@ def _last_nonzero_end(path, lo: int, hi: int) -> int:
     return lo + (int(nz[-1]) + 1 if len(nz) else 0)
 
 
-def queue_offset_findings(table: RecordTable, sink: FindingSink, topic_id: int | None = None,
-                          queue_id: int | None = None, damaged: list[tuple[int, int]] = ()) -> None:
+class QueueOffsetCheck:
     """QUEUEOFFSET continuity per topic/queue over NOT/COMMIT records, carved ones included.
 
-    A jump whose two records have a ``damaged`` range between them is the damage's own
-    consequence (the lost records lay there): the walk's stop finding already names it."""
-    c = table.cols
-    if not len(table):
-        return
-    sel = goes_to_consumequeue(c["tx"])
-    if topic_id is not None:
-        sel &= c["topic_id"] == topic_id
-    if queue_id is not None:
-        sel &= c["queue_id"] == queue_id
-    idx = np.flatnonzero(sel)
-    if len(idx) < 2:
-        return
-    order = idx[np.lexsort((c["phy"][idx], c["queue_id"][idx], c["topic_id"][idx]))]
-    t, q, o = c["topic_id"][order], c["queue_id"][order], c["queue_offset"][order]
-    same = (t[1:] == t[:-1]) & (q[1:] == q[:-1])
-    bad = np.flatnonzero(same & (o[1:] != o[:-1] + 1))
-    if len(bad) and len(damaged):
-        phy = c["phy"][order]
-        starts = np.asarray([a for a, _ in damaged], dtype=np.int64)
-        lo, hi = phy[bad], phy[bad + 1]
-        explained = np.searchsorted(starts, lo, side="left") < np.searchsorted(starts, hi, side="left")
-        bad = bad[~explained]
-    at = cl.MESSAGE_HEAD_OFFSETS["queue_offset"]
-    for b in bad:
-        i = int(order[b + 1])
-        path, pos = table.where(i)
-        sink.add("commitlog.queue-offset", path, pos + at,
-                 f"record at {pos} ({table.topics.names[int(t[b + 1])]}/{int(q[b + 1])}) has QUEUEOFFSET "
-                 f"{int(o[b + 1])}, the previous record of the queue has {int(o[b])}", excerpt_len=8)
+    Fed the record table one chunk at a time in CommitLog order; the last record of each
+    queue is carried from chunk to chunk. A jump whose two records have a ``damaged`` range
+    between them is the damage's own consequence (the lost records lay there): the walk's
+    stop finding already names it.
+    """
+
+    def __init__(self, sink: FindingSink, topic_id: int | None = None, queue_id: int | None = None,
+                 damaged: list[tuple[int, int]] = ()):
+        self.sink, self.topic_id, self.queue_id = sink, topic_id, queue_id
+        self.damage_starts = np.sort(np.asarray([a for a, _ in damaged], dtype=np.int64))
+        self._last: dict[tuple[int, int], tuple[int, int]] = {}     # queue -> (QUEUEOFFSET, phy) of its last record
+
+    def feed(self, table: RecordTable) -> None:
+        c = table.cols
+        if not len(table):
+            return
+        sel = goes_to_consumequeue(c["tx"])
+        if self.topic_id is not None:
+            sel &= c["topic_id"] == self.topic_id
+        if self.queue_id is not None:
+            sel &= c["queue_id"] == self.queue_id
+        idx = np.flatnonzero(sel)
+        if not len(idx):
+            return
+        order = idx[np.lexsort((c["phy"][idx], c["queue_id"][idx], c["topic_id"][idx]))]
+        t, q, o, phy = c["topic_id"][order], c["queue_id"][order], c["queue_offset"][order], c["phy"][order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (t[1:] != t[:-1]) | (q[1:] != q[:-1])
+        prev_o, prev_phy = np.roll(o, 1), np.roll(phy, 1)
+        known = ~first
+        for g in np.flatnonzero(first):           # a queue's first record here: its last one before
+            last = self._last.get((int(t[g]), int(q[g])))
+            if last is not None:
+                prev_o[g], prev_phy[g] = last
+                known[g] = True
+        for g in np.flatnonzero(np.append(first[1:], True)):
+            self._last[(int(t[g]), int(q[g]))] = (int(o[g]), int(phy[g]))
+        bad = np.flatnonzero(known & (o != prev_o + 1))
+        if len(bad) and len(self.damage_starts):
+            starts = self.damage_starts
+            explained = (np.searchsorted(starts, prev_phy[bad], side="left")
+                         < np.searchsorted(starts, phy[bad], side="left"))
+            bad = bad[~explained]
+        at = cl.MESSAGE_HEAD_OFFSETS["queue_offset"]
+        for b in bad:
+            path, pos = table.where(int(order[b]))
+            self.sink.add("commitlog.queue-offset", path, pos + at,
+                          f"record at {pos} ({table.topics.names[int(t[b])]}/{int(q[b])}) has QUEUEOFFSET "
+                          f"{int(o[b])}, the previous record of the queue has {int(prev_o[b])}", excerpt_len=8)

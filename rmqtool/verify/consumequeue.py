@@ -1,7 +1,8 @@
 """ConsumeQueue verification: layout and unit validity (shallow), units <-> records (deep).
 
-All units of the selected queues are read once into flat arrays; the deep join with
-the record table is one ``np.searchsorted`` over the records' commitlog offsets.
+A queue's units are read into flat arrays and checked one queue at a time; for the deep
+join they are routed (``unit_rows``) to the chunk of records holding their offset, where
+the join is one ``np.searchsorted`` over the records' commitlog offsets.
 """
 from __future__ import annotations
 
@@ -211,9 +212,11 @@ def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, 
                      excerpt_len=8)
 
 
-def missing_units(table: RecordTable, found: np.ndarray, queues: dict, dispatch_from: int, valid_end: int,
+def missing_units(table: RecordTable, found: np.ndarray, min_qoffs: dict, dispatch_from: int, valid_end: int,
                   sink: FindingSink, selected) -> list[int]:
-    """Dispatchable records without a unit: holes (error) and not-yet-dispatched (info). Returns the latter."""
+    """Dispatchable records without a unit: below the dispatch frontier a hole (``cq.missing``,
+    unless the queue's older files expired: ``min_qoffs[(topic, queue)]``); returns the rest,
+    the records not dispatched yet (``not_dispatched_finding`` reports them once)."""
     c = table.cols
     if not len(table):
         return []
@@ -232,16 +235,41 @@ def missing_units(table: RecordTable, found: np.ndarray, queues: dict, dispatch_
         if int(c["phy"][i]) >= dispatch_from:
             pending.append(i)
             continue
-        qu = queues.get((topic, qid))
-        if qu is not None and qoff < qu.min_qoff:
+        min_qoff = min_qoffs.get((topic, qid))
+        if min_qoff is not None and qoff < min_qoff:
             continue          # the queue's older files expired
         sink.add("cq.missing", path, pos + at,
                  f"record at {pos} ({topic}/{qid} queue offset {qoff}) is below the dispatch frontier "
                  f"{dispatch_from} but its ConsumeQueue has no unit for it")
-    for i in pending[:1]:
-        path, pos = table.where(i)
+    return pending
+
+
+def not_dispatched_finding(pending, dispatch_from: int, sink: FindingSink) -> None:
+    """One ``cq.not-dispatched`` for every record past the frontier (``forecast.Pending``)."""
+    if pending.count:
+        path, pos, phy = pending.first
         sink.add("cq.not-dispatched", path, pos,
-                 f"{len(pending)} record(s) from commitlog offset {int(c['phy'][i])} are past the dispatch "
+                 f"{pending.count} record(s) from commitlog offset {phy} are past the dispatch "
                  f"frontier {dispatch_from}: not dispatched yet (the broker dispatches them at restart)",
                  excerpt=False)
-    return pending
+
+
+#: a unit as routed to the record chunk holding its CommitLog offset: the ``QueueUnits``
+#: columns and the number of its queue
+UNIT_ROW = np.dtype([("offset", np.int64), ("size", np.int64), ("tags", np.int64), ("qoff", np.int64),
+                     ("position", np.int64), ("file_idx", np.int32), ("queue", np.int32)])
+
+
+def unit_rows(qu: QueueUnits, queue_no: int) -> np.ndarray:
+    rows = np.zeros(len(qu.offset), UNIT_ROW)
+    for name, col in (("offset", qu.offset), ("size", qu.size), ("tags", qu.tags), ("qoff", qu.qoff),
+                      ("position", qu.position), ("file_idx", qu.file_idx)):
+        rows[name] = col
+    rows["queue"] = queue_no
+    return rows
+
+
+def queue_part(qu: QueueUnits, rows: np.ndarray) -> QueueUnits:
+    """The units of queue ``qu`` given as routed ``rows`` (one chunk's share of them)."""
+    return QueueUnits(qu.topic, qu.queue_id, qu.paths, rows["offset"], rows["size"], rows["tags"], rows["qoff"],
+                      rows["file_idx"], rows["position"], qu.min_qoff, qu.end_qoff)

@@ -6,6 +6,7 @@ nothing outside it is ever emitted.
 """
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -112,39 +113,76 @@ def hex_excerpt(path, offset: int | None, length: int = 16, before: int = 16) ->
     return f"{start}: {raw[:cut].hex()} [{raw[cut:].hex()}]"
 
 
+def sort_key(f: Finding) -> tuple:
+    """Report order: file, then offset (none first), then check name."""
+    return (f.file or "", f.offset if f.offset is not None else -1, f.check)
+
+
 @dataclass
 class FindingSink:
-    """Collects findings; keeps at most ``limit`` per check but counts all of them."""
+    """Collects findings; keeps at most ``limit`` per check and severity but counts all of them.
+
+    The ones kept are the first by ``sort_key`` (file, offset), whatever order the checks
+    ran in: verify joins the store range by range, so findings arrive out of file order.
+    """
     limit: int | None = 1000
-    findings: list[Finding] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)          # (check, severity) -> n
     by_kind: dict = field(default_factory=lambda: defaultdict(Counter))   # kind -> severity -> n
+    _kept: dict = field(default_factory=lambda: defaultdict(list), repr=False)   # (check, sev) -> findings
+    _cut: dict = field(default_factory=dict, repr=False)      # (check, sev) -> sort key of the last kept
+    _arrival: itertools.count = field(default_factory=itertools.count, repr=False)
 
     def add(self, check: str, file, offset: int | None, message: str, severity: str | None = None,
             excerpt: str | bool | None = True, excerpt_len: int = 16) -> None:
         if check not in CHECKS:
             raise KeyError(f"undeclared check name {check!r}")
         severity = severity or CHECKS[check][0]
-        self.counts[(check, severity)] += 1
-        self.by_kind[check.split(".")[0]][severity] += 1
-        if self.limit is not None and self.counts[(check, severity)] > self.limit:
+        file = None if file is None else str(file)
+        offset = None if offset is None else int(offset)
+        if not self._count(check, severity, (file or "", offset if offset is not None else -1, check)):
             return
         if excerpt is True:
             excerpt = hex_excerpt(file, offset, excerpt_len)
         elif excerpt is False:
             excerpt = None
-        self.findings.append(Finding(severity, check, None if file is None else str(file),
-                                     None if offset is None else int(offset), message, excerpt))
+        self._keep(Finding(severity, check, file, offset, message, excerpt))
 
     def put(self, finding: Finding) -> None:
         """Add a finding built elsewhere (e.g. by a batch check)."""
         if finding.check not in CHECKS:
             raise KeyError(f"undeclared check name {finding.check!r}")
-        key = (finding.check, finding.severity)
-        self.counts[key] += 1
-        self.by_kind[finding.check.split(".")[0]][finding.severity] += 1
-        if self.limit is None or self.counts[key] <= self.limit:
-            self.findings.append(finding)
+        if self._count(finding.check, finding.severity, sort_key(finding)):
+            self._keep(finding)
+
+    def _count(self, check: str, severity: str, key: tuple) -> bool:
+        """Count one finding; False when it cannot be among the ``limit`` kept."""
+        self.counts[(check, severity)] += 1
+        self.by_kind[check.split(".")[0]][severity] += 1
+        if self.limit is None:
+            return True
+        cut = self._cut.get((check, severity))
+        return self.limit > 0 and (cut is None or key < cut)
+
+    def _keep(self, finding: Finding) -> None:
+        bucket = self._kept[(finding.check, finding.severity)]
+        bucket.append((next(self._arrival), finding))
+        if self.limit is not None and len(bucket) >= 2 * self.limit:
+            self._trim(bucket, finding.check, finding.severity)
+
+    def _trim(self, bucket: list, check: str, severity: str) -> None:
+        bucket.sort(key=lambda kept: (sort_key(kept[1]), kept[0]))    # equal keys: arrival order
+        del bucket[self.limit:]
+        self._cut[(check, severity)] = sort_key(bucket[-1][1])
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The kept findings (at most ``limit`` per check and severity), in arrival order."""
+        out = []
+        for (check, severity), bucket in self._kept.items():
+            if self.limit is not None and len(bucket) > self.limit:
+                self._trim(bucket, check, severity)
+            out.extend(bucket)
+        return [f for _, f in sorted(out, key=lambda kept: kept[0])]
 
     def total(self, severity: str) -> int:
         return sum(n for (_, sev), n in self.counts.items() if sev == severity)
@@ -157,5 +195,4 @@ class FindingSink:
         return max(present, key=_RANK.get) if present else None
 
     def sorted(self) -> list[Finding]:
-        return sorted(self.findings, key=lambda f: (f.file or "", f.offset if f.offset is not None else -1,
-                                                    f.check))
+        return sorted(self.findings, key=sort_key)

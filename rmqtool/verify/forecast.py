@@ -9,10 +9,28 @@ ones the broker has not dispatched / indexed yet.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from rmqtool.recovery import RecoveryStart, recovery_start, valid_end
 from rmqtool.verify.records import RecordTable
 
 LIST_LIMIT = 10_000
+
+
+@dataclass
+class Pending:
+    """Records past a frontier, gathered chunk by chunk: all counted, the first ``LIST_LIMIT`` listed."""
+    count: int = 0
+    listing: list = field(default_factory=list)
+    first: tuple | None = None            # (file, position, commitlog offset) of the first one
+
+    def add(self, table: RecordTable, rows: list[int]) -> None:
+        if rows and self.first is None:
+            path, pos = table.where(rows[0])
+            self.first = (path, pos, int(table.cols["phy"][rows[0]]))
+        self.count += len(rows)
+        room = LIST_LIMIT - len(self.listing)
+        self.listing.extend(table.describe(i) for i in rows[:max(room, 0)])
 
 
 def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
@@ -32,30 +50,27 @@ def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
             "messages_walked": messages}
 
 
-def forecast(store, walk: dict, queues: dict, index_states: list, checkpoint: dict | None,
-             table: RecordTable | None, dispatch_from: int, index_frontier: int | None,
-             not_dispatched: list[int], not_indexed: list[int]) -> dict:
+def truncated_units(qu, end: int) -> dict | None:
+    """What recovery truncates of one queue (``QueueUnits``): its units at or past ``end``."""
+    past = qu.offset >= end
+    if not past.any():
+        return None
+    return {"topic": qu.topic, "queue_id": qu.queue_id, "from_queue_offset": int(qu.qoff[past][0]),
+            "units": int(past.sum()), "to_queue_offset": int(qu.end_qoff)}
+
+
+def forecast(store, walk: dict, truncated: list[dict], index_states: list, checkpoint: dict | None,
+             dispatch_from: int, index_frontier: int | None, not_dispatched: Pending, not_indexed: Pending) -> dict:
+    """``truncated``: ``truncated_units`` of every queue, sorted by topic and queue."""
     end = walk["valid_end"]
     stop = walk["stop"]
     files = store.commitlog.files
     deleted_cl = [seg.name for seg in files if seg.start > end]
-    truncated = []
-    for (topic, qid), qu in sorted(queues.items()):
-        past = qu.offset >= end
-        if past.any():
-            first = int(qu.qoff[past][0])
-            truncated.append({"topic": topic, "queue_id": qid, "from_queue_offset": first,
-                              "units": int(past.sum()), "to_queue_offset": int(qu.end_qoff)})
     index_deleted = []
     if checkpoint is not None:
         limit = checkpoint["index_msg_timestamp"]
         index_deleted = [s.path.rsplit("/", 1)[-1] for s in index_states
                          if s.header is not None and s.header.end_timestamp > limit]
-
-    def listing(rows):
-        if table is None:
-            return []
-        return [table.describe(i) for i in rows[:LIST_LIMIT]]
 
     return {
         "mode": walk["mode"],
@@ -76,9 +91,9 @@ def forecast(store, walk: dict, queues: dict, index_states: list, checkpoint: di
         "index_files_deleted": index_deleted if walk["mode"] == "abnormal" else [],
         "index_files_deleted_on_abnormal_start": index_deleted,
         "dispatch_from": dispatch_from,
-        "not_dispatched_count": len(not_dispatched),
-        "not_dispatched": listing(not_dispatched),
+        "not_dispatched_count": not_dispatched.count,
+        "not_dispatched": not_dispatched.listing,
         "index_frontier": index_frontier,
-        "not_indexed_count": len(not_indexed),
-        "not_indexed": listing(not_indexed),
+        "not_indexed_count": not_indexed.count,
+        "not_indexed": not_indexed.listing,
     }

@@ -1,0 +1,152 @@
+"""Deep verify joins the store one CommitLog range (chunk of records) at a time, reads index
+entries a window at a time and caps findings by report order: the report is the same
+whatever the chunk and window sizes, and nothing is left in the temporary directory."""
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from corruptions import CASES, corrupt
+from rmqtool.store import Store
+from rmqtool.verify import VerifyOptions, verify
+from rmqtool.verify import index as verify_index
+from rmqtool.verify.chunks import RecordChunks, RoutedRows, SpillDir
+from rmqtool.verify.findings import CHECKS, FindingSink, sort_key
+from rmqtool.verify.records import TopicTable
+
+
+def report(root, chunk_records=None, **kw) -> str:
+    opts = VerifyOptions(level=kw.pop("level", "deep"), limit_per_check=kw.pop("limit", None),
+                         chunk_records=chunk_records, **kw)
+    rep = verify(Store(root), opts).as_dict()
+    rep["summary"].pop("reread_after_replace")
+    return json.dumps(rep, sort_keys=True)
+
+
+@pytest.fixture
+def spill_root(tmp_path, monkeypatch):
+    """Temporary files of the run go here, so the test can see what is left."""
+    where = tmp_path / "spill"
+    where.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    return where
+
+
+def _mutate_queues_and_index(root: Path, seed: int) -> None:
+    """Overwrite a few 4-byte words in ConsumeQueue units and IndexFile entries/slots."""
+    rng = random.Random(seed)
+    files = sorted(p for p in (root / "consumequeue").rglob("*") if p.is_file())
+    files += sorted((root / "index").iterdir())
+    for path in rng.sample(files, min(4, len(files))):
+        size = path.stat().st_size
+        with open(path, "r+b") as fh:
+            for _ in range(3):
+                at = rng.randrange(0, max(size - 4, 1)) // 4 * 4
+                fh.seek(at)
+                fh.write(rng.choice([b"\0\0\0\0", b"\xff\xff\xff\xff", rng.randbytes(4)]))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_chunked_report_equals_one_chunk_on_corrupt_commitlogs(store_copy, case, spill_root, monkeypatch):
+    name = "crashed" if case == "torn-tail" else "basic"
+    root = store_copy(name)
+    corrupt(root, case)
+    whole = report(root)
+    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 5)
+    assert report(root, chunk_records=7) == whole
+    assert report(root, chunk_records=7, level="shallow") == report(root, level="shallow", chunk_records=10 ** 9)
+    assert not list(spill_root.iterdir())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chunked_report_equals_one_chunk_on_mutated_queues_and_index(store_copy, seed, spill_root, monkeypatch):
+    root = store_copy(["basic", "mixed", "crashed"][seed % 3])
+    _mutate_queues_and_index(root, seed)
+    whole = report(root)
+    topic = json.loads(whole)["forecast"]["not_dispatched"][:1]
+    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 3)
+    assert report(root, chunk_records=11) == whole
+    assert report(root, chunk_records=1, limit=3) == report(root, limit=3)
+    if topic:
+        args = {"topic": topic[0]["topic"], "queue_id": topic[0]["queue_id"]}
+        assert report(root, chunk_records=5, **args) == report(root, **args)
+    assert not list(spill_root.iterdir())
+
+
+def test_full_chunks_wait_on_disk_and_are_removed(store_copy, spill_root, monkeypatch):
+    """Every chunk but the last is written to the temporary directory while verify runs."""
+    seen = []
+    real = RecordChunks.chunk
+
+    def spy(self, k, columns=None):
+        seen.append([p.name for p in spill_root.rglob("*")])
+        return real(self, k, columns)
+    monkeypatch.setattr(RecordChunks, "chunk", spy)
+    root = store_copy("basic")
+    report(root, chunk_records=500)
+    assert any(any(n.startswith("records-") for n in names) for names in seen)
+    assert not list(spill_root.iterdir())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.one_of(st.none(), st.integers(0, 30)),
+                          st.sampled_from(["cq.gap", "cq.order", "index.chain"])), max_size=60, unique=True),
+       st.integers(0, 6), st.randoms())
+def test_finding_cap_keeps_the_first_by_report_order(items, limit, rnd):
+    """At most ``limit`` findings per check are kept: the first by (file, offset), in any arrival order."""
+    def fill(order):
+        sink = FindingSink(limit)
+        for file, offset, check in order:
+            sink.add(check, file, offset, f"{file}:{offset}", excerpt=False)
+        return sink
+    shuffled = list(items)
+    rnd.shuffle(shuffled)
+    a, b = fill(items), fill(shuffled)
+    key = lambda f: (sort_key(f), f.message)   # noqa: E731
+    assert sorted(map(key, a.findings)) == sorted(map(key, b.findings))
+    unlimited = FindingSink(None)
+    for file, offset, check in items:
+        unlimited.add(check, file, offset, "", excerpt=False)
+    for check in {c for _, _, c in items}:
+        kept = [f for f in a.findings if f.check == check]
+        everything = sorted(sort_key(f) for f in unlimited.findings if f.check == check)
+        assert sorted(sort_key(f) for f in kept) == everything[:limit]
+    assert a.suppressed() == len(items) - len(a.findings)
+    assert set(CHECKS) >= {c for _, _, c in items}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10 ** 6), min_size=1, max_size=40, unique=True),
+       st.lists(st.integers(-5, 10 ** 6 + 100), max_size=80), st.integers(1, 5))
+def test_rows_go_to_the_chunk_holding_their_offset(phys, offsets, chunk_records):
+    """RoutedRows: each row lands in the chunk of the last record at or before its offset (the
+    first chunk for offsets before every record), in the order rows were added."""
+    phys = sorted(phys)
+    spill = SpillDir()
+    try:
+        chunks = RecordChunks(TopicTable(), [], spill, chunk_records)
+        for p in phys:
+            chunks.append({"phy": np.array([p], np.int64), "size": np.array([1], np.int64)})
+        chunks.finish()
+        dtype = np.dtype([("offset", np.int64), ("n", np.int32)])
+        routed = RoutedRows("t", dtype, chunks)
+        rows = np.zeros(len(offsets), dtype)
+        rows["offset"], rows["n"] = offsets, np.arange(len(offsets))
+        half = len(rows) // 2
+        routed.add(rows[:half], rows["offset"][:half])
+        routed._flush() if len(chunks) > 1 else None
+        routed.add(rows[half:], rows["offset"][half:])
+        firsts = [int(chunks.chunk(k).cols["phy"][0]) for k in range(len(chunks))]
+        for k in range(len(chunks)):
+            got = routed.take(k)
+            want = [i for i, o in enumerate(offsets)
+                    if max([j for j, f in enumerate(firsts) if f <= o] or [0]) == k]
+            assert got["n"].tolist() == want
+    finally:
+        spill.close()
