@@ -26,8 +26,8 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, plan_tasks  # noqa: E402
-from rmqtool.engines.arrow import batch_to_arrow  # noqa: E402
-from rmqtool.store import Store  # noqa: E402
+from rmqtool.output.arrow import batch_to_arrow  # noqa: E402
+from rmqtool.io.store import Store  # noqa: E402
 
 SUMMARY = pa.schema([("rows", pa.int64()), ("bytes", pa.int64())])
 
@@ -118,7 +118,7 @@ def main() -> None:
 
     from rmqtool.engines.local import LocalEngine
     from rmqtool.engines.spark import SparkEngine
-    from rmqtool.export import export
+    from rmqtool.ops.export import export
 
     root = Path(args.store)
     ensure_store(root, args.messages)

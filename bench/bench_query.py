@@ -4,7 +4,7 @@ Builds (once, reused) under --dir a store with one default 1 GiB CommitLog file 
 holding --records messages (topic BenchTopic, KEYS "order-<i % 50000> k<i>", a UNIQ_KEY
 each) and three index files of the default geometry (5,000,000 slots x 20,000,000
 entries = 420,000,040 bytes). The real keys are dispatched with the dispatch core
-(``rmqtool.dispatch.extend_index_image``: upstream's putKey chains); with --fill (default)
+(``rmqtool.broker.dispatch.extend_index_image``: upstream's putKey chains); with --fill (default)
 each file is then filled to its last entry with random-hash keys pointing at its records,
 so chains are as long as on a full broker index. Then, in the same run, it times
 (median of --runs) bare ``python -c pass`` beside whole-process ``python -m rmqtool
@@ -35,9 +35,9 @@ def build(root: Path, records: int, fill: bool) -> None:
 
     from formats import commitlog as cl
     from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
-    from rmqtool.dispatch import empty_index_image, extend_index_image
-    from rmqtool.encode import Host, MessageFields, encode
-    from rmqtool.javahash import index_key_hash
+    from rmqtool.broker.dispatch import empty_index_image, extend_index_image
+    from rmqtool.records.encode import Host, MessageFields, encode
+    from rmqtool.kernels.javahash import index_key_hash
 
     (root / "commitlog").mkdir(parents=True)
     (root / "consumequeue" / TOPIC / "0").mkdir(parents=True)
@@ -115,7 +115,7 @@ def main() -> None:
     print(f"{'python -c pass':58s} {base * 1000:8.1f} ms   1.00x")
     for label, code in (("python -c 'import numpy'  (floor: formats/ needs it)", "import numpy"),
                         ("python -c 'import <query-key library path>'",
-                         "import rmqtool.store, rmqtool.schema, rmqtool.query.bykey"),
+                         "import rmqtool.io.store, rmqtool.output.schema, rmqtool.ops.query.bykey"),
                         ("python -c 'import rmqtool.cli'  (every command module)", "import rmqtool.cli")):
         t, _ = median_run([py, "-c", code], args.runs)
         print(f"{label:58s} {t * 1000:8.1f} ms {t / base:6.2f}x")
@@ -131,8 +131,8 @@ def main() -> None:
         t, p = median_run([py, "-m", "rmqtool", *argv], args.runs)
         rows = len(p.stdout.splitlines()) if "jsonl" in argv else "-"
         print(f"{'rmqtool ' + label:58s} {t * 1000:8.1f} ms {t / base:6.2f}x  (exit {p.returncode}, rows {rows})")
-    from rmqtool.query.bykey import query_key
-    from rmqtool.store import Store
+    from rmqtool.ops.query.bykey import query_key
+    from rmqtool.io.store import Store
     t = time.perf_counter()
     res = query_key(Store(root), key, TOPIC)
     inproc = time.perf_counter() - t

@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rmqtool.indexfile import DEFAULT_GEOMETRY                      # noqa: E402
-from rmqtool.rebuild import rebuild_all                              # noqa: E402
-from rmqtool.store import Store                                     # noqa: E402
-from rmqtool.writer import Geometry, SyntheticSpec, write_synthetic  # noqa: E402
+from rmqtool.io.indexfile import DEFAULT_GEOMETRY                      # noqa: E402
+from rmqtool.ops.rebuild import rebuild_all                              # noqa: E402
+from rmqtool.io.store import Store                                     # noqa: E402
+from rmqtool.ops.writer import Geometry, SyntheticSpec, write_synthetic  # noqa: E402
 
 UPSTREAM_WARM_MSG_S = 228_000
 GOAL_MSG_S = 700_000
@@ -90,7 +90,7 @@ def main() -> None:
                     help="leave glibc's malloc defaults (the rmqtool CLI tunes them for rebuild)")
     args = ap.parse_args()
     if not args.no_tune_allocator:          # as `rmqtool rebuild all` does at entry
-        from rmqtool.fileio import tune_allocator
+        from rmqtool.io.fileio import tune_allocator
         tune_allocator()
     if ROOT in args.dir.resolve().parents:
         ap.error("put the benchmark store outside the repository")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rmqtool.scan import FileScan  # noqa: E402
-from rmqtool.store import Store  # noqa: E402
+from rmqtool.records.scan import FileScan  # noqa: E402
+from rmqtool.io.store import Store  # noqa: E402
 
 MESSAGE_BYTES = 1024          # body ~800 B + header/topic/properties ~220 B
 

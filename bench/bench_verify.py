@@ -10,7 +10,7 @@ Usage: python bench/bench_verify.py [--gib 1.0] [--dir /tmp/rmqtool-bench-verify
 ``verify --jobs N``), still against crc32 on one core.
 Run it 3 times on an otherwise idle machine and quote min/median of the ratio (the first run builds the store).
 The baseline reads with fresh 64 MiB buffers; the line "crc32 (reused buffer)" is the raw hashing speed.
-With --tune-allocator a second verify runs after ``rmqtool.fileio.tune_allocator()`` (glibc mallopt, what a
+With --tune-allocator a second verify runs after ``rmqtool.io.fileio.tune_allocator()`` (glibc mallopt, what a
 command entry may call; process-wide, so it comes second).
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rmqtool.store import Store  # noqa: E402
-from rmqtool.verify import VerifyOptions, verify  # noqa: E402
+from rmqtool.io.store import Store  # noqa: E402
+from rmqtool.ops.verify import VerifyOptions, verify  # noqa: E402
 
 MESSAGE_BYTES = 1024
 CHUNK = 64 << 20
@@ -34,7 +34,7 @@ def ensure_store(root: Path, gib: float) -> Store:
     files = sorted((root / "commitlog").glob("[0-9]" * 20)) if (root / "commitlog").is_dir() else []
     have = sum(f.stat().st_size for f in files)
     if have < gib * (1 << 30) or not (root / "checkpoint").is_file():
-        from rmqtool.writer import Geometry, SyntheticSpec, write_synthetic
+        from rmqtool.ops.writer import Geometry, SyntheticSpec, write_synthetic
         messages = int(gib * (1 << 30) / MESSAGE_BYTES) + 1000
         t = time.perf_counter()
         write_synthetic(root, SyntheticSpec(count=messages, topics=8, queues=4, body_min=700, body_max=900),
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2,
                     help="also time `verify --jobs N` (the local engine's process pool; 0 or 1: skip)")
     ap.add_argument("--tune-allocator", action="store_true",
-                    help="also time a verify after rmqtool.fileio.tune_allocator()")
+                    help="also time a verify after rmqtool.io.fileio.tune_allocator()")
     args = ap.parse_args()
     store = ensure_store(Path(args.dir), args.gib)
     crc_baseline(store)                                    # warm the page cache
@@ -108,7 +108,7 @@ def main() -> None:
               f"{100 * crc_s / pool_s:.0f}% of zlib.crc32 on one core ({len(eng.tasks)} tasks; "
               f"report {'identical' if same else 'DIFFERENT'})")
     if args.tune_allocator:
-        from rmqtool.fileio import tune_allocator
+        from rmqtool.io.fileio import tune_allocator
         tuned = tune_allocator()
         t = time.perf_counter()
         verify(Store(args.dir), VerifyOptions(level="deep"))

@@ -52,3 +52,13 @@ def struct_of(struct: cs.Struct) -> _struct.Struct:
     if len(orders) != 1:
         raise TypeError(f"fields of {struct!r} mix byte orders")
     return _struct.Struct(orders.pop() + "".join(leaf.fmtstr[1:] for leaf in leaves))
+
+
+def field_struct(subcon) -> _struct.Struct:
+    """A ``struct.Struct`` packing one integer field (``Renamed`` wrappers allowed)."""
+    return _struct.Struct(leaf_field(subcon).fmtstr)
+
+
+def member_struct(struct: cs.Struct, name: str) -> _struct.Struct:
+    """A ``struct.Struct`` packing the field ``name`` of a construct Struct."""
+    return field_struct(next(sc for sc in struct.subcons if sc.name == name))

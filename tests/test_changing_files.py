@@ -156,7 +156,7 @@ def _truncate(path: Path, size: int) -> None:
 def test_commitlog_truncated_between_windows_is_an_error_naming_the_file(tmp_path):
     """The scan reads in windows; a file cut after the first window is a FileChangedError, not data."""
     from rmqtool.errors import FileChangedError
-    from rmqtool.scan import FileScan
+    from rmqtool.records.scan import FileScan
     path = tmp_path / "00000000000000000000"
     shutil.copy(reference_store("basic") / "commitlog" / path.name, path)
     scan = FileScan(path, 0, chunk_size=1 << 16)
@@ -172,8 +172,8 @@ def test_commitlog_truncated_between_windows_is_an_error_naming_the_file(tmp_pat
 
 
 def test_file_deleted_after_discovery_names_the_file(tmp_path):
-    from rmqtool.scan import walk_store
-    from rmqtool.store import Store
+    from rmqtool.records.scan import walk_store
+    from rmqtool.io.store import Store
     store_dir = tmp_path / "basic"
     shutil.copytree(reference_store("basic"), store_dir)
     store = Store(store_dir)
@@ -213,7 +213,7 @@ def test_readers_never_mmap():
 
     The one mmap allowed maps rebuild's own anonymous memfd (worker results), which no
     other process can truncate: that module must create the memfd it maps."""
-    allowed = {"rmqtool/rebuild.py"}
+    allowed = {"rmqtool/ops/rebuild.py"}
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "rmqtool").rglob("*.py")
                  if re.search(r"^\s*(import mmap|from mmap )|mmap\.mmap\(", p.read_text(), re.M)]
     assert set(offenders) <= allowed, f"mmap used in {offenders}"
@@ -225,7 +225,7 @@ def test_readers_never_mmap():
 def test_segment_deleted_between_listing_and_stat(tmp_path, monkeypatch):
     """Retention deleting a file right after the directory was listed: skipped with a warning."""
     import os as _os
-    from rmqtool import segments
+    from rmqtool.io import segments
     d = tmp_path / "commitlog"
     d.mkdir()
     for start in (0, 1024, 2048):

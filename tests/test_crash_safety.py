@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import reference_store, run_cli, run_cli_process
-from rmqtool.install import CRASH_ENV, WRITE_CRASH_STEPS
+from rmqtool.io.install import CRASH_ENV, WRITE_CRASH_STEPS
 
 GEOMETRY = ["--commitlog-file-size", 1 << 16, "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350]
 

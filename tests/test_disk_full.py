@@ -94,7 +94,7 @@ def test_export_on_a_full_disk(small_fs):
 def test_an_incomplete_journal_from_an_older_run_is_cleaned(store_copy):
     """An empty journal (older versions wrote it in place; a full disk left 0 bytes) and a stray
     build: the next run says so, removes both and rebuilds."""
-    from rmqtool.install import journal_path
+    from rmqtool.io.install import journal_path
     root = store_copy("basic")
     journal = journal_path(root / "consumequeue")
     journal.write_bytes(b"")

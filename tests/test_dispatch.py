@@ -10,11 +10,11 @@ import pytest
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
 from formats.indexfile import INDEX_HEADER_DTYPE, index_file_size
-from rmqtool.dispatch import (CqCollector, IndexBuilder, QueueUnits, RecordColumns, build_cq_files,
+from rmqtool.broker.dispatch import (CqCollector, IndexBuilder, QueueUnits, RecordColumns, build_cq_files,
                               build_index_image, dispatch_batch, span_hashes)
-from rmqtool.javahash import index_key_hash, java_string_hash, tags_code
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.store import Store
+from rmqtool.kernels.javahash import index_key_hash, java_string_hash, tags_code
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.io.store import Store
 
 CQ_FILE_SIZE, SLOTS, ENTRIES = 800, 61, 350
 CRASHED_DISPATCH_END = 2315394
@@ -321,7 +321,7 @@ def test_build_index_image_rejects_overflow():
 
 def test_grouped_and_flat_span_hashes_agree():
     from hypothesis import given, settings, strategies as st
-    from rmqtool.dispatch import _span_hashes_flat
+    from rmqtool.broker.dispatch import _span_hashes_flat
 
     @settings(max_examples=200, deadline=None)
     @given(st.lists(st.binary(max_size=40), max_size=30), st.binary(max_size=8))
@@ -353,7 +353,7 @@ def test_topics_with_equal_hash_and_length_stay_apart():
 def _extend_reference(image, key_hash, phy, ts):
     """extend_index_image as first written (stable argsort on slot, one temporary per step)."""
     from formats.indexfile import INDEX_ENTRY_DTYPE, INVALID_INDEX
-    from rmqtool.dispatch import IndexFileImage
+    from rmqtool.broker.dispatch import IndexFileImage
     n = len(key_hash)
     h = image.header
     count = int(h["index_count"][0])
@@ -402,7 +402,7 @@ def _extend_reference(image, key_hash, phy, ts):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_extend_index_image_equals_straightforward_formulation(seed):
-    from rmqtool.dispatch import empty_index_image, extend_index_image
+    from rmqtool.broker.dispatch import empty_index_image, extend_index_image
     rng = np.random.default_rng(seed)
     slots_n = int(rng.choice([1, 2, 7, 61, 1000, 5_000_000]))
     entries_n = int(rng.choice([3, 50, 400, 20_000]))
@@ -428,7 +428,7 @@ def test_extend_index_image_equals_straightforward_formulation(seed):
 
 
 def test_slot_chain_order_is_the_stable_argsort_also_past_the_packing_limit():
-    from rmqtool.dispatch import _slot_chain_order
+    from rmqtool.broker.dispatch import _slot_chain_order
     rng = np.random.default_rng(3)
     for hash_slots in (1, 7, 5_000_000, 1 << 50):
         slot = rng.integers(0, min(hash_slots, 50), 5000)
@@ -439,7 +439,7 @@ def test_slot_chain_order_is_the_stable_argsort_also_past_the_packing_limit():
 
 def test_index_image_write_to_equals_to_bytes(tmp_path):
     import os
-    from rmqtool.dispatch import build_index_image, empty_index_image
+    from rmqtool.broker.dispatch import build_index_image, empty_index_image
     rng = np.random.default_rng(0)
     for image in (empty_index_image(61, 350),
                   build_index_image(rng.integers(0, 1 << 31, 300).astype(np.int32), np.arange(300) * 97,
@@ -494,7 +494,7 @@ def test_grouped_and_flat_keys_tokens_agree():
     """KEYS split by length-grouped byte matrices equals the per-byte formulation (odd spacing,
     empty and absent values, many lengths, values at the very end of the buffer)."""
     from hypothesis import given, settings, strategies as st
-    from rmqtool.dispatch import _keys_tokens, _keys_tokens_flat
+    from rmqtool.broker.dispatch import _keys_tokens, _keys_tokens_flat
     value = st.one_of(st.none(), st.text(alphabet=" ab\u00e9", max_size=12),
                       st.lists(st.sampled_from(["k", "order-1", "", "  "]), max_size=5).map(" ".join))
 
@@ -514,7 +514,7 @@ def test_grouped_and_flat_keys_tokens_agree():
 
 
 def test_span_matrix_stays_inside_the_buffer():
-    from rmqtool.kernels import span_matrix
+    from rmqtool.kernels.gather import span_matrix
     buf = np.frombuffer(b"abcdef", np.uint8)
     assert span_matrix(buf, np.array([0, 4]), 2).tolist() == [[97, 98], [101, 102]]
     for starts, length in (([5], 2), ([0], 7)):

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from formats import commitlog as cl
-from rmqtool.dispatch import END_DISPATCH_STOP
+from rmqtool.broker.dispatch import END_DISPATCH_STOP
 from rmqtool.engines import get_engine
-from rmqtool.indexfile import IndexGeometry
-from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.store import Store
-from rmqtool.writer import Geometry, write_rows
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.io.store import Store
+from rmqtool.ops.writer import Geometry, write_rows
 
 GEOMETRY = Geometry(8192, 400, 13, 101)      # ~30 records per commitlog file, 20 units per CQ file
 BAD = 40                                     # the failing record: in the second commitlog file
@@ -80,7 +80,7 @@ def test_rebuild_ends_at_the_failing_record(stopped_store, tmp_path, workers):
 
 
 def test_engine_walks_end_at_the_failing_record(stopped_store, tmp_path):
-    from rmqtool.dispatch import DispatchConfig
+    from rmqtool.broker.dispatch import DispatchConfig
     from rmqtool.engines.rebuild import distributed_rebuild, engine_walker
     root, _, bad_at = stopped_store
     with get_engine("local", jobs=2) as eng:

@@ -100,8 +100,8 @@ def test_locate_every_message_offset(name):
     """First and last byte of every message, and every BLANK, land in upstream's file layout."""
     answers = load_answers(name)
     size = answers["config"]["mappedFileSizeCommitLog"]
-    from rmqtool.locate import locate_offset
-    from rmqtool.store import Store
+    from rmqtool.ops.locate import locate_offset
+    from rmqtool.io.store import Store
     s = Store(reference_store(name))
     for m in answers["messages"]:
         for probe in (m["phyOffset"], m["phyOffset"] + m["size"] - 1):

@@ -7,10 +7,10 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import reference_store
 from formats import commitlog as cl
-from rmqtool.encode import (Host, MessageFields, encode, encode_blank, encode_reference,
+from rmqtool.records.encode import (Host, MessageFields, encode, encode_blank, encode_reference,
                             java_length, magic_for, needs_blank, record_length)
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.store import Store
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.io.store import Store
 
 
 def fields_of(batch: RecordBatch, i: int) -> MessageFields:

@@ -15,11 +15,11 @@ import pytest
 from conftest import STORE_NAMES, reference_store
 from formats import commitlog as cl
 from rmqtool.engines import Task, check_chains, get_engine, plan_tasks, TaskStatus
-from rmqtool.engines.arrow import ScanStage, arrow_schema, batch_to_arrow, rows_for_json
+from rmqtool.output.arrow import ScanStage, arrow_schema, batch_to_arrow, rows_for_json
 from rmqtool.errors import MissingDependencyError, RefusedError
-from rmqtool.export import NULL_PARTITION, encode_topic, export, open_stores
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.store import Store
+from rmqtool.ops.export import NULL_PARTITION, encode_topic, export, open_stores
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.io.store import Store
 
 
 scan_stage = ScanStage("raw")
@@ -64,7 +64,7 @@ def test_reference_stores_exercise_the_odd_paths():
 
 
 def test_arrow_schema_derives_from_record_schema():
-    from rmqtool.schema import FIELD_NAMES
+    from rmqtool.output.schema import FIELD_NAMES
     assert arrow_schema().names == list(FIELD_NAMES)
     assert arrow_schema("raw").field("body").type == pa.binary()
     assert arrow_schema("text").field("properties").type == pa.map_(pa.string(), pa.string())
@@ -193,7 +193,7 @@ def test_export_filters_like_dump(tmp_path):
     stores = open_stores([str(reference_store("basic"))], Store)
     want = [r for r in reference_rows(stores[0][1], "basic")
             if r["topic"] == "OrderTopic" and r["queue_id"] == 1]
-    from rmqtool.dump import RecordFilter
+    from rmqtool.ops.dump import RecordFilter
     with get_engine("local") as eng:
         s = export(stores, tmp_path / "f", eng, fmt="jsonl", flt=RecordFilter("OrderTopic", 1))
     assert s["rows"] == len(want) > 0
@@ -253,10 +253,10 @@ def _index_files(path: Path) -> list[bytes]:
 
 
 def rebuild_both(root: Path, out: Path, engine, split_size: int, **kw):
-    from rmqtool.dispatch import DispatchConfig
+    from rmqtool.broker.dispatch import DispatchConfig
     from rmqtool.engines.rebuild import engine_walker
-    from rmqtool.indexfile import IndexGeometry
-    from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
+    from rmqtool.io.indexfile import IndexGeometry
+    from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
     store = Store(root)
     walker = engine_walker(engine, store, True, DispatchConfig(), split_size)
     cq = rebuild_consumequeue(store, cq_file_size=800, output=out / "cq", walker=walker, **kw)
@@ -276,7 +276,7 @@ def test_rebuild_through_split_tasks_is_byte_identical_to_upstream(name, tmp_pat
 
 def test_rebuild_through_tasks_stops_at_mid_log_corruption(store_copy, tmp_path):
     from conftest import load_answers
-    from rmqtool.rebuild import rebuild_consumequeue
+    from rmqtool.ops.rebuild import rebuild_consumequeue
     root = store_copy("basic")
     victim = load_answers("basic")["messages"][1000]
     seg = root / "commitlog" / f"{victim['phyOffset'] // 98304 * 98304:020d}"
@@ -293,7 +293,7 @@ def test_rebuild_through_tasks_stops_at_mid_log_corruption(store_copy, tmp_path)
 
 def distributed(root: Path, out: Path, engine, split_size: int, **kw):
     from rmqtool.engines.rebuild import distributed_rebuild
-    from rmqtool.indexfile import IndexGeometry
+    from rmqtool.io.indexfile import IndexGeometry
     return distributed_rebuild(engine, Store(root), cq_out=out / "cq", index_out=out / "ix", cq_file_size=800,
                                geometry=IndexGeometry(61, 350), split_size=split_size, **kw)
 
@@ -312,8 +312,8 @@ def test_distributed_rebuild_is_byte_identical_to_upstream(name, tmp_path):
 @pytest.mark.parametrize("case", ["crashed", "corrupt", "to-offset"])
 def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
     from conftest import load_answers
-    from rmqtool.indexfile import IndexGeometry
-    from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
+    from rmqtool.io.indexfile import IndexGeometry
+    from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
     root = store_copy("crashed" if case == "crashed" else "basic")
     to_offset = None
     if case == "corrupt":
@@ -338,7 +338,7 @@ def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
 
 def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
     from rmqtool.engines.rebuild import engine_rebuild
-    from rmqtool.indexfile import IndexGeometry
+    from rmqtool.io.indexfile import IndexGeometry
     root = store_copy("mixed")
     shutil.rmtree(root / "consumequeue")
     (root / "index" / "00000000000000000").write_bytes(b"junk")      # an index file name: replaced
@@ -357,7 +357,7 @@ def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
 @pytest.mark.parametrize("key", ["key-0005", "key-0150", "nope"])
 def test_query_key_scan_through_tasks_equals_query_key_scan(key):
     from rmqtool.engines.query import query_key_scan
-    from rmqtool.query.bykey import query_key
+    from rmqtool.ops.query.bykey import query_key
     store = Store(reference_store("basic"))
     want = query_key(store, key, scan=True)
     with get_engine("local", jobs=2) as eng:

@@ -53,11 +53,11 @@ def test_thousands_of_topics_under_a_small_open_file_limit(many_topics, tmp_path
 def test_parts_of_a_closed_writer_hold_the_same_rows(tmp_path, monkeypatch):
     """Topics coming back after their writer was closed go on in new parts; same rows."""
     from conftest import reference_store
-    from rmqtool import export as ex
-    from rmqtool.dump import RecordFilter
+    from rmqtool.ops import export as ex
+    from rmqtool.ops.dump import RecordFilter
     from rmqtool.engines import Task
-    from rmqtool.engines.arrow import batch_to_arrow
-    from rmqtool.scan import FileScan
+    from rmqtool.output.arrow import batch_to_arrow
+    from rmqtool.records.scan import FileScan
     first = sorted((reference_store("basic") / "commitlog").iterdir())[0]
     rb = batch_to_arrow(next(iter(FileScan(first, 0))), "basic", "raw")
     slices = [rb.slice(k, 7) for k in range(0, rb.num_rows, 7)]
@@ -79,7 +79,7 @@ def test_parts_of_a_closed_writer_hold_the_same_rows(tmp_path, monkeypatch):
 
 
 def test_a_failed_export_leaves_no_parts_nor_directories(store_copy, tmp_path, monkeypatch):
-    from rmqtool import export as ex
+    from rmqtool.ops import export as ex
     root = store_copy("basic")
     calls = {"n": 0}
     real = ex.ExportStage.write_part

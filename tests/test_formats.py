@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from formats import checkpoint, commitlog as cl, consumequeue, indexfile
 from formats.derive import field_offsets, numpy_dtype
-from rmqtool import javahash
+from rmqtool.kernels import javahash
 
 FIXED = [
     (consumequeue.ConsumeQueueUnit, consumequeue.CQ_UNIT_DTYPE, 20),

@@ -218,7 +218,7 @@ def test_absurd_simplified_lengths_do_not_allocate(field, scratch):
 
 
 def test_pread_of_absurd_length_allocates_only_the_file(tmp_path):
-    from rmqtool.fileio import ReadOnlyFile
+    from rmqtool.io.fileio import ReadOnlyFile
     p = tmp_path / "f"
     p.write_bytes(b"x" * 100)
     with ReadOnlyFile(p) as fh:
@@ -230,7 +230,7 @@ def test_pread_of_absurd_length_allocates_only_the_file(tmp_path):
 def test_decompression_bomb_is_bounded(codec, scratch, monkeypatch):
     """A compressed body inflating past the cap (1 MiB here, 64 MiB in use) is reported, not materialized."""
     import zlib
-    from rmqtool import schema
+    from rmqtool.output import schema
     monkeypatch.setattr(schema, "MAX_INFLATED_BODY", 1 << 20)
     comp = {"zlib": (cl.COMPRESSION_ZLIB, zlib.compress)}
     if codec == "lz4":
@@ -244,7 +244,7 @@ def test_decompression_bomb_is_bounded(codec, scratch, monkeypatch):
     img = sd.commitlog_image([dict(topic=b"B", body=bomb,
                                    sys_flag=cl.COMPRESSED_FLAG | (ctype << cl.COMPRESSION_TYPE_SHIFT))],
                              len(bomb) + 4096)
-    from rmqtool.scan import FileScan
+    from rmqtool.records.scan import FileScan
     path = scratch / f"bomb-{codec}"
     path.write_bytes(img)
     rows = []
@@ -255,7 +255,7 @@ def test_decompression_bomb_is_bounded(codec, scratch, monkeypatch):
 
 def test_truncated_compressed_body_is_a_note_not_data():
     import zlib
-    from rmqtool.schema import decompress
+    from rmqtool.output.schema import decompress
     body = zlib.compress(b"payload" * 100)
     out, name, note = decompress(body[:len(body) // 2], cl.COMPRESSED_FLAG | (cl.COMPRESSION_ZLIB << 8))
     assert out is None and "truncated" in note

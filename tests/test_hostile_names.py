@@ -16,8 +16,8 @@ import pytest
 
 from conftest import run_cli
 from formats import commitlog as cl
-from rmqtool.encode import Host, MessageFields, encode, patch_phy_offset
-from rmqtool.topicpath import queue_dir, topic_path_problem
+from rmqtool.records.encode import Host, MessageFields, encode, patch_phy_offset
+from rmqtool.io.topicpath import queue_dir, topic_path_problem
 
 COMMITLOG_FILE_SIZE = 1 << 16
 GEOMETRY = ["--commitlog-file-size", COMMITLOG_FILE_SIZE, "--cq-file-size", 800,

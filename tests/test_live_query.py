@@ -23,10 +23,10 @@ from conftest import load_answers
 from formats import commitlog as cl
 from formats.indexfile import (INDEX_HEADER_OFFSETS, INDEX_HEADER_SIZE, entry_position,
                                index_file_size, slot_position)
-from rmqtool.encode import Host, MessageFields, encode, encode_blank
-from rmqtool.javahash import index_key_hash
-from rmqtool.query.bykey import query_key
-from rmqtool.store import Store
+from rmqtool.records.encode import Host, MessageFields, encode, encode_blank
+from rmqtool.kernels.javahash import index_key_hash
+from rmqtool.ops.query.bykey import query_key
+from rmqtool.io.store import Store
 
 KEY = "key-0000"
 TOPIC = "TopicTest"

@@ -8,12 +8,12 @@ import pytest
 
 from formats import commitlog as cl
 from conftest import STORE_NAMES, load_answers, reference_store
-from rmqtool import dispatch
-from rmqtool.dispatch import dispatch_batch, goes_to_consumequeue, record_index_keys, record_tags_codes
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.schema import dispatch_tags_code
-from rmqtool.store import Store
-from rmqtool.verify import records as verify_records
+from rmqtool.broker import dispatch
+from rmqtool.broker.dispatch import dispatch_batch, goes_to_consumequeue, record_index_keys, record_tags_codes
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.output.schema import dispatch_tags_code
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import records as verify_records
 
 
 def _batches(name):

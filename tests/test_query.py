@@ -12,11 +12,11 @@ import pytest
 from conftest import load_answers, reference_store
 from formats.commitlog import split_keys
 from formats.indexfile import INDEX_HEADER_OFFSETS, entry_position, slot_position
-from rmqtool.javahash import index_key_hash
-from rmqtool.query.byid import KIND_OFFSET, KIND_UNIQ, query_id
-from rmqtool.query.bykey import UPSTREAM_MAX_NUM, query_key, uncovered_ranges, open_index
-from rmqtool.query.byqueue import QueueView
-from rmqtool.store import Store
+from rmqtool.kernels.javahash import index_key_hash
+from rmqtool.ops.query.byid import KIND_OFFSET, KIND_UNIQ, query_id
+from rmqtool.ops.query.bykey import UPSTREAM_MAX_NUM, query_key, uncovered_ranges, open_index
+from rmqtool.ops.query.byqueue import QueueView
+from rmqtool.io.store import Store
 
 ROLLBACK = 12
 
@@ -220,7 +220,7 @@ def test_query_id_by_offset_msg_id_and_uniq_key(name):
 
 
 def test_query_id_uniq_key_that_looks_like_offset_msg_id():
-    from rmqtool.ids import decode_offset_msg_id
+    from rmqtool.records.ids import decode_offset_msg_id
     store = Store(reference_store("mixed"))
     m = next(m for m in load_answers("mixed")["messages"] if len(m.get("uniqKey") or "") in (32, 56))
     assert decode_offset_msg_id(m["uniqKey"]) is not None      # hex of an id's length: ambiguous
@@ -336,8 +336,8 @@ def test_cli_query_id_and_queue():
 @pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
 def test_single_record_decoder_equals_bulk_scanner(name):
     """Fast path (struct, one record) == reference path (numpy batch decoder) on every record."""
-    from rmqtool.query.records import RecordReader
-    from rmqtool.scan import walk_store, RecordBatch
+    from rmqtool.records.single import RecordReader
+    from rmqtool.records.scan import walk_store, RecordBatch
     store = Store(reference_store(name))
     reader = RecordReader(store)
     n = 0
@@ -354,7 +354,7 @@ def test_single_record_decoder_equals_bulk_scanner(name):
 
 
 def test_reader_rejects_non_record_offsets():
-    from rmqtool.query.records import RecordReader
+    from rmqtool.records.single import RecordReader
     store = Store(reference_store("basic"))
     reader = RecordReader(store)
     first = load_answers("basic")["messages"][1]["phyOffset"]

@@ -17,10 +17,10 @@ import pytest
 from conftest import load_answers, reference_store
 from formats.consumequeue import CQ_UNIT_DTYPE
 from rmqtool.errors import RefusedError
-from rmqtool.indexfile import IndexGeometry
-from rmqtool.install import CRASH_ENV, CRASH_STEPS
-from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
-from rmqtool.store import Store
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io.install import CRASH_ENV, CRASH_STEPS
+from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
+from rmqtool.io.store import Store
 
 GEOMETRY = IndexGeometry(61, 350)
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,7 +266,7 @@ def test_rebuild_all_with_small_reused_scan_windows_is_byte_identical(store_copy
                                                                       name, workers):
     """The rebuild scan reads windows into one reused buffer: with the smallest window every
     96 KiB file takes two windows, and the output is still upstream's, byte for byte."""
-    import rmqtool.rebuild as rb
+    import rmqtool.ops.rebuild as rb
     monkeypatch.setattr(rb, "SCAN_WINDOW", 1)          # FileScan's minimum: 64 KiB
     root = store_copy(name)
     cq, ix = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "out", workers=workers)
@@ -277,8 +277,8 @@ def test_rebuild_all_with_small_reused_scan_windows_is_byte_identical(store_copy
 
 def test_dispatch_results_never_alias_the_scan_window():
     """Results must outlive the reused window they were dispatched from."""
-    from rmqtool.dispatch import dispatch_batch
-    from rmqtool.scan import FileScan
+    from rmqtool.broker.dispatch import dispatch_batch
+    from rmqtool.records.scan import FileScan
     st = Store(reference_store("mixed"))
     seg = st.commitlog.files[0]
     checked = 0
@@ -296,9 +296,9 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
     process maps back equals what was shipped (dtypes, empty arrays, several tasks per
     worker); a failed write or no file falls back to sending the objects themselves."""
     import multiprocessing as mp
-    import rmqtool.rebuild as rb
-    from rmqtool.dispatch import dispatch_batch
-    from rmqtool.scan import FileScan
+    import rmqtool.ops.rebuild as rb
+    from rmqtool.broker.dispatch import dispatch_batch
+    from rmqtool.records.scan import FileScan
     st = Store(reference_store("mixed"))
     tasks = []
     for seg in st.commitlog.files[:3]:
@@ -335,7 +335,7 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
 def test_fsync_tree_syncs_every_file_and_directory_once(tmp_path, monkeypatch):
     """Concurrent fsyncs, same set as one after another: every directory and regular file,
     not symlinks, not carried-over hard links with skip_linked; a failure is raised."""
-    from rmqtool import install as inst
+    from rmqtool.io import install as inst
     root = tmp_path / "t"
     for d in ("a/0", "a/1", "b"):
         (root / d).mkdir(parents=True)

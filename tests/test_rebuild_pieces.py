@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-import rmqtool.rebuild as rb
+import rmqtool.ops.rebuild as rb
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
-from rmqtool.indexfile import IndexGeometry
-from rmqtool.store import Store
-from rmqtool.writer import Geometry, write_rows
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io.store import Store
+from rmqtool.ops.writer import Geometry, write_rows
 from test_rebuild import index_contents, tree
 
 GEOMETRY = IndexGeometry(61, 350)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import load_answers, reference_store
-from rmqtool.dispatch import (CqCollector, IndexBuilder, QueueLayout, QueueUnits, RecordColumns,
+from rmqtool.broker.dispatch import (CqCollector, IndexBuilder, QueueLayout, QueueUnits, RecordColumns,
                               dispatch_batch, layout_cq)
-from rmqtool.indexfile import IndexGeometry
-from rmqtool.store import Store
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io.store import Store
 from test_rebuild import index_contents, tree
 
 GEOMETRY = IndexGeometry(61, 350)
@@ -105,9 +105,9 @@ def test_rebuild_all_with_tiny_buffers_is_byte_identical(store_copy, tmp_path, m
     """Every CQ flush and every index fold at its smallest: the same files as with the default
     buffers, which are upstream's byte for byte (the crashed store's queues are the broker's
     from before its crash, so there only the two rebuilds are compared)."""
-    import rmqtool.cqbuild as cqbuild
-    import rmqtool.dispatch as dispatch
-    import rmqtool.rebuild as rb
+    import rmqtool.broker.cqbuild as cqbuild
+    import rmqtool.broker.dispatch as dispatch
+    import rmqtool.ops.rebuild as rb
     root = store_copy(name)
     want = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "want", workers=workers,
                           allow_truncate=True)
@@ -126,7 +126,7 @@ def test_rebuild_all_with_tiny_buffers_is_byte_identical(store_copy, tmp_path, m
 
 
 def test_rebuild_dry_run_writes_nothing_and_counts_the_same(store_copy, tmp_path):
-    import rmqtool.rebuild as rb
+    import rmqtool.ops.rebuild as rb
     root = store_copy("mixed")
     before = tree(root)
     dry = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, dry_run=True)
@@ -139,7 +139,7 @@ def test_rebuild_dry_run_writes_nothing_and_counts_the_same(store_copy, tmp_path
 
 def test_collector_and_builder_group_queues_alike():
     """CqCollector (write) and CqBuilder (rebuild) take a batch's queues from one grouping."""
-    from rmqtool.cqbuild import CqBuilder
+    from rmqtool.broker.cqbuild import CqBuilder
     rows = _random_rows(random.Random(3), 200)
     d = dispatch_batch(RecordColumns.from_records(rows))
     coll = CqCollector()

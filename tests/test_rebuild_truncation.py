@@ -171,7 +171,7 @@ def test_clean_store_has_no_damage_and_reports_the_whole_run(store_copy):
 @pytest.mark.parametrize("data_at", [0, 1, 4095, 4096, 70_000, (64 << 20) + 5])
 def test_first_nonzero_skips_holes_like_reading_them(tmp_path, data_at):
     """The SEEK_DATA fast path of first_nonzero gives what reading every zero gives."""
-    from rmqtool.fileio import first_nonzero
+    from rmqtool.io.fileio import first_nonzero
     path = tmp_path / "sparse"
     with open(path, "wb") as fh:
         fh.truncate(data_at + (1 << 20))
@@ -186,11 +186,11 @@ def test_first_nonzero_skips_holes_like_reading_them(tmp_path, data_at):
 
 def test_skip_corrupt_through_engine_tasks_equals_the_local_walk(damaged, tmp_path):
     """The walk past damage works with any walker: engine tasks (the Spark path) give the same bytes."""
-    from rmqtool.dispatch import DispatchConfig
+    from rmqtool.broker.dispatch import DispatchConfig
     from rmqtool.engines import get_engine
     from rmqtool.engines.rebuild import engine_walker
-    from rmqtool.rebuild import rebuild_consumequeue
-    from rmqtool.store import Store
+    from rmqtool.ops.rebuild import rebuild_consumequeue
+    from rmqtool.io.store import Store
     root, victim, _ = damaged
     want = rebuild_consumequeue(Store(root), output=tmp_path / "want", skip_corrupt=True, workers=1)
     with get_engine("local", jobs=2) as eng:

@@ -9,9 +9,9 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
-from rmqtool.scan import (END_BLANK, END_CORRUPT, END_TORN, END_ZERO, FileScan, RecordBatch,
+from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_TORN, END_ZERO, FileScan, RecordBatch,
                           decode_record_reference, extract_properties, find_record_start, walk_store)
-from rmqtool.store import Store
+from rmqtool.io.store import Store
 
 
 def _scan(name):
@@ -223,7 +223,7 @@ def _piece(draw):
 @given(pieces=st.lists(_piece(), max_size=14), cut=st.integers(0, 60), base=st.integers(0, 5000),
        slack=st.integers(0, 300), hi_back=st.integers(0, 400))
 def test_vector_chain_walk_equals_the_scalar_walk(pieces, cut, base, slack, hi_back):
-    from rmqtool.scan import _walk_chain, _walk_chain_scalar
+    from rmqtool.records.scan import _walk_chain, _walk_chain_scalar
     window = b"".join(pieces)
     window = window[:max(0, len(window) - cut)]
     file_size = base + len(window) + slack
@@ -235,7 +235,7 @@ def test_vector_chain_walk_equals_the_scalar_walk(pieces, cut, base, slack, hi_b
 
 
 def test_vector_chain_walk_steps_over_magics_inside_bodies():
-    from rmqtool.scan import _message_run
+    from rmqtool.records.scan import _message_run
     body = (_prefix(_MIN, cl.MESSAGE_MAGIC_V1) + bytes(10)) * 3
     rec = _prefix(8 + len(body), cl.MESSAGE_MAGIC_V1) + body
     rec = _prefix(max(len(rec), _MIN), cl.MESSAGE_MAGIC_V1) + rec[8:] + bytes(max(0, _MIN - len(rec)))
@@ -247,7 +247,7 @@ def test_vector_chain_walk_steps_over_magics_inside_bodies():
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=400), step=st.integers(1, 64))
 def test_magic_byte_search_in_steps_finds_every_position(data, step):
-    import rmqtool.scan as scan
+    import rmqtool.records.scan as scan
     probe = np.frombuffer(data.replace(b"\x01", bytes([scan._MAGIC_FIRST_BYTES[0]])), np.uint8)
     saved, scan._PROBE_STEP = scan._PROBE_STEP, step
     try:
@@ -274,7 +274,7 @@ def _resync_reference(data: bytes, file_base: int, lo: int, hi: int | None):
        base=st.sampled_from([0, 1 << 20]), lo=st.integers(0, 600), hi_back=st.one_of(st.none(), st.integers(0, 300)))
 def test_resync_equals_the_construct_reference(tmp_path_factory, pieces, plants, base, lo, hi_back):
     """Anchors (a MESSAGE head whose PHYSICALOFFSET is its own place) planted among noise."""
-    from rmqtool.scan import find_record_start
+    from rmqtool.records.scan import find_record_start
     data = bytearray(b"".join(pieces))
     for at in (int(f * len(data)) for f in plants):
         if at + cl.MESSAGE_HEAD_SIZE <= len(data):
@@ -289,7 +289,7 @@ def test_resync_equals_the_construct_reference(tmp_path_factory, pieces, plants,
 
 
 def test_resync_ignores_anchors_at_or_after_hi(tmp_path):
-    from rmqtool.scan import find_record_start
+    from rmqtool.records.scan import find_record_start
     data = bytearray(4096)
     head = cl.MessageHead.build(dict(total_size=_MIN, magic=cl.MESSAGE_MAGIC_V2, body_crc=0, queue_id=0, flag=0,
                                      queue_offset=0, physical_offset=3000, sys_flag=0, born_timestamp=0))

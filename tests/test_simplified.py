@@ -16,7 +16,7 @@ from conftest import reference_store, run_cli
 from formats import simplified as fmt
 from formats.derive import field_offsets
 from rmqtool.errors import RmqError
-from rmqtool.javahash import java_string_hash
+from rmqtool.kernels.javahash import java_string_hash
 from rmqtool.simplified import handles, ops, use_simplified
 from rmqtool.simplified.reader import END_CORRUPT, END_TORN, END_ZERO, read_commitlog, read_index
 from rmqtool.simplified.verify import CHECKS, verify

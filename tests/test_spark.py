@@ -15,11 +15,11 @@ import pytest
 
 from conftest import STORE_NAMES, reference_store
 from rmqtool.engines import get_engine, plan_tasks
-from rmqtool.engines.arrow import arrow_schema
+from rmqtool.output.arrow import arrow_schema
 from rmqtool.engines.spark import find_java
-from rmqtool.export import export, open_stores
-from rmqtool.store import Store
-from rmqtool.engines.arrow import ScanStage
+from rmqtool.ops.export import export, open_stores
+from rmqtool.io.store import Store
+from rmqtool.output.arrow import ScanStage
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(find_java() is None, reason="no Java runtime (java on PATH or JAVA_HOME)")]
@@ -106,7 +106,7 @@ def test_spark_reruns_a_task_that_resynced_on_a_false_magic(spark, store_copy):
     import struct
     import numpy as np
     from formats import commitlog as cl
-    from rmqtool.scan import RecordBatch, walk_store
+    from rmqtool.records.scan import RecordBatch, walk_store
     root = store_copy("basic")
     seg = Store(root).commitlog.files[1]
     batch = next(b for b in walk_store(Store(root), files=[seg]) if isinstance(b, RecordBatch))
@@ -183,9 +183,9 @@ def test_query_key_scan_cli_on_spark(spark):
 
 
 def test_a_worker_error_is_one_rmq_error_not_a_java_trace(spark, tmp_path):
-    from rmqtool.dump import RecordFilter
+    from rmqtool.ops.dump import RecordFilter
     from rmqtool.errors import RmqError
-    from rmqtool.export import SUMMARY_SCHEMA, ExportStage
+    from rmqtool.ops.export import SUMMARY_SCHEMA, ExportStage
     (tmp_path / "file").write_text("x")
     stores = [("mixed", Store(reference_store("mixed")))]
     stage = ExportStage(str(tmp_path / "file" / "below"), "parquet", "none", RecordFilter())
@@ -199,7 +199,7 @@ def test_a_worker_error_is_one_rmq_error_not_a_java_trace(spark, tmp_path):
 def test_verify_spark_equals_local(spark, store_copy, case):
     """verify --engine spark: the same findings, summary and forecast as the in-process walk."""
     from corruptions import corrupt
-    from rmqtool.verify import VerifyOptions, verify
+    from rmqtool.ops.verify import VerifyOptions, verify
     root = store_copy("crashed" if case == "torn-tail" else "basic")
     if case:
         corrupt(root, case)
@@ -226,7 +226,7 @@ def test_verify_cli_engine_spark(tmp_path):
 def test_query_key_scan_over_a_fleet_in_one_spark_job(spark):
     """query-key --scan --engine spark over several stores: per store the local scan's answer."""
     from rmqtool.engines.query import query_key_scan_stores
-    from rmqtool.query.bykey import query_key
+    from rmqtool.ops.query.bykey import query_key
     stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
     for key in ("key-0005", "hcAaBB"):
         with get_engine("spark", spark=spark) as eng:

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import reference_store, run_cli
 from rmqtool.errors import RmqError
-from rmqtool.indexfile import infer_geometry
-from rmqtool.store import Store
+from rmqtool.io.indexfile import infer_geometry
+from rmqtool.io.store import Store
 
 
 def test_geometry_inferred_from_reference_files():

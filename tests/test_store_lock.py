@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli, run_cli_process
-from rmqtool.liveness import lock_holder, lock_owner, read_side, side_path
-from rmqtool.storelock import WriterLock, writer_lock
+from rmqtool.io.liveness import lock_holder, lock_owner, read_side, side_path
+from rmqtool.io.storelock import WriterLock, writer_lock
 from rmqtool.errors import RefusedError
 
 GEOMETRY = ["--commitlog-file-size", 1 << 20, "--cq-file-size", 6000, "--index-slots", 997,
@@ -260,7 +260,7 @@ def test_a_broker_cannot_lock_a_store_rmqtool_is_writing(store):
 # --- read-only commands on a store an rmqtool holds ---------------------------------------------------------
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rmqtool.storelock import writer_lock
+    from rmqtool.io.storelock import writer_lock
     with writer_lock(sys.argv[1], "rmqtool rebuild index"):
         print("locked", flush=True)
         time.sleep(60)

@@ -3,7 +3,7 @@
 `write` refuses a store holding a link (it would append through it, and the backup would share
 it); `verify` reports ``store.symlink`` and `info` lists each link with its target; a
 ConsumeQueue rebuild carries a linked topic it does not rebuild over as the link itself, and
-refuses to rebuild through or replace one (``rmqtool.install.carried_files`` /
+refuses to rebuild through or replace one (``rmqtool.io.install.carried_files`` /
 ``refuse_linked_topics``).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from rmqtool import install as inst
+from rmqtool.io import install as inst
 from rmqtool.errors import RefusedError
 from test_hostile_names import tree  # noqa: E402  (one tree listing for both)
 
@@ -171,7 +171,7 @@ def test_a_linked_index_file_refuses_an_index_replacement(tmp_path):
         inst.refuse_links_in(store / "index")
 
 
-# --- rebuild through the CLI (rmqtool.rebuild calls carried_files / refuse_linked_topics) ---------------------
+# --- rebuild through the CLI (rmqtool.ops.rebuild calls carried_files / refuse_linked_topics) ---------------------
 def test_cli_rebuild_of_another_topic_keeps_the_link(linked_store, tmp_path):
     store, outside = linked_store
     outside_before = tree(outside)

@@ -16,8 +16,8 @@ from conftest import ROOT, load_answers, reference_store
 from formats import commitlog as cl
 from rmqtool.cli import app
 from rmqtool.errors import RmqError
-from rmqtool.store import Store
-from rmqtool.verify import CHECKS, VerifyOptions, verify
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import CHECKS, VerifyOptions, verify
 
 runner = CliRunner()
 
@@ -159,7 +159,7 @@ def test_every_check_is_documented_in_the_readme():
 @pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
 def test_replayed_valid_end_equals_the_broker_walk(name):
     """Deep verify derives the valid end from its own walk; it must equal recovery.valid_end."""
-    from rmqtool.recovery import recovery_start, valid_end
+    from rmqtool.broker.recovery import recovery_start, valid_end
     store = Store(reference_store(name))
     rep = verify(store, VerifyOptions(level="deep"))
     start = recovery_start(store)

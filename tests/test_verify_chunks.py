@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from corruptions import CASES, corrupt
-from rmqtool.store import Store
-from rmqtool.verify import VerifyOptions, verify
-from rmqtool.verify import index as verify_index
-from rmqtool.verify.chunks import RecordChunks, RoutedRows, SpillDir
-from rmqtool.verify.findings import CHECKS, FindingSink, sort_key
-from rmqtool.verify.records import TopicTable
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import VerifyOptions, verify
+from rmqtool.ops.verify import index as verify_index
+from rmqtool.ops.verify.chunks import RecordChunks, RoutedRows, SpillDir
+from rmqtool.ops.verify.findings import CHECKS, FindingSink, sort_key
+from rmqtool.ops.verify.records import TopicTable
 
 
 def report(root, chunk_records=None, **kw) -> str:

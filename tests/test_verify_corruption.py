@@ -17,9 +17,9 @@ from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, 
 from formats.indexfile import INDEX_ENTRY_DTYPE, INDEX_HEADER_OFFSETS, entry_position, slot_position
 from formats.derive import field_offsets
 from formats.indexfile import IndexEntry
-from rmqtool.indexfile import IndexFileReader
-from rmqtool.store import Store
-from rmqtool.verify import VerifyOptions, verify
+from rmqtool.io.indexfile import IndexFileReader
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import VerifyOptions, verify
 
 ENTRY = field_offsets(IndexEntry)
 

@@ -9,8 +9,8 @@ import pytest
 from conftest import STORE_NAMES, reference_store, run_cli
 from corruptions import CASES, corrupt
 from rmqtool.engines import get_engine
-from rmqtool.store import Store
-from rmqtool.verify import VerifyOptions, verify
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import VerifyOptions, verify
 
 pytest.importorskip("pyarrow")
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from formats import commitlog as cl
-from rmqtool.javahash import java_string_hash
-from rmqtool.kernels import span_rows
-from rmqtool.scan import EXTRACTED_PROPERTIES, extract_properties
+from rmqtool.kernels.javahash import java_string_hash
+from rmqtool.kernels.gather import span_rows
+from rmqtool.records.scan import EXTRACTED_PROPERTIES, extract_properties
 
 segment = st.one_of(
     st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "X", "", "TAG", "UNIQ_KEYS"]),
@@ -61,7 +61,7 @@ spans = st.lists(st.one_of(st.text(alphabet="abcXYZ #0", max_size=300), st.text(
 @given(spans, st.binary(max_size=5))
 def test_span_hashes_equal_java_hash(texts, gap):
     """The one vectorised Java hash (dispatch.span_hashes, also verify's) on any UTF-8 spans."""
-    from rmqtool.dispatch import span_hashes
+    from rmqtool.broker.dispatch import span_hashes
     raw = [t.encode("utf-8") for t in texts]
     blob, starts = b"", []
     for r in raw:
@@ -78,7 +78,7 @@ def test_span_hashes_equal_java_hash(texts, gap):
 @given(st.lists(st.text(alphabet="ab ", max_size=70), min_size=1, max_size=10), st.binary(max_size=3))
 def test_keys_tokens_equal_str_split(values, gap):
     """The one KEYS tokenizer (dispatch._keys_tokens, used by dispatch and verify)."""
-    from rmqtool.dispatch import _keys_tokens
+    from rmqtool.broker.dispatch import _keys_tokens
     blob, starts, lens = b"", [], []
     for v in values:
         blob += gap
@@ -100,8 +100,8 @@ def test_windowed_chains_equal_reference(hashes, S, mutations, window):
     straightforward per-entry formulation (prevIndex = the previous entry of its slot; every slot
     = the newest entry of its slot), on broker-built chains with prevIndex and slot mutations."""
     from formats.indexfile import INDEX_ENTRY_DTYPE
-    from rmqtool.verify.findings import FindingSink
-    from rmqtool.verify.index import _Chains
+    from rmqtool.ops.verify.findings import FindingSink
+    from rmqtool.ops.verify.index import _Chains
     n = len(hashes)
     h = np.array(hashes, dtype=np.int64)
     bucket = np.where(h >= 0, h % S, -1)
@@ -141,7 +141,7 @@ def test_windowed_chains_equal_reference(hashes, S, mutations, window):
 def test_strided_gathers_equal_byte_slices(raw, positions, width):
     """_gather / _gather_int / span_rows (one memcpy per item from a stride-1 view) against plain slicing."""
     import struct
-    from rmqtool.kernels import gather_bytes as _gather, gather_ints as _gather_int
+    from rmqtool.kernels.gather import gather_bytes as _gather, gather_ints as _gather_int
     buf = np.frombuffer(raw, np.uint8)
     pos = np.array(positions, dtype=np.int64)
     padded = raw + bytes(max(0, width - len(raw)))
@@ -168,14 +168,14 @@ def test_strided_gathers_equal_byte_slices(raw, positions, width):
 
 @given(st.lists(st.integers(0, 5000), min_size=1, max_size=50), st.sampled_from([1, 2, 4]), st.sampled_from([4, 8, 64]))
 def test_row_widths_cover_lengths_and_distinct_equals_unique(lengths, steps, minimum):
-    from rmqtool.kernels import distinct_widths, row_width as _row_width
+    from rmqtool.kernels.gather import distinct_widths, row_width as _row_width
     lens = np.array(lengths, dtype=np.int64)
     w = _row_width(lens, minimum, steps=steps)
     assert (w >= np.maximum(lens, minimum)).all()
     assert len(distinct_widths(w)) <= len(np.unique(_row_width(lens, minimum))) * steps
     assert distinct_widths(w) == np.unique(w).tolist()
     assert distinct_widths(np.array([0, 1 << 22, 7])) == [0, 7, 1 << 22]
-    from rmqtool.kernels import _compute_row_width
+    from rmqtool.kernels.gather import _compute_row_width
     big = np.array(lengths + [70000, 1 << 20], dtype=np.int64)        # past the lookup table
     assert _row_width(big, minimum, steps).tolist() == _compute_row_width(big, minimum, steps).tolist()
     assert w.tolist() == _compute_row_width(lens, minimum, steps).tolist()
@@ -196,8 +196,8 @@ def _record(props: bytes, pos: int, body: bytes = b"body") -> bytes:
                 min_size=1, max_size=8))
 def test_prop_crc_findings_equal_per_record_check(tmp_path_factory, kinds):
     """check_batch's __CRC32# candidates (one gather + compare) against a per-record scalar check."""
-    from rmqtool.scan import FileScan
-    from rmqtool.verify.records import check_batch
+    from rmqtool.records.scan import FileScan
+    from rmqtool.ops.verify.records import check_batch
     prefix = (cl.PROPERTY_CRC32 + cl.NAME_VALUE_SEPARATOR).encode()
     raw, want = b"", []
     for kind, junk in kinds:
@@ -235,7 +235,7 @@ def test_topic_ids_known_keys_equal_exact_interning(batches, gap):
     """Batches after the first map known (hash, length) keys to ids and compare bytes; ids must be
     what exact interning gives ("Aa"/"BB" share a Java hash and a length)."""
     from types import SimpleNamespace
-    from rmqtool.verify.records import TopicTable
+    from rmqtool.ops.verify.records import TopicTable
     table = TopicTable()
     for topics in batches:
         raw = [t.encode("utf-8") for t in topics]
@@ -256,7 +256,7 @@ def test_topic_ids_known_keys_equal_exact_interning(batches, gap):
        st.lists(st.integers(-5, 120), max_size=20))
 def test_locate_equals_scalar_search(records, offsets):
     """RecordTable.locate (in-place temporaries) against a per-offset scan of the records."""
-    from rmqtool.verify.records import RecordTable, TopicTable
+    from rmqtool.ops.verify.records import RecordTable, TopicTable
     phy, size, at = [], [], 3
     for gap, n in records:
         phy.append(at)
@@ -277,11 +277,11 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
     findings and matched pairs of the straightforward formulation, on mutated reference index files."""
     import struct as st_
     from formats.indexfile import INDEX_ENTRY_DTYPE, entry_position
-    from rmqtool.store import Store
-    from rmqtool.verify import index as vix
-    from rmqtool.verify.commitlog import CommitLogVerifier
-    from rmqtool.verify.findings import FindingSink
-    from rmqtool.verify.records import is_member
+    from rmqtool.io.store import Store
+    from rmqtool.ops.verify import index as vix
+    from rmqtool.ops.verify.commitlog import CommitLogVerifier
+    from rmqtool.ops.verify.findings import FindingSink
+    from rmqtool.ops.verify.records import is_member
     root = store_copy("basic")
     store = Store(root)
     geometry = store.index_geometry
@@ -397,7 +397,7 @@ def test_tune_allocator_runs_in_a_fresh_process():
     """fileio.tune_allocator (mallopt through ctypes) is process-wide: tried in a child process only."""
     import subprocess
     import sys
-    code = ("from rmqtool.fileio import tune_allocator; import numpy as np; ok = tune_allocator(); "
+    code = ("from rmqtool.io.fileio import tune_allocator; import numpy as np; ok = tune_allocator(); "
             "a = [np.ones(1 << 20) for _ in range(4)]; print(ok in (True, False))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"

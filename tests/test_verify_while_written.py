@@ -8,10 +8,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rmqtool.store import Store
-from rmqtool.verify import VerifyOptions, verify
-from rmqtool.verify.runner import READ_ATTEMPTS
-from rmqtool.writer import Geometry, write_rows
+from rmqtool.io.store import Store
+from rmqtool.ops.verify import VerifyOptions, verify
+from rmqtool.ops.verify.runner import READ_ATTEMPTS
+from rmqtool.ops.writer import Geometry, write_rows
 
 GEOMETRY = Geometry(commitlog_file_size=1 << 16, cq_file_size=800, hash_slots=61, index_entries=350)
 T0 = 1_790_000_000_000

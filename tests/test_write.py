@@ -15,13 +15,13 @@ import pytest
 
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
-from rmqtool.dump import RecordFilter, commitlog_rows
-from rmqtool.rebuild import rebuild_consumequeue, rebuild_index
-from rmqtool.scan import RecordBatch, walk_store
-from rmqtool.store import Store
-from rmqtool.writer import (Geometry, StoreWriter, SyntheticSpec, UniqKeyGenerator, group_batches,
+from rmqtool.ops.dump import RecordFilter, commitlog_rows
+from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
+from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.io.store import Store
+from rmqtool.ops.writer import (Geometry, StoreWriter, SyntheticSpec, UniqKeyGenerator, group_batches,
                             synthetic_fields, write_rows, write_synthetic)
-from rmqtool.indexfile import IndexGeometry
+from rmqtool.io.indexfile import IndexGeometry
 
 ROOT = Path(__file__).resolve().parent.parent
 REF_GEOMETRY = Geometry(98304, 800, 61, 350)
@@ -149,7 +149,7 @@ def test_uniq_key_format():
     a, b = g.next(1_717_200_000_000), g.next(1_717_200_000_001)
     assert len(a) == 32 and a.isupper() and a[:8] == "0A010203" and a[8:12] == "1234" and a[12:20] == "CAFEBABE"
     assert int(b[-4:], 16) == int(a[-4:], 16) + 1
-    from rmqtool.ids import decode_uniq_key
+    from rmqtool.records.ids import decode_uniq_key
     info = decode_uniq_key(a, 1_717_200_000_000)
     assert info["timestamp"] == 1_717_200_000_000 and info["pid"] == 4660
 
@@ -235,11 +235,11 @@ def test_a_failed_write_changes_nothing(store_copy, tmp_path):
 
 
 def test_the_store_lock_is_held_while_writing(store_copy):
-    from rmqtool.liveness import lock_holder
+    from rmqtool.io.liveness import lock_holder
     root = store_copy("basic")
     w = StoreWriter(root, REF_GEOMETRY)
     try:
-        probe = subprocess.run([sys.executable, "-c", "import sys; from rmqtool.liveness import lock_holder; "
+        probe = subprocess.run([sys.executable, "-c", "import sys; from rmqtool.io.liveness import lock_holder; "
                                 "print(lock_holder(sys.argv[1]))", str(root / "lock")],
                                capture_output=True, text=True, cwd=ROOT)
         assert probe.stdout.strip() == str(os.getpid())        # a broker could not start meanwhile
@@ -259,7 +259,7 @@ def test_a_store_path_given_as_symlink_is_staged_beside_its_target(tmp_path):
 
 
 def test_copy_sparse_keeps_bytes_and_holes(tmp_path):
-    from rmqtool.install import copy_sparse, make_private
+    from rmqtool.io.install import copy_sparse, make_private
     src = tmp_path / "f"
     with open(src, "wb") as fh:
         fh.truncate(64 << 20)

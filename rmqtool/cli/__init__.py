@@ -53,6 +53,6 @@ def main() -> None:
     load_commands()
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     if args and args[0] in BULK_COMMANDS:
-        from rmqtool.fileio import tune_allocator
+        from rmqtool.io.fileio import tune_allocator
         tune_allocator()
     common.run_app(common.app)

@@ -9,7 +9,7 @@ import typer
 
 from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
-from rmqtool.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
+from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified

@@ -5,17 +5,11 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
+from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
                                 parse_time, stderr)
-from rmqtool.dump import RecordFilter, check_range
+from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
 
-EngineOpt = typer.Option("local", "--engine", help="local (default) | spark")
-JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
-MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
-RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
-SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
-SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
 
 
 @app.command("export")
@@ -40,7 +34,7 @@ def export_command(
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Export every MESSAGE of one or many stores, one row each with its store name."""
-    from rmqtool.export import EXPORT_FORMATS, export, open_stores
+    from rmqtool.ops.export import EXPORT_FORMATS, export, open_stores
     check_choice(fmt, EXPORT_FORMATS, "--format")
     check_choice(body, ("none", "raw", "text"), "--body")
     flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),

@@ -5,7 +5,7 @@ import typer
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, escape_control, format_time, open_store, stdout)
-from rmqtool.info import store_info
+from rmqtool.ops.info import store_info
 
 
 @app.command("info")

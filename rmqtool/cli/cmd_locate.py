@@ -8,7 +8,7 @@ import typer
 
 from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS, UsageError
-from rmqtool.locate import locate_offset, locate_queue_offset
+from rmqtool.ops.locate import locate_offset, locate_queue_offset
 from rmqtool.simplified import use_simplified
 
 

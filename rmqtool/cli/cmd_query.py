@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
+from rmqtool.cli.common import (EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
                                 IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time, open_store,
                                 open_stores, parse_time, stderr, stdout)
 from rmqtool.errors import EXIT_FINDINGS, UsageError
@@ -53,17 +53,17 @@ def query_key_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    engine: str = typer.Option("local", "--engine", help="with --scan: local (default) | spark"),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
-    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
-    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog.
 
     With several stores each is searched (``--max`` applies per store) and every row names
     its store; ``--scan --engine spark`` scans them all in one Spark job."""
-    from rmqtool.query.bykey import LONG_MAX, query_key
+    from rmqtool.ops.query.bykey import LONG_MAX, query_key
     from rmqtool.simplified import use_simplified
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
@@ -135,7 +135,7 @@ def query_id_command(
 ):
     """Find a message by id: an offsetMsgId if a record from that store host starts at its
     offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
-    from rmqtool.query.byid import query_id
+    from rmqtool.ops.query.byid import query_id
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
@@ -176,8 +176,8 @@ def query_queue_command(
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """ConsumeQueue units from --offset and their records, or the queue offset for --time."""
-    from rmqtool.query.byqueue import BOUNDARIES, QueueView
-    from rmqtool.query.records import RecordReader
+    from rmqtool.ops.query.byqueue import BOUNDARIES, QueueView
+    from rmqtool.records.single import RecordReader
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
     check_choice(boundary, BOUNDARIES, "--boundary")

@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (REPORT_FORMATS, EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
-from rmqtool.storelock import rebuild_lock
+from rmqtool.io.storelock import rebuild_lock
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
@@ -68,6 +68,11 @@ def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
     return confirm
 
 
+DryRunOpt = typer.Option(False, "--dry-run", help="print the plan, write nothing")
+YesOpt = typer.Option(False, "--yes", "-y", help="do not ask before replacing files")
+NoCrcOpt = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk")
+RebuildJobsOpt = typer.Option(None, "--jobs", "-j", "--workers",
+                              help="processes scanning commitlog files (default: CPUs; --workers: old name)")
 SkipCorruptOpt = typer.Option(False, "--skip-corrupt",
                               help="rebuild past damaged CommitLog records with the resync (skipped ranges listed)")
 AllowTruncateOpt = typer.Option(False, "--allow-truncate",
@@ -145,7 +150,7 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
 @contextmanager
 def _show_refused_plan(fmt: str):
     """A rebuild refused because its walk stops early: show its plan(s), then the error."""
-    from rmqtool.truncation import TruncationRefused
+    from rmqtool.broker.truncation import TruncationRefused
     try:
         yield
     except TruncationRefused as exc:
@@ -169,9 +174,35 @@ def _engine_rebuild(engine: str, kind: str, store, local_call, selective: bool, 
                                local_call=local_call, progress=progress, check_crc=check_crc, **options)
 
 
-def _open(store: str, commitlog_dirs, slots=None, entries=None):
-    from rmqtool.store import Store
+def _open(store: str, commitlog_dirs):
+    from rmqtool.io.store import Store
     return Store(store, commitlog_dirs=commitlog_dirs).require_root()
+
+
+def _index_geometry(s, index_slots: int, index_entries: int):
+    """--index-slots/--index-entries (both or neither), else the store's own geometry."""
+    from rmqtool.io.indexfile import IndexGeometry
+    if bool(index_slots) != bool(index_entries):
+        raise UsageError("pass both --index-slots and --index-entries")
+    return IndexGeometry(index_slots, index_entries) if index_slots else s.index_geometry
+
+
+def _run(command: str, bar_label: str, s, fmt: str, dry_run: bool, output, build):
+    """One rebuild under the writer lock (held as ``command``) with a progress bar; ``build(bar)``
+    returns its result(s), rendered as a table each or as one JSON array."""
+    bar = LazyProgress(bar_label)
+    try:
+        with _show_refused_plan(fmt), rebuild_lock(s, command, dry_run, output), writing_to(output or s.root):
+            results = build(bar)
+    finally:
+        bar.close()
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    if fmt == "json":
+        emit([r.as_dict() for r in results], "json")
+        return 0
+    for r in results:
+        _render(r, "table", dry_run)
+    return 0
 
 
 @rebuild_app.command("consumequeue")
@@ -183,41 +214,32 @@ def rebuild_consumequeue_command(
     cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size",
                                                help="mappedFileSizeConsumeQueue (default: from existing files, else 6,000,000)"),
     output: Optional[Path] = typer.Option(None, "--output", help="build the new consumequeue tree here instead"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
-    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
-    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt,
+    no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
-                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
-    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
-    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
-    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
+    workers: Optional[int] = RebuildJobsOpt,
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
-    from rmqtool.rebuild import rebuild_consumequeue
+    from rmqtool.ops.rebuild import rebuild_consumequeue
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
-    bar = LazyProgress("rebuild consumequeue")
-    try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild consumequeue", dry_run, output), \
-                writing_to(output or s.root):
-            r = _engine_rebuild(
-                engine, "consumequeue", s,
-                lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset,
-                                                    output, dry_run, not no_crc, progress=bar,
-                                                    confirm=_confirm_factory(yes, dry_run, output), workers=workers, walker=walker,
-                                                    skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
-                bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
-                cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=_confirm_factory(yes, dry_run, output),
-                allow_truncate=allow_truncate)
-    finally:
-        bar.close()
-    _render(r, fmt, dry_run)
-    return 0
+    confirm = _confirm_factory(yes, dry_run, output)
+    return _run("rmqtool rebuild consumequeue", "rebuild consumequeue", s, fmt, dry_run, output, lambda bar: _engine_rebuild(
+        engine, "consumequeue", s,
+        lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output, dry_run,
+                                            not no_crc, progress=bar, confirm=confirm, workers=workers,
+                                            walker=walker, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
+        bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
+        cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=confirm,
+        allow_truncate=allow_truncate))
 
 
 @rebuild_app.command("index")
@@ -227,50 +249,34 @@ def rebuild_index_command(
                                               help="keep the index files wholly below this CommitLog offset"),
     to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop indexing here"),
     output: Optional[Path] = typer.Option(None, "--output", help="build the new index directory here instead"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
-    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
-    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt,
+    no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
-                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
-    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan and dispatch run"),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
-    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
-    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
+    workers: Optional[int] = RebuildJobsOpt,
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild IndexFiles from the CommitLog (headers, slots and entries as the broker writes them)."""
-    from rmqtool.indexfile import IndexGeometry
-    from rmqtool.rebuild import rebuild_index
+    from rmqtool.ops.rebuild import rebuild_index
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
-    if index_slots and index_entries:
-        geometry = IndexGeometry(index_slots, index_entries)
-    elif index_slots or index_entries:
-        raise UsageError("pass both --index-slots and --index-entries")
-    else:
-        geometry = s.index_geometry
-    bar = LazyProgress("rebuild index")
-    try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild index", dry_run, output), \
-                writing_to(output or s.root):
-            r = _engine_rebuild(
-                engine, "index", s,
-                lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                                             progress=bar, confirm=_confirm_factory(yes, dry_run, output), workers=workers,
-                                             walker=walker, skip_corrupt=skip_corrupt,
-                                             allow_truncate=allow_truncate),
-                bool(from_offset is not None or dry_run or skip_corrupt), master, remote, spark_conf, bar,
-                not no_crc, geometry=geometry, to_offset=to_offset, output=output, confirm=_confirm_factory(yes, dry_run, output),
-                allow_truncate=allow_truncate)
-    finally:
-        bar.close()
-    _render(r, fmt, dry_run)
-    return 0
+    geometry = _index_geometry(s, index_slots, index_entries)
+    confirm = _confirm_factory(yes, dry_run, output)
+    return _run("rmqtool rebuild index", "rebuild index", s, fmt, dry_run, output, lambda bar: _engine_rebuild(
+        engine, "index", s,
+        lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
+                                     progress=bar, confirm=confirm, workers=workers, walker=walker,
+                                     skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
+        bool(from_offset is not None or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
+        geometry=geometry, to_offset=to_offset, output=output, confirm=confirm, allow_truncate=allow_truncate))
 
 
 @rebuild_app.command("all")
@@ -279,40 +285,25 @@ def rebuild_all_command(
     to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
     cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
     output: Optional[Path] = typer.Option(None, "--output", help="build DIR/consumequeue and DIR/index instead"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, write nothing"),
-    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before replacing files"),
-    no_crc: bool = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk"),
+    dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt,
+    no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = typer.Option(None, "--jobs", "-j", "--workers",
-                                          help="processes scanning commitlog files (default: CPUs; --workers: old name)"),
+    workers: Optional[int] = RebuildJobsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog."""
-    from rmqtool.indexfile import IndexGeometry
-    from rmqtool.rebuild import rebuild_all
+    from rmqtool.ops.rebuild import rebuild_all
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
-    if bool(index_slots) != bool(index_entries):
-        raise UsageError("pass both --index-slots and --index-entries")
-    geometry = IndexGeometry(index_slots, index_entries) if index_slots else s.index_geometry
+    geometry = _index_geometry(s, index_slots, index_entries)
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
-    bar = LazyProgress("rebuild")
-    try:
-        with _show_refused_plan(fmt), rebuild_lock(s, "rmqtool rebuild all", dry_run, output), \
-                writing_to(output or s.root):
-            results = rebuild_all(s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc,
-                                  progress=bar, confirm=_confirm_factory(yes, dry_run, output), workers=workers,
-                                  skip_corrupt=skip_corrupt, allow_truncate=allow_truncate)
-    finally:
-        bar.close()
-    if fmt == "json":
-        emit([r.as_dict() for r in results], "json")
-        return 0
-    for r in results:
-        _render(r, "table", dry_run)
-    return 0
+    return _run("rmqtool rebuild all", "rebuild", s, fmt, dry_run, output, lambda bar: rebuild_all(
+        s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
+        confirm=_confirm_factory(yes, dry_run, output), workers=workers, skip_corrupt=skip_corrupt,
+        allow_truncate=allow_truncate))

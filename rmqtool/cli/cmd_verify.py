@@ -9,12 +9,12 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
                                 real_console,
                                 stderr, stdout)
 from rmqtool.errors import MissingDependencyError, UsageError
-from rmqtool.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
+from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
 
 PROGRESS_AFTER_S = 1.0
 
@@ -94,12 +94,12 @@ def verify_command(
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
-    engine: str = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog walk runs"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)"),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master (default local[*])"),
-    remote: Optional[str] = typer.Option(None, "--remote", help="Spark Connect URL (or SPARK_REMOTE)"),
-    spark_conf: Optional[List[str]] = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)"),
-    split_size: Optional[int] = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)"),
+    engine: str = EngineOpt,
+    jobs: int = JobsOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
 

@@ -95,7 +95,7 @@ def write_command(
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
-    from rmqtool.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
+    from rmqtool.ops.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
     check_choice(fmt, REPORT_FORMATS, "--format")
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")
@@ -115,7 +115,7 @@ def write_command(
         g = Geometry()
         existing = StoreWriter.__new__(StoreWriter)
         if (store / "commitlog").is_dir():
-            from rmqtool.store import Store
+            from rmqtool.io.store import Store
             existing.store = Store(store)
             g = existing.infer_geometry()
         g.commitlog_file_size = commitlog_file_size or g.commitlog_file_size

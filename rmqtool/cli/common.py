@@ -61,6 +61,13 @@ REPORT_FORMATS = ("table", "json")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl")
+# where a bulk command runs (verify, rebuild, export, query-key --scan): one declaration each
+EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan runs")
+JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
+MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
+RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
+SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
+SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
 BodyOpt = typer.Option("none", "--body",
                        help="raw (base64 of the stored bytes) | text | hex | base64 | none")
 IndexSlotsOpt = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000 or inferred)")
@@ -71,7 +78,7 @@ CommitlogDirsOpt = typer.Option(None, "--commitlog-dirs",
 
 def open_store(path: str, commitlog_dirs: str | None = None, index_slots: int | None = None,
                index_entries: int | None = None):
-    from rmqtool.store import Store
+    from rmqtool.io.store import Store
     return Store(path, commitlog_dirs=commitlog_dirs, index_slots=index_slots, index_entries=index_entries)
 
 
@@ -81,7 +88,7 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
     named like ``export`` names them (directory name, full path when names collide)."""
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
         return [(paths[0], open_store(paths[0], commitlog_dirs, index_slots, index_entries))]
-    from rmqtool.export import open_stores as open_many
+    from rmqtool.ops.export import open_stores as open_many
     return open_many(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 

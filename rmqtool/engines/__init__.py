@@ -11,7 +11,7 @@ After the tasks ran, the engine checks each file's chain: task k must start exac
 where task k-1's walk left off (and nothing is reachable after a BLANK, a zero tail or a
 corrupt record). A task that resynced elsewhere (corruption, or a false MAGIC match
 inside a body) is discarded and re-run from the right place, so a split file gives
-exactly the records of one sequential walk of that file (``rmqtool.scan.FileScan``).
+exactly the records of one sequential walk of that file (``rmqtool.records.scan.FileScan``).
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
 
 def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Callable[[], TaskStatus]]:
     """(record batches of the task, a function giving its status once they are consumed)."""
-    from rmqtool.scan import END_RANGE, END_TORN, FileScan, find_record_start
+    from rmqtool.records.scan import END_RANGE, END_TORN, FileScan, find_record_start
     state: dict = {}
     check_crc = task.check_crc if check_crc is None else check_crc
 
@@ -122,7 +122,7 @@ def check_chains(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> tupl
     discarded). Only the first wrong task of each file is corrected per round; the
     tasks after it are judged again once it has been re-run.
     """
-    from rmqtool.scan import END_RANGE
+    from rmqtool.records.scan import END_RANGE
     by_file: dict = {}
     for t in tasks:
         by_file.setdefault(t.file_key, []).append(t)
@@ -154,7 +154,7 @@ def check_chains(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> tupl
 def file_ends(tasks: Sequence[Task], statuses: dict[int, TaskStatus]) -> dict[str, tuple[str, int]]:
     """Per CommitLog file: (end kind, in-file position) of its one sequential walk, from the
     tasks as finally run (after ``check_chains``)."""
-    from rmqtool.scan import END_EOF, END_RANGE
+    from rmqtool.records.scan import END_EOF, END_RANGE
     by_file: dict = {}
     for t in sorted(tasks, key=lambda t: (t.path, t.lo)):
         by_file.setdefault(t.path, []).append(t)

@@ -30,7 +30,7 @@ class LocalEngine(Engine):
                 yield _run(t, fn, schema)
             return
         if self._pool is None:
-            from rmqtool.rebuild import ignore_interrupts
+            from rmqtool.ops.rebuild import ignore_interrupts
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=ignore_interrupts)
         futures = [self._pool.submit(_run, t, fn, schema) for t in tasks]
         for f in futures:

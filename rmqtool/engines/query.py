@@ -1,8 +1,8 @@
 """`query-key --scan --engine spark`: the CommitLog scan for a key as engine tasks.
 
-Each task runs ``rmqtool.query.records.scan_batch`` (the local scan's matcher) on its
+Each task runs ``rmqtool.records.single.scan_batch`` (the local scan's matcher) on its
 record batches and returns only the matching offsets; the driver reads those records
-back and answers like ``rmqtool.query.bykey.query_key(scan=True)``.
+back and answers like ``rmqtool.ops.query.bykey.query_key(scan=True)``.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class KeyScanStage:
         self.args = (key, topic, begin, end, uniq_only, rollback)
 
     def __call__(self, task, batches):
-        from rmqtool.query.records import scan_batch
+        from rmqtool.records.single import scan_batch
         phy, kinds, scanned = [], [], 0
         for b in batches:
             for row, kind in scan_batch(b, *self.args):
@@ -46,8 +46,8 @@ def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = 
     """The key scan over several ``(name, Store)`` in one engine job: ``[(name, KeyResult)]``
     in the order given; ``max_num`` applies to each store."""
     from rmqtool.errors import UsageError
-    from rmqtool.query.bykey import Hit, KeyResult, store_topics
-    from rmqtool.query.records import RecordReader
+    from rmqtool.ops.query.bykey import Hit, KeyResult, store_topics
+    from rmqtool.records.single import RecordReader
     if not key:
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:

@@ -1,6 +1,6 @@
 """`rebuild --engine spark|local`: the CommitLog scan and dispatch run as engine tasks.
 
-``engine_walker`` plugs into ``rmqtool.rebuild``'s ``walker`` hook: every task scans its
+``engine_walker`` plugs into ``rmqtool.ops.rebuild``'s ``walker`` hook: every task scans its
 byte range and runs ``dispatch.dispatch_batch`` on its record batches (the expensive
 part, spread over executors); the ``BatchDispatch`` results come back in CommitLog order
 and the driver lays out ConsumeQueue and IndexFiles with the same code as the local
@@ -15,11 +15,11 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
-from rmqtool.dispatch import END_DISPATCH_STOP
-from rmqtool.install import pwrite_all
+from rmqtool.broker.dispatch import END_DISPATCH_STOP
+from rmqtool.io.install import pwrite_all
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
-from rmqtool.engines.arrow import select
-from rmqtool.scan import END_BLANK, END_EOF, END_RANGE
+from rmqtool.output.arrow import select
+from rmqtool.records.scan import END_BLANK, END_EOF, END_RANGE
 
 DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary())])
 
@@ -42,7 +42,7 @@ class DispatchStage:
         self.config, self.start, self.to_offset = config, start, to_offset
 
     def __call__(self, task, batches):
-        from rmqtool.dispatch import dispatch_batch
+        from rmqtool.broker.dispatch import dispatch_batch
         rows = []
         for b in _in_range(batches, self.start, self.to_offset):
             d = dispatch_batch(b, self.config)
@@ -55,7 +55,7 @@ class DispatchStage:
 
 def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: int = DEFAULT_SPLIT_SIZE,
                   progress=None):
-    """A ``walker(start, to_offset, on_dispatch) -> (records, end, kind)`` for rmqtool.rebuild."""
+    """A ``walker(start, to_offset, on_dispatch) -> (records, end, kind)`` for rmqtool.ops.rebuild."""
     def walk(start: int, to_offset: int | None, on_dispatch):
         size = store.commitlog.file_size
         tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc,
@@ -119,7 +119,7 @@ class DispatchRowsStage:
     def __call__(self, task, batches):
         import os
         import pyarrow.parquet as pq
-        from rmqtool.dispatch import dispatch_batch
+        from rmqtool.broker.dispatch import dispatch_batch
         names = {"cq": os.path.join(self.work, f"cq-{task.task_id:06d}.parquet"),
                  "key": os.path.join(self.work, f"key-{task.task_id:06d}.parquet")}
         writers = {"cq": pq.ParquetWriter(names["cq"], CQ_ROWS) if self.cq else None,
@@ -203,8 +203,8 @@ class CqFileWriter:
     def _flush(self, key, parts) -> pa.RecordBatch:
         import os
         from pathlib import Path
-        from rmqtool.dispatch import QueueUnits, layout_cq
-        from rmqtool.topicpath import describe, queue_dir, topic_path_problem
+        from rmqtool.broker.dispatch import QueueUnits, layout_cq
+        from rmqtool.io.topicpath import describe, queue_dir, topic_path_problem
         topic, qid = key
         q = QueueUnits(topic, qid, *[np.concatenate([p[i] for p in parts]) for i in range(4)])
         problem = topic_path_problem(topic)
@@ -256,7 +256,7 @@ class IndexFileWriter:
 
     def _write(self, file_no: int, parts) -> pa.RecordBatch:
         import os
-        from rmqtool.dispatch import build_index_image
+        from rmqtool.broker.dispatch import build_index_image
         t = pa.Table.from_batches(parts)
         seed = t.column("is_seed").to_numpy(zero_copy_only=False)
         kh, ph, ts = (t.column(c).to_numpy() for c in ("key_hash", "phy_offset", "store_timestamp"))
@@ -277,7 +277,7 @@ class IndexFileWriter:
 
 def walk_outcome(store, tasks, statuses, start: int, to_offset: int | None) -> tuple[set, int, str]:
     """Which tasks the broker's walk reaches (files up to the first one not ending in a
-    BLANK), and (end offset, end kind) as ``rmqtool.rebuild`` reports them."""
+    BLANK), and (end offset, end kind) as ``rmqtool.ops.rebuild`` reports them."""
     size = store.commitlog.file_size
     ends = file_ends(tasks, statuses)
     valid: set = set()
@@ -358,8 +358,8 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
     import tempfile
     import time
     from pathlib import Path
-    from rmqtool.dispatch import DispatchConfig, build_index_image
-    from rmqtool.rebuild import index_file_name
+    from rmqtool.broker.dispatch import DispatchConfig, build_index_image
+    from rmqtool.ops.rebuild import index_file_name
     config = config or DispatchConfig()
     outs = [Path(p) for p in (cq_out, index_out) if p is not None]
     for p in outs:
@@ -434,9 +434,9 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
     import time
     from pathlib import Path
     from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
-    from rmqtool import install as inst
+    from rmqtool.io import install as inst
     from rmqtool.errors import UsageError
-    from rmqtool.rebuild import RebuildResult, check_rebuild_target
+    from rmqtool.ops.rebuild import RebuildResult, check_rebuild_target
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
     cq = kind == "consumequeue"
@@ -491,9 +491,9 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
 def _refuse_early_stop(store, result, build, is_output: bool, to_offset, check_crc: bool) -> None:
     """Refuse (removing the build) when the walk stopped with records after the stop: the
     local path measures and skips such damage (``--skip-corrupt`` runs there)."""
-    from rmqtool.rebuild import discard_build
-    from rmqtool.scan import END_ZERO, next_record_after
-    from rmqtool.truncation import STOP_KINDS, describe_stop, refuse_truncation
+    from rmqtool.ops.rebuild import discard_build
+    from rmqtool.records.scan import END_ZERO, next_record_after
+    from rmqtool.broker.truncation import STOP_KINDS, describe_stop, refuse_truncation
     end, kind = result.range_end, result.end_kind
     if kind not in STOP_KINDS or (to_offset is not None and end >= to_offset):
         return
@@ -510,9 +510,9 @@ def rebuild_with_engine(kind: str, store, engine_name: str, master=None, remote=
                         **options):
     """The CLI's entry for ``--engine spark``: whole trees with ``engine_rebuild`` (executors
     write the files); a selective rebuild (``--topic``/``--queue``/``--from-offset``/
-    ``--dry-run``) runs ``local_call(walker)``, i.e. rmqtool.rebuild with the scan and
+    ``--dry-run``) runs ``local_call(walker)``, i.e. rmqtool.ops.rebuild with the scan and
     dispatch on the executors and the layout on the driver."""
-    from rmqtool.dispatch import DispatchConfig
+    from rmqtool.broker.dispatch import DispatchConfig
     from rmqtool.engines import get_engine
     with get_engine(engine_name, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
         if selective:

@@ -29,7 +29,7 @@ class VerifyStage:
         self.deep = deep
 
     def __call__(self, task, batches):
-        from rmqtool.verify.records import TopicTable, batch_columns, check_batch
+        from rmqtool.ops.verify.records import TopicTable, batch_columns, check_batch
         topics = TopicTable()
         for b in batches:
             findings = check_batch(b, deep=self.deep)

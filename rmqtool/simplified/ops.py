@@ -7,7 +7,7 @@ import numpy as np
 
 from formats import simplified as fmt
 from rmqtool.errors import CorruptDataError, UsageError
-from rmqtool.javahash import java_string_hash
+from rmqtool.kernels.javahash import java_string_hash
 from rmqtool.simplified import SimplifiedStore, target_file
 from rmqtool.simplified.reader import (CommitLog, RecordBatch, read_commitlog, read_consumer_queue,
                                        read_index, walk_commitlog)

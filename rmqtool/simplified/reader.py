@@ -8,7 +8,6 @@ decoded for a whole window at once with numpy gathers.
 from __future__ import annotations
 
 import base64
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -16,11 +15,12 @@ from typing import Iterator
 import numpy as np
 
 from formats import simplified as fmt
+from formats.derive import member_struct
 from rmqtool.errors import CorruptDataError
-from rmqtool.fileio import CHUNK_SIZE, ReadOnlyFile
-from rmqtool.kernels import gather_records
+from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.kernels.gather import gather_records
 
-_LONG = struct.Struct(">q")
+_LONG = member_struct(fmt.RecordHead, "msg_total_len")
 _BODY_SIZE_AT = fmt.RECORD_HEAD_OFFSETS["body_size"]
 _LEN_SIZE = fmt.RecordHead.msg_total_len.sizeof()
 
@@ -226,7 +226,7 @@ class CommitLog:
 
     def msg_id_hashes(self) -> np.ndarray:
         """Java hashCode of every msgId (trailing zeros dropped), vectorized for ASCII ids."""
-        from rmqtool.javahash import java_bytes_hash
+        from rmqtool.kernels.javahash import java_bytes_hash
         n = len(self)
         mat = np.ascontiguousarray(self.heads["msg_id"]).view(np.uint8).reshape(n, fmt.STRING_FIELD_SIZE)
         nonzero = mat != 0

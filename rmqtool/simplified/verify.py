@@ -15,7 +15,7 @@ from rmqtool.errors import RmqError
 from rmqtool.simplified import SimplifiedStore
 from rmqtool.simplified.reader import (END_CORRUPT, END_TORN, CommitLog, decode_string, read_commitlog,
                                        read_consumer_queue, read_index)
-from rmqtool.verify.findings import ERROR, INFO, WARNING, Finding
+from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, Finding
 
 # check name -> (severity, meaning)
 CHECKS: dict[str, tuple[str, str]] = {
@@ -118,7 +118,7 @@ def _check_commitlog(sink: _Sink, path) -> CommitLog:
 
 def _check_gaps(sink: _Sink, cl: CommitLog) -> None:
     """The bytes between each record's last field and the next record should be zero."""
-    from rmqtool.fileio import ReadOnlyFile
+    from rmqtool.io.fileio import ReadOnlyFile
     gap_start = cl.position + fmt.RECORD_FIELDS_SIZE + cl.heads["body_size"].astype(np.int64)
     gap_end = cl.record_end
     step = 64 << 20
@@ -147,7 +147,7 @@ def _check_gaps(sink: _Sink, cl: CommitLog) -> None:
 
 
 def _check_stale_tail(sink: _Sink, path, start: int, size: int) -> None:
-    from rmqtool.fileio import ReadOnlyFile
+    from rmqtool.io.fileio import ReadOnlyFile
     step = 64 << 20
     with ReadOnlyFile(path) as fh:
         for base in range(start, size, step):

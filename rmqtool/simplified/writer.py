@@ -21,7 +21,7 @@ import numpy as np
 
 from formats import simplified as fmt
 from rmqtool.errors import RefusedError, UsageError
-from rmqtool.javahash import java_string_hash
+from rmqtool.kernels.javahash import java_string_hash
 from rmqtool.simplified.reader import pad_string
 
 INDEX_POINTS_AT = ("end", "start")   # "end": the article's writer; "start": the record itself

@@ -219,8 +219,8 @@ def properties_seeds() -> list[Seed]:
 def jsonl_seeds() -> list[Seed]:
     """Rows exactly as `dump commitlog --format jsonl` prints them (bodies in base64 and hex)."""
     import json
-    from rmqtool.dump import RecordFilter, commitlog_rows
-    from rmqtool.store import Store
+    from rmqtool.ops.dump import RecordFilter, commitlog_rows
+    from rmqtool.io.store import Store
     seeds = []
     for store in STORES:
         for body in ("base64", "hex", "text"):
@@ -249,7 +249,7 @@ def article_example() -> list[dict]:
 def _simplified_mixed() -> list[dict]:
     """Edge cases the article's example lacks: multi-byte and 64-byte strings, empty and binary
     bodies, a body larger than a small read window, slot collisions, gaps in queueOffset."""
-    from rmqtool.javahash import java_string_hash
+    from rmqtool.kernels.javahash import java_string_hash
     rows = [
         {"topic": "orders", "msg_id": "id-α-中文", "body": "", "queue_offset": 0},
         {"topic": "t" * 64, "msg_id": "m" * 64, "body": "00ff00" * 30, "body_encoding": "hex"},

@@ -71,9 +71,9 @@ class _OneFileStore:
 
 
 def run_commitlog(data: bytes, seed, scratch: Path) -> int:
-    from rmqtool.dispatch import dispatch_batch
-    from rmqtool.scan import RecordBatch, find_record_start, walk_store
-    from rmqtool.segments import Segment, SegmentQueue
+    from rmqtool.broker.dispatch import dispatch_batch
+    from rmqtool.records.scan import RecordBatch, find_record_start, walk_store
+    from rmqtool.io.segments import Segment, SegmentQueue
     d = scratch / "commitlog"
     d.mkdir(exist_ok=True)
     path = d / f"{seed.base:020d}"
@@ -112,9 +112,9 @@ def run_commitlog(data: bytes, seed, scratch: Path) -> int:
 
 # --- consume queue ---------------------------------------------------------------------------
 def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
-    from rmqtool.consumequeue import read_units
-    from rmqtool.dump import _queue_rows
-    from rmqtool.segments import SegmentQueue
+    from rmqtool.io.consumequeue import read_units
+    from rmqtool.ops.dump import _queue_rows
+    from rmqtool.io.segments import SegmentQueue
     qdir = scratch / "consumequeue" / "T" / "0"
     qdir.mkdir(parents=True, exist_ok=True)
     for name in os.listdir(qdir):
@@ -140,9 +140,9 @@ def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
 
 # --- index ---------------------------------------------------------------------------------------
 def run_index(data: bytes, seed, scratch: Path) -> int:
-    from rmqtool.dump import index_rows
-    from rmqtool.indexfile import DEFAULT_GEOMETRY, IndexFileReader, IndexGeometry, resolve_geometry
-    from rmqtool.query.indexwalk import IndexSet
+    from rmqtool.ops.dump import index_rows
+    from rmqtool.io.indexfile import DEFAULT_GEOMETRY, IndexFileReader, IndexGeometry, resolve_geometry
+    from rmqtool.ops.query.indexwalk import IndexSet
     d = scratch / "index"
     d.mkdir(exist_ok=True)
     path = d / "20240101000000000"
@@ -187,8 +187,8 @@ def run_index(data: bytes, seed, scratch: Path) -> int:
 
 # --- checkpoint -------------------------------------------------------------------------------
 def run_checkpoint(data: bytes, seed, scratch: Path) -> int:
-    from rmqtool.checkpoint import read_checkpoint
-    from rmqtool.dump import checkpoint_rows
+    from rmqtool.io.checkpoint import read_checkpoint
+    from rmqtool.ops.dump import checkpoint_rows
     path = scratch / "checkpoint"
     _write(path, data)
     steps = Steps()
@@ -204,7 +204,7 @@ def run_checkpoint(data: bytes, seed, scratch: Path) -> int:
 # --- properties codec ---------------------------------------------------------------------------
 def run_properties(data: bytes, seed, scratch: Path) -> int:
     """decode_properties must never fail; the vectorized extractor must agree with it."""
-    from rmqtool.scan import EXTRACTED_PROPERTIES, extract_properties
+    from rmqtool.records.scan import EXTRACTED_PROPERTIES, extract_properties
     props = cl.decode_properties(data)
     cl.split_keys(props.get(cl.PROPERTY_KEYS))
     # the blob split into up to three adjacent records, behind some padding
@@ -261,8 +261,8 @@ def run_jsonl(data: bytes, seed, scratch: Path) -> int:
     import shutil
     import zlib
     from rmqtool.cli.cmd_write import _rows
-    from rmqtool.encode import encode
-    from rmqtool.writer import Geometry, UniqKeyGenerator, fields_from_row, group_batches, write_rows
+    from rmqtool.records.encode import encode
+    from rmqtool.ops.writer import Geometry, UniqKeyGenerator, fields_from_row, group_batches, write_rows
     src = scratch / "rows.jsonl"
     _write(src, data)
     steps = Steps()
@@ -435,7 +435,7 @@ def run_simplified_commitlog(data: bytes, seed, scratch: Path) -> int:
     file), locate OFFSET and --queue-offset, query-key, verify."""
     import zlib
     from formats import simplified as sf
-    from rmqtool.javahash import java_bytes_hash
+    from rmqtool.kernels.javahash import java_bytes_hash
     from rmqtool.simplified import ops
     from rmqtool.simplified.reader import read_commitlog
     store, alone = _simplified_store(data, seed, scratch, sf.COMMITLOG_NAME)

@@ -1,0 +1,136 @@
+"""ConsumeQueue files built as the dispatch results arrive, in memory bounded by a buffer.
+
+``CqBuilder.add`` takes each batch's dispatch in CommitLog order, places every queue's units
+with the broker's rule (``dispatch.QueueLayout``) and appends them to the queue's files
+under a build directory, a buffer at a time (a file is opened only to write, so ten
+thousand queues need no more open files than one). Without a build directory it only
+counts (a dry run). What it keeps per queue is the layout's position, so memory does not
+grow with the number of messages.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from formats.consumequeue import CQ_UNIT_SIZE
+from rmqtool.io import install as inst
+from rmqtool.broker.dispatch import BatchDispatch, QueueLayout, queue_groups
+from rmqtool.io.topicpath import describe, queue_dir, topic_path_problem
+
+#: units held in memory before they are written out (all queues together)
+BUFFER_BYTES = 32 << 20
+
+
+@dataclass
+class _Queue:
+    layout: QueueLayout
+    problem: str | None                  # a topic name that cannot be a path: never written
+    pending: list = field(default_factory=list)      # (queue offset, phy, size, tags) per batch
+    pending_from: int = 0                # logical unit number of the next unit written
+    units_seen: int = 0
+    max_end: int = 0                     # largest commitlog end of its units
+    files: set = field(default_factory=set)
+
+
+class CqBuilder:
+    """Dispatch results -> ConsumeQueue files in ``build`` (None: count only)."""
+
+    def __init__(self, file_size: int, only: set | None = None, skipped=(), build: Path | None = None,
+                 buffer_bytes: int | None = None):
+        self.file_size, self.only, self.skipped, self.build = file_size, only, skipped, build
+        self.buffer_bytes = buffer_bytes or BUFFER_BYTES
+        self._queues: dict[tuple[str, int], _Queue] = {}
+        self._pending_bytes = 0
+
+    # --- feeding ----------------------------------------------------------------------------
+    def add(self, d: BatchDispatch) -> None:
+        """Take one batch's units; they are placed and written when the buffer is full (many
+        batches at once: the placement's cost is per call, not per unit)."""
+        for qk, rows in queue_groups(d, self.only):
+            q = self._queues.get(qk)
+            if q is None:
+                q = self._queues[qk] = _Queue(QueueLayout(*qk, self.file_size, self.skipped),
+                                              topic_path_problem(qk[0]))
+            cols = (d.cq_queue_offset[rows], d.cq_phy_offset[rows], d.cq_size[rows], d.cq_tags_code[rows])
+            q.units_seen += len(rows)
+            q.max_end = max(q.max_end, int((cols[1].astype(np.int64) + cols[2]).max()))
+            if q.problem is not None:       # topic names come from data: never a path outside the store
+                continue
+            q.pending.append(cols)
+            self._pending_bytes += sum(c.nbytes for c in cols)
+        if self._pending_bytes >= self.buffer_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Place every queue's pending units and write them (a dry run only places them)."""
+        for qk, q in self._queues.items():
+            if not q.pending:
+                continue
+            cols = [np.concatenate([p[i] for p in q.pending]) for i in range(4)]
+            q.pending = []
+            units = q.layout.add(*cols)
+            if self.build is not None and len(units):
+                self._write(qk, q, units.view(np.uint8).reshape(-1))
+                q.pending_from += len(units)
+        self._pending_bytes = 0
+
+    def _write(self, qk, q: _Queue, raw: np.ndarray) -> None:
+        """Write ``raw`` (unit bytes) at the queue's pending position, file by file."""
+        qdir = queue_dir(self.build, *qk)
+        if not q.files:
+            qdir.mkdir(parents=True, exist_ok=True)
+        data = memoryview(raw)
+        at = q.layout.first_file + q.pending_from * CQ_UNIT_SIZE
+        while data:
+            start = at - at % self.file_size
+            take = min(len(data), start + self.file_size - at)
+            fd = os.open(qdir / f"{start:020d}", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if start not in q.files:
+                    os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
+                    q.files.add(start)
+                inst.pwrite_all(fd, data[:take], at - start, start_writeback=True)
+            finally:
+                os.close(fd)
+            inst.crash_point("build")
+            data, at = data[take:], at + take
+
+    # --- what was built ---------------------------------------------------------------------
+    def finish(self) -> None:
+        self.flush()
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        """The queues written (in order), not those skipped for their topic name."""
+        return sorted(k for k, q in self._queues.items() if q.problem is None)
+
+    @property
+    def units(self) -> int:
+        return sum(q.layout.real_units for q in self._queues.values())
+
+    @property
+    def max_end(self) -> int:
+        """Largest commitlog end of any unit the rebuilt queues hold (0 when none)."""
+        return max((q.max_end for q in self._queues.values() if q.problem is None), default=0)
+
+    def warnings(self) -> list[str]:
+        out = []
+        for (topic, qid), q in sorted(self._queues.items()):
+            if q.problem is not None:
+                out.append(f"{q.problem}: queue {describe(topic)}/{qid} skipped ({q.units_seen} units not written)")
+            else:
+                out += q.layout.warnings
+        return out
+
+    def files_written(self) -> list[dict]:
+        out = []
+        for (topic, qid) in self.queue_keys():
+            layout = self._queues[(topic, qid)].layout
+            if layout.first_file is None:
+                continue
+            span = layout.logical_units * CQ_UNIT_SIZE
+            out += [{"path": f"{topic}/{qid}/{start:020d}", "size": self.file_size}
+                    for start in range(layout.first_file, layout.first_file + span, self.file_size)]
+        return out

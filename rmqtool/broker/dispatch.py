@@ -1,0 +1,1007 @@
+"""The broker's dispatch, vectorized: CommitLog records -> ConsumeQueue units and index keys.
+
+Follows format.md §3.4, §4 and §5. Input is any object with the RecordBatch columns
+(``DispatchColumns``): a ``RecordBatch`` from ``rmqtool.records.scan`` is fed directly, and
+``RecordColumns.from_records`` builds one from plain strings for tests and ``write``.
+
+* ConsumeQueue: NOT and COMMIT transaction types only; tagsCode = hashCode of the whole
+  TAGS value (0 when absent); ``SCHEDULE_TOPIC_XXXX`` with DELAY level > 0 -> the deliver
+  timestamp. ``build_cq_files`` places units (pre-blank fill when a queue starts above 0).
+* Index: every record except ROLLBACK; keys ``topic#UNIQ_KEY`` first, then each KEYS token
+  (split on single spaces, empty tokens skipped). ``IndexBuilder`` turns the key stream into
+  files (rollover, seeding, hashSlotCount, chains by a stable sort on slot).
+
+Hashes are computed with numpy for ASCII spans; spans holding non-ASCII bytes go through
+the scalar Java hash of the decoded string (UTF-16 code units, U+FFFD replacement).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from formats import commitlog as cl
+from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
+                                  PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE,
+                               INDEX_SLOT_DTYPE, INVALID_INDEX, KEY_JOINER, entry_position,
+                               index_file_size, slot_position)
+from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
+from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
+from rmqtool.io.topicpath import queue_selected
+from rmqtool.io.install import pwrite_all
+from rmqtool.kernels.gather import span_matrix
+
+INT_MAX = (1 << 31) - 1
+_SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
+_SCHEDULE = np.frombuffer(cl.SCHEDULE_TOPIC.encode("ascii"), dtype=np.uint8)
+_JOINER = ord(KEY_JOINER)
+_SPACE = ord(cl.KEY_SEPARATOR)
+
+
+@dataclass
+class RecordColumns:
+    """What dispatch reads: per-record columns plus (start, length) spans into ``buf``, here
+    built from Python values (tests, ``write``); a ``RecordBatch`` from ``rmqtool.records.scan`` has
+    the same columns and is fed directly (``DispatchColumns``: any object with them).
+
+    Length -1 means absent. ``stored_phy_offset`` (the PHYSICALOFFSET field, which the
+    broker dispatches) is used when present, else ``phy_offset``.
+    """
+    buf: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    store_timestamp: np.ndarray
+    sys_flag: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    topic_start: np.ndarray
+    topic_len: np.ndarray
+    tags_start: np.ndarray
+    tags_len: np.ndarray
+    keys_start: np.ndarray
+    keys_len: np.ndarray
+    uniq_start: np.ndarray
+    uniq_len: np.ndarray
+    delay_start: np.ndarray
+    delay_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.phy_offset)
+
+    @classmethod
+    def from_records(cls, records: Iterable[dict]) -> "RecordColumns":
+        """Records as dicts: phy_offset, size, store_timestamp, sys_flag, queue_id,
+        queue_offset, topic, and optional tags, keys, uniq_key, delay (str or None)."""
+        records = list(records)
+        cols = {k: np.fromiter(((r.get(k) or 0) for r in records), dtype=np.int64, count=len(records))
+                for k in ("phy_offset", "size", "store_timestamp", "sys_flag", "queue_id", "queue_offset")}
+        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key", "delay": "delay"}
+        parts, base = [], 0
+        for name in _SPAN_NAMES:
+            values = [r.get(source[name]) for r in records]
+            raw = [b"" if v is None else (v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
+                   for v in values]
+            lens = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
+            starts = base + np.cumsum(lens) - lens
+            absent = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            cols[f"{name}_start"] = np.where(absent, 0, starts)
+            cols[f"{name}_len"] = np.where(absent, -1, lens)
+            blob = b"".join(raw)
+            parts.append(blob)
+            base += len(blob)
+        return cls(buf=np.frombuffer(b"".join(parts), dtype=np.uint8), **cols)
+
+
+# --- span hashing ------------------------------------------------------------------------
+_HORNER_MAX_GROUPS = 64
+_HORNER_MAX_LENGTH = 512
+
+
+#: any object with ``RecordColumns``' columns (a ``RecordBatch``, a ``RecordColumns``)
+DispatchColumns = RecordColumns
+
+
+def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
+
+    Spans are grouped by length (``_length_groups``); each group's bytes are copied out in
+    one gather as a (spans, length) matrix, transposed, and hashed column by column (Horner
+    in uint32); spans containing bytes >= 0x80 are recomputed with the scalar hash of the
+    decoded string. Many distinct or long lengths fall back to a flat gather of all span
+    bytes (``_span_hashes_flat``).
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
+    n = len(starts)
+    if n == 0 or not lengths.any():
+        return np.zeros(n, np.int32), lengths.copy()
+    groups = _length_groups(lengths)
+    if groups is None:
+        return _span_hashes_flat(buf, starts, lengths)
+    hashes = np.zeros(n, dtype=np.uint32)
+    high = np.zeros(n, dtype=bool)
+    thirty_one = np.uint32(31)
+    with np.errstate(over="ignore"):
+        for length, rows in groups:
+            if length == 0:
+                continue
+            cols = np.ascontiguousarray(span_matrix(buf, starts if rows is None else starts[rows], length).T)
+            h = np.zeros(cols.shape[1], dtype=np.uint32)
+            for j in range(length):
+                h *= thirty_one
+                h += cols[j]
+            seen = cols.max(axis=0) >= 0x80
+            if rows is None:
+                hashes, high = h, seen
+            else:
+                hashes[rows] = h
+                high[rows] = seen
+    units = lengths.copy()
+    _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
+    return hashes.view(np.int32), units
+
+
+def _length_groups(lengths: np.ndarray):
+    """[(length, rows)] of non-negative lengths, rows ascending (None: all rows share the
+    length); None when there are more than _HORNER_MAX_GROUPS lengths or one is longer than
+    _HORNER_MAX_LENGTH. Lengths are counted with a bincount and rows found with one stable
+    (radix) sort of 16-bit lengths, not one pass over all rows per length."""
+    top = int(lengths.max())
+    if top > _HORNER_MAX_LENGTH:
+        return None
+    counts = np.bincount(lengths, minlength=top + 1)
+    distinct = np.flatnonzero(counts)
+    if len(distinct) > _HORNER_MAX_GROUPS:
+        return None
+    if len(distinct) == 1:
+        return [(int(distinct[0]), None)]
+    order = np.argsort(lengths.astype(np.uint16), kind="stable")
+    ends = np.cumsum(counts[distinct])
+    return [(int(length), order[end - int(counts[length]):end])
+            for length, end in zip(distinct.tolist(), ends.tolist())]
+
+
+def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:
+    for i in rows.tolist():
+        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
+        text = raw.decode("utf-8", "replace")
+        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
+        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _span_hashes_flat(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+    """span_hashes over one flat gather of every span byte (any lengths)."""
+    n = len(starts)
+    hashes = np.zeros(n, dtype=np.uint32)
+    units = lengths.copy()
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - first[owner]
+    data = buf[starts[owner] + pos]
+    weights = pow31(lengths[owner] - 1 - pos)
+    with np.errstate(over="ignore"):
+        contrib = data.astype(np.uint32) * weights
+    nonempty = np.flatnonzero(lengths > 0)
+    hashes[nonempty] = np.add.reduceat(contrib, first[nonempty])
+    high = np.maximum.reduceat(data, first[nonempty]) >= 0x80
+    _fix_non_ascii(buf, starts, lengths, nonempty[high], hashes, units)
+    return hashes.view(np.int32), units
+
+
+def _col(batch, name: str) -> np.ndarray:
+    return np.asarray(getattr(batch, name), dtype=np.int64)
+
+
+def _commitlog_offsets(batch) -> np.ndarray:
+    cols = getattr(batch, "columns", None)
+    if isinstance(cols, dict) and "stored_phy_offset" in cols:
+        return np.asarray(cols["stored_phy_offset"], dtype=np.int64)
+    return _col(batch, "phy_offset")
+
+
+# --- per-batch dispatch ---------------------------------------------------------------------
+#: a walk's end kind when a record fails the broker's dispatch check (``BatchDispatch.stop``)
+END_DISPATCH_STOP = "dispatch-stop"
+#: verify's check name for it
+DISPATCH_STOP_CHECK = "dispatch.stop"
+
+
+@dataclass
+class DispatchConfig:
+    delay_levels_ms: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS_MS))
+    index_enabled: bool = True
+
+
+@dataclass
+class BatchDispatch:
+    """What one batch contributes: CQ units (by topic string) and index keys in broker order."""
+    topics: list[str]                      # distinct topics, indexed by cq_topic
+    cq_topic: np.ndarray                   # int32 index into topics
+    cq_queue_id: np.ndarray
+    cq_queue_offset: np.ndarray
+    cq_phy_offset: np.ndarray
+    cq_size: np.ndarray
+    cq_tags_code: np.ndarray
+    key_hash: np.ndarray                   # int32 indexKeyHash (>= 0)
+    key_phy_offset: np.ndarray
+    key_store_timestamp: np.ndarray
+    key_record: np.ndarray                 # record number within the batch, per key
+    records: int                           # records dispatched (after any stop)
+    record_phy_offset: np.ndarray          # commitlog offset of every dispatched record
+    stop: str | None = None                # why dispatch stopped early (broker would stop)
+    stop_at: int = -1                      # commitlog offset of the record it stopped at
+
+    def compact(self) -> "BatchDispatch":
+        """What the CQ and index builders read, in fewer bytes (to ship between processes):
+        queue ids and sizes as int32 when they fit, no ``key_record``, and ``record_phy_offset``
+        reduced to its maximum (``IndexBuilder.add`` only asks whether any record lies past a
+        file's end, before and after a seed filter: the maximum answers both the same way)."""
+        rp = self.record_phy_offset
+        return BatchDispatch(
+            self.topics, self.cq_topic, _narrow(self.cq_queue_id), self.cq_queue_offset, self.cq_phy_offset,
+            _narrow(self.cq_size), self.cq_tags_code, self.key_hash, self.key_phy_offset,
+            self.key_store_timestamp, np.zeros(0, np.int32), self.records,
+            rp[rp.argmax()][None] if len(rp) else rp, self.stop, self.stop_at)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` as int32 when every value fits (else unchanged)."""
+    if a.dtype == np.int32 or not len(a):
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    return a.astype(np.int32) if -(1 << 31) <= lo and hi < (1 << 31) else a
+
+
+def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
+    """Group records by topic bytes: (group id per record, topic text per group)."""
+    n = len(t_start)
+    if n == 0:
+        return np.zeros(0, np.int32), []
+    key = (t_hash.astype(np.int64) & 0xFFFFFFFF) | (t_len.astype(np.int64) << 32)
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    groups = inverse.astype(np.int64)
+    # verify members equal their representative's bytes (hash+length could collide)
+    lens = np.maximum(t_len, 0)
+    rep_start = t_start[first[groups]]
+    same = np.ones(n, dtype=bool)
+    for length in np.unique(lens).tolist():
+        rows = np.flatnonzero(lens == length)
+        a, b = t_start[rows], rep_start[rows]
+        ok = np.ones(len(rows), dtype=bool)
+        for j in range(length):
+            ok &= buf[a + j] == buf[b + j]
+        same[rows] = ok
+    bad = np.flatnonzero(~same)
+    names = [buf[t_start[i]:t_start[i] + lens[i]].tobytes().decode("utf-8", "replace") for i in first]
+    if len(bad):
+        index = {name: g for g, name in enumerate(names)}
+        for i in bad.tolist():
+            text = buf[t_start[i]:t_start[i] + lens[i]].tobytes().decode("utf-8", "replace")
+            if text not in index:
+                index[text] = len(names)
+                names.append(text)
+            groups[i] = index[text]
+    return groups.astype(np.int32), names
+
+
+def _keys_tokens(buf, k_start, k_len):
+    """Tokens of every KEYS value split on single spaces, empty tokens dropped.
+
+    Returns (record, token start in buf, token length, ordinal within record), records
+    ascending. Values are grouped by length (``_length_groups``); each group is one
+    (values, length) byte matrix in which a token begins at a non-space after a space or the
+    row start and ends at a non-space before a space or the row end. Many distinct or long
+    lengths take the per-byte formulation (``_keys_tokens_flat``)."""
+    lens = np.maximum(k_len, 0)
+    if not lens.any():
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    rec_all = np.flatnonzero(lens > 0)
+    groups = _length_groups(lens[rec_all])
+    if groups is None:
+        return _keys_tokens_flat(buf, k_start, k_len)
+    recs, starts, lengths = [], [], []
+    for length, rows in groups:
+        g = rec_all if rows is None else rec_all[rows]
+        g_start = k_start[g]
+        space = span_matrix(buf, g_start, length) == _SPACE
+        word = ~space
+        begins = word.copy()
+        begins[:, 1:] &= space[:, :-1]
+        ends = word
+        ends[:, :-1] &= space[:, 1:]
+        r, c0 = np.nonzero(begins)
+        _, c1 = np.nonzero(ends)
+        recs.append(g[r])
+        starts.append(g_start[r] + c0)
+        lengths.append(c1 - c0 + 1)
+    rec = np.concatenate(recs)
+    tok_start = np.concatenate(starts)
+    tok_len = np.concatenate(lengths)
+    if len(groups) > 1:
+        order = np.argsort(rec, kind="stable")       # tokens of a record stay in text order
+        rec, tok_start, tok_len = rec[order], tok_start[order], tok_len[order]
+    counts = np.bincount(rec, minlength=len(k_start))
+    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
+    return rec, tok_start, tok_len, ordinal
+
+
+def _keys_tokens_flat(buf, k_start, k_len):
+    """``_keys_tokens`` over one flat per-byte expansion of every value (any lengths)."""
+    lens = np.maximum(k_len, 0)
+    total = int(lens.sum())
+    if total == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
+    n = len(k_start)
+    owner = np.repeat(np.arange(n), lens)
+    first = np.cumsum(lens) - lens
+    pos = np.arange(total) - first[owner]
+    at = k_start[owner] + pos
+    space = buf[at] == _SPACE
+    prev_space = np.ones(total, dtype=bool)
+    prev_space[1:] = space[:-1]
+    prev_space[pos == 0] = True
+    next_space = np.ones(total, dtype=bool)
+    next_space[:-1] = space[1:]
+    next_space[pos == lens[owner] - 1] = True
+    begins = np.flatnonzero(~space & prev_space)
+    ends = np.flatnonzero(~space & next_space)
+    rec = owner[begins]
+    # ordinal of the token inside its record: rank among tokens of the same record
+    counts = np.bincount(rec, minlength=n)
+    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
+    return rec, at[begins], ends - begins + 1, ordinal
+
+
+def goes_to_consumequeue(tx):
+    """The dispatcher's rule: NOT_TYPE and COMMIT_TYPE records get a ConsumeQueue unit
+    (prepared and rollback halves of a transaction do not). ``tx``: the transaction type
+    (``sys_flag & TRANSACTION_MASK``), an int or an array."""
+    return (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
+
+
+def goes_to_index(tx):
+    """The index service's rule: every record but a ROLLBACK is indexed."""
+    return tx != cl.TRANSACTION_ROLLBACK_TYPE
+
+
+@dataclass
+class ScheduleDelays:
+    """The DELAY levels of a batch's ``SCHEDULE_TOPIC_XXXX`` records, up to the first that
+    fails the broker's record check (``failed_row``; None when none does)."""
+    rows: np.ndarray                 # rows with a parsed level, before failed_row
+    levels: np.ndarray
+    failed_row: int | None = None
+    failed_text: str = ""
+
+
+def schedule_delays(batch: DispatchColumns) -> ScheduleDelays:
+    """The broker's DELAY rule, once: for a ``SCHEDULE_TOPIC_XXXX`` record with a DELAY
+    property, ``Integer.parseInt`` runs inside ``checkMessageAndReturnSize``; where it throws
+    the record fails the check, so recovery ends the valid log there and reput stops there
+    (nothing from that record on is dispatched). Used by dispatch (tagsCode, the stop), the
+    recovery walk (valid end) and verify."""
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    t_start, t_len = _col(batch, "topic_start"), np.maximum(_col(batch, "topic_len"), 0)
+    d_start, d_len = _col(batch, "delay_start"), _col(batch, "delay_len")
+    rows, levels = [], []
+    cand = np.flatnonzero((t_len == len(_SCHEDULE)) & (d_len >= 0))
+    if len(cand):
+        eq = (buf[t_start[cand][:, None] + np.arange(len(_SCHEDULE))] == _SCHEDULE).all(axis=1)
+        for i in cand[eq].tolist():
+            text = buf[d_start[i]:d_start[i] + d_len[i]].tobytes().decode("utf-8", "replace")
+            level = parse_level(text)
+            if level is None:
+                return ScheduleDelays(np.asarray(rows, np.int64), np.asarray(levels, np.int64), i, text)
+            rows.append(i)
+            levels.append(level)
+    return ScheduleDelays(np.asarray(rows, np.int64), np.asarray(levels, np.int64))
+
+
+def delay_stop_text(text: str, offset: int) -> str:
+    return (f"DELAY value {text!r} is not an int at commitlog offset {offset}: "
+            "nothing from that record on is dispatched")
+
+
+def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = None,
+                      delays: ScheduleDelays | None = None) -> np.ndarray:
+    """The dispatcher's tagsCode of every record of a batch: hashCode of the whole TAGS value
+    (0 when absent); for ``SCHEDULE_TOPIC_XXXX`` with a DELAY level > 0 the deliver timestamp
+    (``schedule_delays``; records from a failed one on keep their TAGS hash, they are never
+    dispatched)."""
+    config = config or DispatchConfig()
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
+    tag_hash, _ = span_hashes(buf, tag_start, tag_len)
+    tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
+    delays = delays if delays is not None else schedule_delays(batch)
+    if len(delays.rows):
+        ts = _col(batch, "store_timestamp")
+        for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
+            level = min(level, len(config.delay_levels_ms))
+            if level > 0:
+                tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
+    return tags_code
+
+
+def record_index_keys(batch: DispatchColumns, n: int | None = None,
+                      topic_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(record row, keyHash) of every index key of the first ``n`` records, in the order
+    IndexService.buildIndex puts them: per record ``topic#UNIQ_KEY`` (when the property is
+    there, even empty), then ``topic#token`` for each KEYS token (single spaces, empty tokens
+    skipped); ROLLBACK records have none (``goes_to_index``)."""
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    n = len(_col(batch, "sys_flag")) if n is None else n
+    tx = _col(batch, "sys_flag")[:n] & cl.TRANSACTION_MASK
+    k_start, k_len = _col(batch, "keys_start")[:n], _col(batch, "keys_len")[:n]
+    u_start, u_len = _col(batch, "uniq_start")[:n], _col(batch, "uniq_len")[:n]
+    if topic_hash is None:
+        topic_hash, _ = span_hashes(buf, _col(batch, "topic_start")[:n],
+                                    np.maximum(_col(batch, "topic_len")[:n], 0))
+    indexed = goes_to_index(tx)
+    prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
+    u_rows = np.flatnonzero(indexed & (u_len >= 0))
+    uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])
+    k_ok = indexed & (k_len > 0)
+    rec, tok_start, tok_len, ordinal = _keys_tokens(buf, np.where(k_ok, k_start, 0), np.where(k_ok, k_len, 0))
+    th, tu = span_hashes(buf, tok_start, tok_len)
+    key_rec = np.concatenate([u_rows, rec])
+    key_ord = np.concatenate([np.zeros(len(u_rows), np.int64), ordinal + 1])
+    raw = np.concatenate([combine_hash(prefix[u_rows], uh, uu), combine_hash(prefix[rec], th, tu)])
+    order = np.lexsort((key_ord, key_rec))
+    return key_rec[order], index_key_hash_array(raw[order])
+
+
+def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None) -> BatchDispatch:
+    """CQ units and index keys of one batch, in the broker's order."""
+    config = config or DispatchConfig()
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    phy = _commitlog_offsets(batch)
+    n = len(phy)
+    delays = schedule_delays(batch)
+    tags_code = record_tags_codes(batch, config, delays)
+    stop, stop_at = None, -1
+    if delays.failed_row is not None:        # nothing from that record on is dispatched
+        n = delays.failed_row
+        stop_at = int(phy[n])
+        stop = delay_stop_text(delays.failed_text, stop_at)
+    cut = slice(0, n)
+    phy, tags_code = phy[cut], tags_code[cut]
+    size, ts, sys_flag, qid, qoff = (_col(batch, name)[cut] for name in
+                                     ("size", "store_timestamp", "sys_flag", "queue_id", "queue_offset"))
+    t_start, t_len = _col(batch, "topic_start")[cut], np.maximum(_col(batch, "topic_len")[cut], 0)
+
+    tx = sys_flag & cl.TRANSACTION_MASK
+    topic_hash, topic_units = span_hashes(buf, t_start, t_len)
+    groups, topics = _topic_groups(buf, t_start, t_len, topic_hash)
+    cq_rows = np.flatnonzero(goes_to_consumequeue(tx))
+    if config.index_enabled:
+        key_rec, key_hash = record_index_keys(batch, n, topic_hash)
+    else:
+        key_rec, key_hash = np.zeros(0, np.int64), np.zeros(0, np.int32)
+    return BatchDispatch(
+        topics=topics, cq_topic=groups[cq_rows], cq_queue_id=qid[cq_rows],
+        cq_queue_offset=qoff[cq_rows], cq_phy_offset=phy[cq_rows], cq_size=size[cq_rows],
+        cq_tags_code=tags_code[cq_rows], key_hash=key_hash, key_phy_offset=phy[key_rec],
+        key_store_timestamp=ts[key_rec], key_record=key_rec, records=n,
+        record_phy_offset=phy, stop=stop, stop_at=stop_at)
+
+
+# --- ConsumeQueue ----------------------------------------------------------------------------
+@dataclass
+class QueueUnits:
+    """All units of one (topic, queue) in dispatch order."""
+    topic: str
+    queue_id: int
+    queue_offset: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    tags_code: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.queue_offset)
+
+
+def queue_groups(d: BatchDispatch, only: set | None = None):
+    """``((topic, queue id), unit rows)`` of one batch's CQ units, per selected queue, rows in
+    dispatch order (``only`` as ``topicpath.queue_selected`` takes it)."""
+    if not len(d.cq_topic):
+        return
+    key = d.cq_topic.astype(np.int64) << 32 | (d.cq_queue_id.astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    for grp in np.split(order, cuts):
+        g0 = grp[0]
+        qk = (d.topics[int(d.cq_topic[g0])], int(d.cq_queue_id[g0]))
+        if queue_selected(only, *qk):
+            yield qk, grp
+
+
+class CqCollector:
+    """Accumulates CQ units of many batches, grouped by (topic, queue)."""
+
+    def __init__(self):
+        self._parts: dict[tuple[str, int], list[tuple]] = {}
+
+    def add(self, d: BatchDispatch, only: set | None = None) -> None:
+        for qk, grp in queue_groups(d, only):
+            self._parts.setdefault(qk, []).append(
+                (d.cq_queue_offset[grp], d.cq_phy_offset[grp], d.cq_size[grp], d.cq_tags_code[grp]))
+
+    def queues(self) -> list[QueueUnits]:
+        out = []
+        for (topic, qid), parts in sorted(self._parts.items()):
+            cols = [np.concatenate([p[i] for p in parts]) for i in range(4)]
+            out.append(QueueUnits(topic, qid, *cols))
+        return out
+
+
+@dataclass
+class CqLayout:
+    """A queue's units placed in its logical byte space: ``units[i]`` sits at
+    ``first_file + i * 20`` (leading pre-blank units included)."""
+    first_file: int
+    units: np.ndarray                 # CQ_UNIT_DTYPE
+    file_size: int
+    real_units: int
+    warnings: list[str] = field(default_factory=list)
+
+    def file_starts(self) -> list[int]:
+        span = len(self.units) * CQ_UNIT_SIZE
+        return list(range(self.first_file, self.first_file + span, self.file_size))
+
+    def file_data(self, start: int) -> bytes:
+        """The non-zero prefix of the file at ``start`` (the rest of the file is zeros)."""
+        per_file = self.file_size // CQ_UNIT_SIZE
+        i = (start - self.first_file) // CQ_UNIT_SIZE
+        return self.units[i:i + per_file].tobytes()
+
+
+@dataclass
+class CqFiles:
+    """File start offset -> whole file bytes (tests and small queues)."""
+    files: dict[int, bytes]
+    units: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_cq_files(q: QueueUnits, file_size: int) -> CqFiles:
+    layout = layout_cq(q, file_size)
+    files = {}
+    for start in layout.file_starts():
+        data = layout.file_data(start)
+        files[start] = data + bytes(file_size - len(data))
+    return CqFiles(files, layout.real_units, layout.warnings)
+
+
+class QueueLayout:
+    """A queue's units placed like ConsumeQueue.putMessagePositionInfo (format.md §4.1, §4.3),
+    fed in dispatch order, a batch at a time: ``add`` returns the logical units to append
+    (``CQ_UNIT_DTYPE``; unit ``k`` of the queue's whole sequence sits at ``first_file + k*20``).
+
+    The first unit creates the first file at its aligned offset; if it is not at the file
+    start the gap is filled with pre-blank units. Later units are appended at the write
+    position: repeats (queue offset or commitlog end below what is written) are skipped,
+    a gap is reported and the unit still appended where the writer stands.
+
+    ``skipped``: CommitLog ranges ``[lo, hi)`` a rebuild went past (``--skip-corrupt``; the
+    list may grow while units arrive: a range is known before any unit after it). A gap
+    in queue offsets with such a range between its two units lost its records there: its
+    slots get the broker's pre-blank filler unit, so every later unit stays at its own queue
+    offset (docs/rebuild-damage.md says how the broker serves the filler).
+    """
+
+    def __init__(self, topic: str, queue_id: int, file_size: int, skipped=()):
+        if file_size <= 0 or file_size % CQ_UNIT_SIZE:
+            raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
+        self.topic, self.queue_id, self.file_size, self.skipped = topic, queue_id, file_size, skipped
+        self.first_file: int | None = None
+        self.written_end = 0          # logical byte position the next unit goes to
+        self.max_phy = -1             # commitlog end of the last unit written
+        self.real_units = 0
+        self.logical_units = 0        # units placed so far, leading pre-blank units included
+        self.warnings: list[str] = []
+
+    def add(self, qoff: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> np.ndarray:
+        n = len(qoff)
+        if n == 0:
+            return np.zeros(0, CQ_UNIT_DTYPE)
+        lead = 0
+        if self.first_file is None:
+            start = int(qoff[0]) * CQ_UNIT_SIZE
+            self.first_file = start - start % self.file_size
+            lead = (start - self.first_file) // CQ_UNIT_SIZE
+            self.written_end = start
+        end_phy = phy.astype(np.int64) + size
+        # the per-unit rule below, skipped when its result is known: every unit at the write
+        # position, each ending past the one before
+        if (int(qoff[0]) * CQ_UNIT_SIZE == self.written_end and int(end_phy[0]) > self.max_phy
+                and bool((np.diff(qoff) == 1).all()) and bool((np.diff(end_phy) > 0).all())):
+            rows = np.arange(n)
+            self.written_end += n * CQ_UNIT_SIZE
+            self.max_phy = int(end_phy[-1])
+        else:
+            rows = self._place(qoff, phy, end_phy)
+        logical = np.zeros(lead + len(rows), dtype=CQ_UNIT_DTYPE)
+        filler = np.concatenate([np.ones(lead, bool), rows < 0])
+        logical["commitlog_offset"][filler] = PRE_BLANK_COMMITLOG_OFFSET
+        logical["size"][filler] = PRE_BLANK_SIZE
+        logical["tags_code"][filler] = PRE_BLANK_TAGS_CODE
+        keep = rows[rows >= 0]
+        real = ~filler
+        logical["commitlog_offset"][real] = phy[keep]
+        logical["size"][real] = size[keep]
+        logical["tags_code"][real] = tags[keep]
+        self.real_units += len(keep)
+        self.logical_units += len(logical)
+        return logical
+
+    def _place(self, qoff, phy, end_phy) -> np.ndarray:
+        """Row of each placed unit (-1: a filler unit), one unit at a time."""
+        name = f"{self.topic}/{self.queue_id}"
+        rows: list[int] = []
+        for i in range(len(qoff)):
+            expect = int(qoff[i]) * CQ_UNIT_SIZE
+            end = int(end_phy[i])
+            if end <= self.max_phy or expect < self.written_end:
+                self.warnings.append(f"{name}: repeated unit at queue offset {int(qoff[i])} skipped")
+                continue
+            if expect != self.written_end:
+                if _lost_between(self.max_phy, int(phy[i]), self.skipped):
+                    lost = (expect - self.written_end) // CQ_UNIT_SIZE
+                    self.warnings.append(f"{name}: queue offsets {self.written_end // CQ_UNIT_SIZE}.."
+                                         f"{int(qoff[i]) - 1} lost in a skipped range: {lost} filler unit(s)")
+                    rows += [-1] * lost
+                    self.written_end = expect
+                else:
+                    self.warnings.append(f"{name}: queue offset {int(qoff[i])} written at "
+                                         f"{self.written_end // CQ_UNIT_SIZE} (logic queue order maybe wrong)")
+            rows.append(i)
+            self.written_end += CQ_UNIT_SIZE
+            self.max_phy = end
+        return np.asarray(rows, dtype=np.int64)
+
+
+def layout_cq(q: QueueUnits, file_size: int, skipped: list[tuple[int, int]] = ()) -> CqLayout:
+    """A whole queue placed at once (``QueueLayout`` fed one batch)."""
+    placer = QueueLayout(q.topic, q.queue_id, file_size, skipped)
+    units = placer.add(q.queue_offset, q.phy_offset, q.size, q.tags_code)
+    return CqLayout(placer.first_file or 0, units, file_size, placer.real_units, placer.warnings)
+
+
+def _lost_between(lo: int, hi: int, skipped) -> bool:
+    """Whether a skipped CommitLog range lies between offsets ``lo`` and ``hi``."""
+    return any(lo <= a < hi for a, _ in skipped)
+
+
+# --- IndexFile -------------------------------------------------------------------------------
+@dataclass
+class IndexFileImage:
+    """One index file's content: header values, the used slots and the entries."""
+    header: np.ndarray            # INDEX_HEADER_DTYPE, shape (1,)
+    slots: np.ndarray             # int32 slot values (length hash_slots)
+    entries: np.ndarray           # INDEX_ENTRY_DTYPE, entries 1..count-1 (entry 0 excluded)
+    hash_slots: int
+    index_entries: int
+
+    @property
+    def full(self) -> bool:
+        return int(self.header["index_count"][0]) >= self.index_entries
+
+    def to_bytes(self) -> bytes:
+        out = bytearray(index_file_size(self.hash_slots, self.index_entries))
+        out[0:INDEX_HEADER_DTYPE.itemsize] = self.header.tobytes()
+        s0 = slot_position(self.hash_slots, 0)
+        out[s0:s0 + 4 * self.hash_slots] = self.slots.astype(INDEX_SLOT_DTYPE).tobytes()
+        e1 = entry_position(self.hash_slots, FIRST_INDEX)
+        data = self.entries.astype(INDEX_ENTRY_DTYPE).tobytes()
+        out[e1:e1 + len(data)] = data
+        return bytes(out)
+
+    def write_to(self, fd: int) -> None:
+        """Write into an open file: truncate to size, then only the non-zero regions."""
+        import os
+        os.ftruncate(fd, index_file_size(self.hash_slots, self.index_entries))
+        os.pwrite(fd, self.header.astype(INDEX_HEADER_DTYPE).tobytes(), 0)
+        used = self.slots != 0
+        if used.any():
+            lo, hi = int(used.argmax()), len(used) - int(used[::-1].argmax())
+            pwrite_all(fd, _raw_bytes(self.slots[lo:hi], INDEX_SLOT_DTYPE),
+                        slot_position(self.hash_slots, lo))
+        if len(self.entries):
+            pwrite_all(fd, _raw_bytes(self.entries, INDEX_ENTRY_DTYPE),
+                        entry_position(self.hash_slots, FIRST_INDEX))
+
+
+def _raw_bytes(a: np.ndarray, dtype) -> memoryview:
+    """The bytes of ``a`` in ``dtype`` as a flat view (a copy only when the dtype or layout differs)."""
+    a = np.ascontiguousarray(a.astype(dtype, copy=False))
+    return memoryview(a.view(np.uint8).reshape(-1))
+
+
+def empty_index_image(hash_slots: int, index_entries: int, seed_phy: int = 0,
+                      seed_ts: int = 0) -> IndexFileImage:
+    """A new file: header seeded with the previous file's end (only values > 0)."""
+    header = np.zeros(1, dtype=INDEX_HEADER_DTYPE)
+    if seed_phy > 0:
+        header["begin_phy_offset"] = header["end_phy_offset"] = seed_phy
+    if seed_ts > 0:
+        header["begin_timestamp"] = header["end_timestamp"] = seed_ts
+    header["index_count"] = FIRST_INDEX       # in-memory start value, written by the flush
+    return IndexFileImage(header, np.zeros(hash_slots, dtype=np.int32),
+                          np.zeros(0, dtype=INDEX_ENTRY_DTYPE), hash_slots, index_entries)
+
+
+def _slot_chain_order(slot: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, slot[order]) with order = the stable argsort of ``slot`` (values in [0, hash_slots)).
+
+    Slot and key number are packed into one int64 (slot in the high bits) and sorted with
+    numpy's unstable sort, which is stable here because the packed values are distinct; this
+    is several times faster than a stable argsort and touches half the memory. Geometries
+    too large to pack (more than 62 bits) take the stable argsort."""
+    n = len(slot)
+    shift = max(int(n - 1).bit_length(), 1)
+    if int(hash_slots - 1).bit_length() + shift > 62:
+        order = np.argsort(slot, kind="stable")
+        return order, slot[order]
+    packed = slot.astype(np.int64)
+    packed <<= shift
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    order = packed & ((1 << shift) - 1)
+    packed >>= shift
+    return order, packed
+
+
+def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileImage:
+    """Append keys to a file exactly as successive IndexFile.putKey calls would (format.md §5.4):
+    a new image (``append_index_keys`` on copies of the header and slots)."""
+    header, slots = image.header.copy(), image.slots.copy()
+    new = append_index_keys(header, slots, image.index_entries, key_hash, phy, ts)
+    if not len(new):
+        return IndexFileImage(header, slots, image.entries, image.hash_slots, image.index_entries)
+    entries = np.empty(len(image.entries) + len(new), dtype=INDEX_ENTRY_DTYPE)   # keep big-endian
+    entries[:len(image.entries)] = image.entries
+    entries[len(image.entries):] = new
+    return IndexFileImage(header, slots, entries, image.hash_slots, image.index_entries)
+
+
+def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int, key_hash, phy,
+                      ts) -> np.ndarray:
+    """putKey for each key in turn, in bulk: updates ``header`` and ``slots`` in place and
+    returns the new entries (``INDEX_ENTRY_DTYPE``), which go at entry number
+    ``index_count`` (as it was) onwards.
+
+    Entry ``count + i`` holds key i; its prevIndex is the previous key of the same slot in
+    this run, or, for the first key of a slot here, the slot's old value when that is a
+    valid entry number (else 0). Chains come from one stable ordering of the keys by slot;
+    few full-size temporaries are made (fresh pages are expensive on the VMs this runs on)."""
+    n = len(key_hash)
+    h = header
+    hash_slots = len(slots)
+    count = int(h["index_count"][0])
+    count = FIRST_INDEX if count <= 0 else count
+    if count - 1 + n > index_entries - 1:
+        raise ValueError(f"{n} more keys do not fit an index file of {index_entries} entries")
+    if n == 0:
+        return np.zeros(0, dtype=INDEX_ENTRY_DTYPE)
+    key_hash = np.asarray(key_hash)
+    phy = np.asarray(phy, dtype=np.int64)
+    ts = np.asarray(ts, dtype=np.int64)
+    slot = np.remainder(key_hash, hash_slots, dtype=np.int64)
+    order, s_sorted = _slot_chain_order(slot, hash_slots)
+    del slot
+    # along the sorted keys: a key's predecessor is the one before it when the slot is the same
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(s_sorted[1:], s_sorted[:-1], out=first[1:])
+    prev_sorted = np.empty(n, dtype=np.int64)
+    prev_sorted[0] = 0
+    np.add(order[:-1], count, out=prev_sorted[1:])
+    heads = np.flatnonzero(first)
+    old = slots[s_sorted[heads]].astype(np.int64)
+    old_valid = (old > 0) & (old <= count)         # putKey: invalid slot values count as empty
+    prev_sorted[heads] = np.where(old_valid, old, INVALID_INDEX)
+    tails = np.empty(len(heads), dtype=np.int64)   # the last key of every slot run
+    tails[:-1] = heads[1:] - 1
+    tails[-1] = n - 1
+    slots[s_sorted[tails]] = order[tails] + count
+    del s_sorted, first, heads, tails
+    begin_ts = int(h["begin_timestamp"][0])
+    begin = begin_ts if count > FIRST_INDEX else int(ts[0])
+    new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
+    prev = np.empty(n, dtype=np.int32)            # scattered compactly, then written in one pass
+    prev[order] = prev_sorted
+    del order, prev_sorted
+    new["prev_index"] = prev
+    del prev
+    new["key_hash"] = key_hash
+    new["phy_offset"] = phy
+    new["time_diff"] = _time_diff(ts, begin)
+    if count <= FIRST_INDEX:                       # the first-entry timeDiff quirk
+        new["time_diff"][0] = _time_diff(ts[:1], begin_ts)[0]
+        h["begin_timestamp"] = ts[0]
+        h["begin_phy_offset"] = phy[0]
+    h["end_timestamp"] = ts[-1]
+    h["end_phy_offset"] = phy[-1]
+    h["hash_slot_count"] = int(h["hash_slot_count"][0]) + int(np.count_nonzero(~old_valid))
+    h["index_count"] = count + n
+    return new
+
+
+def _time_diff(ts: np.ndarray, begin: int) -> np.ndarray:
+    """putKey's timeDiff: (ts - begin) / 1000 in seconds, 0 when negative or when begin <= 0,
+    at most Integer.MAX_VALUE."""
+    if begin <= 0:
+        return np.zeros(len(ts), dtype=np.int64)
+    diff = ts - begin
+    np.clip(diff, 0, INT_MAX * 1000, out=diff)
+    diff //= 1000
+    return diff
+
+
+def build_index_image(key_hash: np.ndarray, phy: np.ndarray, ts: np.ndarray, hash_slots: int,
+                      index_entries: int, seed_phy: int = 0, seed_ts: int = 0) -> IndexFileImage:
+    """One new index file holding these keys (at most index_entries - 1)."""
+    return extend_index_image(empty_index_image(hash_slots, index_entries, seed_phy, seed_ts),
+                              key_hash, phy, ts)
+
+
+def read_index_image(path, hash_slots: int, index_entries: int) -> IndexFileImage:
+    """Load an existing file's header, slots and used entries (to continue appending)."""
+    from rmqtool.io.fileio import ReadOnlyFile
+    with ReadOnlyFile(path) as fh:
+        header = np.frombuffer(fh.read(0, INDEX_HEADER_DTYPE.itemsize), INDEX_HEADER_DTYPE).copy()
+        count = max(int(header["index_count"][0]), FIRST_INDEX)
+        header["index_count"] = count
+        slots = np.frombuffer(fh.read(slot_position(hash_slots, 0), 4 * hash_slots),
+                              INDEX_SLOT_DTYPE).astype(np.int32)
+        entries = np.frombuffer(fh.read(entry_position(hash_slots, FIRST_INDEX),
+                                        (count - FIRST_INDEX) * INDEX_ENTRY_DTYPE.itemsize),
+                                INDEX_ENTRY_DTYPE).copy()
+    return IndexFileImage(header, slots, entries, hash_slots, index_entries)
+
+
+#: keys an IndexBuilder holds before it appends them to the open file (bounds its memory)
+FOLD_KEYS = 1 << 20
+
+
+class IndexBuilder:
+    """Turns the key stream into index files, as IndexService.buildIndex does.
+
+    Every dispatched record first makes sure an index file is open (a new one when the
+    last is full, seeded with its end offset and timestamp); a record whose keys overflow
+    a file continues in the next. Keys are appended to the open file every ``FOLD_KEYS``
+    keys (``append_index_keys``: the same putKey rule whatever the cut). Full files go to
+    ``sink(image)`` as soon as they fill; ``finish`` emits the open one (possibly empty).
+    To continue after kept files, pass their end as the seed and how many keys of the
+    record at ``seed_phy`` they already hold.
+
+    ``open_file()`` (optional) returns where a new file's entries go as they are made
+    (``write_entries(first_entry_number, entries)``, then ``close(image)`` with the header
+    and slots): memory then stays one file's slots and a fold of keys. Without it the
+    entries are kept and the sink gets the whole image.
+    """
+
+    def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
+                 seed_ts: int = 0, skip_keys_at_seed: int = 0,
+                 open_image: IndexFileImage | None = None, open_file=None, fold_keys: int | None = None):
+        self.hash_slots, self.index_entries = hash_slots, index_entries
+        self.open_image = open_image
+        self.capacity = index_entries - 1
+        if self.capacity < 1:
+            raise ValueError("an index file needs at least 2 entries (entry 0 is never used)")
+        self.sink, self.open_file = sink, open_file
+        self.fold_keys = max(1, fold_keys or FOLD_KEYS)
+        self.seed_phy, self.seed_ts = seed_phy, seed_ts
+        self.skip_at_seed = skip_keys_at_seed
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_n = 0            # keys pending (not yet appended)
+        self._in_file = 0              # keys of the open file (appended or pending)
+        self._image: IndexFileImage | None = None     # the open file's header and slots
+        self._out = None               # where its entries go (open_file), or None: _parts
+        self._parts: list[np.ndarray] = []
+        self._open = False
+        if open_image is not None:
+            self._in_file = int(open_image.header["index_count"][0]) - FIRST_INDEX
+            self._open = True
+            self.seed_phy = int(open_image.header["end_phy_offset"][0])
+        self._opened_with = self._in_file    # entries the open image already held
+        self._filled_at: int | None = seed_phy if (seed_phy or seed_ts) else None
+        self.files = 0
+        self.entries = 0
+
+    def _record_arrives(self, record_phy: np.ndarray) -> None:
+        if self._open or not len(record_phy):
+            return
+        if self._filled_at is None or bool((record_phy > self._filled_at).any()):
+            self._open = True
+
+    def add(self, key_hash, phy, ts, record_phy) -> None:
+        key_hash = np.asarray(key_hash)
+        phy = np.asarray(phy, dtype=np.int64)
+        ts = np.asarray(ts, dtype=np.int64)
+        record_phy = np.asarray(record_phy, dtype=np.int64)
+        if self.seed_phy > 0:
+            keep = phy >= self.seed_phy        # below the open file's end: already indexed
+            if self.skip_at_seed:
+                at_seed = np.flatnonzero(phy == self.seed_phy)[:self.skip_at_seed]
+                keep[at_seed] = False
+                self.skip_at_seed -= len(at_seed)
+            key_hash, phy, ts = key_hash[keep], phy[keep], ts[keep]
+            record_phy = record_phy[record_phy >= self.seed_phy]
+        self._record_arrives(record_phy)
+        pos = 0
+        while pos < len(key_hash):
+            take = min(self.capacity - self._in_file, len(key_hash) - pos)
+            # copies: the caller's arrays may be views of memory it reuses
+            self._pending.append((key_hash[pos:pos + take].copy(), phy[pos:pos + take].copy(),
+                                  ts[pos:pos + take].copy()))
+            self._pending_n += take
+            self._in_file += take
+            self._open = True
+            pos += take
+            if self._in_file == self.capacity:
+                self._flush()
+                self._filled_at = int(phy[pos - 1])
+            elif self._pending_n >= self.fold_keys:
+                self._fold()
+        self._record_arrives(record_phy)
+
+    def _fold(self) -> None:
+        """Append the pending keys to the open file (opening it first)."""
+        if self._image is None:
+            if self.open_image is not None:
+                self._image = IndexFileImage(self.open_image.header.copy(), self.open_image.slots.copy(),
+                                             self.open_image.entries, self.hash_slots, self.index_entries)
+                self.open_image = None
+            else:
+                self._image = empty_index_image(self.hash_slots, self.index_entries, self.seed_phy, self.seed_ts)
+            self._out = self.open_file() if self.open_file is not None else None
+        parts = self._pending
+        if not parts:
+            return
+        kh = np.concatenate([p[0] for p in parts])
+        ph = np.concatenate([p[1] for p in parts])
+        tt = np.concatenate([p[2] for p in parts])
+        self._pending, self._pending_n = [], 0
+        image = self._image
+        first = max(int(image.header["index_count"][0]), FIRST_INDEX)
+        new = append_index_keys(image.header, image.slots, self.index_entries, kh, ph, tt)
+        if self._out is not None:
+            self._out.write_entries(first, new)
+        else:
+            self._parts.append(new)
+
+    def _flush(self) -> None:
+        """Close the open file: its image to the sink, a new file's seed from its end."""
+        self._fold()
+        image, self._image = self._image, None
+        if self._parts:
+            entries = np.empty(len(image.entries) + sum(len(p) for p in self._parts), INDEX_ENTRY_DTYPE)
+            at = len(image.entries)
+            entries[:at] = image.entries
+            for p in self._parts:
+                entries[at:at + len(p)] = p
+                at += len(p)
+            image.entries, self._parts = entries, []
+        added = int(image.header["index_count"][0]) - FIRST_INDEX
+        if self._out is not None:
+            self._out.close(image)
+            self._out = None
+        self._open = False
+        self.files += 1
+        self.entries += added - max(0, self._opened_with)
+        self._opened_with = 0
+        self._in_file = 0
+        self.seed_phy = int(image.header["end_phy_offset"][0])
+        self.seed_ts = int(image.header["end_timestamp"][0])
+        self.sink(image)
+
+    def finish(self) -> None:
+        if self._open:
+            self._flush()

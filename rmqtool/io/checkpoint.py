@@ -1,0 +1,66 @@
+"""Read the ``checkpoint`` file (format.md §6)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, asdict
+from pathlib import Path
+
+import numpy as np
+
+from formats.checkpoint import CHECKPOINT_DTYPE, CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS, MIN_TIMESTAMP_SLACK_MS
+from rmqtool.errors import CorruptDataError
+from rmqtool.io.fileio import read_file
+
+
+@dataclass
+class CheckpointValues:
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+    master_flushed_offset: int
+    confirm_phy_offset: int
+    file_size: int
+    nonzero_bytes_after_fields: int
+
+    @property
+    def min_timestamp(self) -> int:
+        """upstream getMinTimestamp(): max(0, min(physic, logics) - 3000)."""
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - MIN_TIMESTAMP_SLACK_MS)
+
+    @property
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp, self.index_msg_timestamp)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["min_timestamp"] = self.min_timestamp
+        d["min_timestamp_index"] = self.min_timestamp_index
+        return d
+
+
+def read_checkpoint(path: Path) -> CheckpointValues:
+    data = read_file(path, exact=False)
+    if len(data) < CHECKPOINT_DTYPE.itemsize:
+        raise CorruptDataError(
+            f"checkpoint is {len(data)} bytes, needs at least {CHECKPOINT_DTYPE.itemsize} "
+            f"(normally {CHECKPOINT_FILE_SIZE})", path, len(data))
+    rec = np.frombuffer(data, dtype=CHECKPOINT_DTYPE, count=1)[0]
+    tail = np.frombuffer(data[CHECKPOINT_DTYPE.itemsize:], dtype=np.uint8)
+    return CheckpointValues(*(int(rec[name]) for name in CHECKPOINT_DTYPE.names),
+                            file_size=len(data), nonzero_bytes_after_fields=int(np.count_nonzero(tail)))
+
+
+def require_checkpoint(values: CheckpointValues, path: Path) -> CheckpointValues:
+    """A file read as a checkpoint must look like one (``dump checkpoint FILE``): the broker's
+    4096-byte page, zeros after the five longs, no negative timestamp or offset."""
+    if values.file_size != CHECKPOINT_FILE_SIZE:
+        raise CorruptDataError(f"not a checkpoint: {values.file_size} bytes, a checkpoint file is "
+                               f"{CHECKPOINT_FILE_SIZE}", path, 0)
+    if values.nonzero_bytes_after_fields:
+        raise CorruptDataError(f"not a checkpoint: {values.nonzero_bytes_after_fields} non-zero bytes after "
+                               f"the {CHECKPOINT_DTYPE.itemsize}-byte fields, where the broker leaves zeros",
+                               path, CHECKPOINT_DTYPE.itemsize)
+    for name in CHECKPOINT_DTYPE.names:
+        if getattr(values, name) < 0:
+            raise CorruptDataError(f"not a checkpoint: {name} is negative ({getattr(values, name)})",
+                                   path, CHECKPOINT_OFFSETS[name])
+    return values

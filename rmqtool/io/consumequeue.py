@@ -1,0 +1,80 @@
+"""Read ConsumeQueue files: units up to the logical end (format.md §4)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
+                                  PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.segments import SegmentQueue
+
+
+@dataclass
+class ConsumeQueueUnits:
+    """Units of one queue in queue-offset order, with where each one lives."""
+    topic: str
+    queue_id: int
+    units: np.ndarray                 # CQ_UNIT_DTYPE
+    queue_offset: np.ndarray          # int64
+    file_index: np.ndarray            # index into queue.files
+    position: np.ndarray              # byte position inside that file
+    queue: SegmentQueue
+    end_queue_offset: int             # next queue offset to be written (getMaxOffsetInQueue)
+    stale_units_after_end: int = 0    # non-zero units found past the logical end
+    short_files: list = field(default_factory=list)   # (path, size) of files not a whole unit count
+
+    @property
+    def pre_blank(self) -> np.ndarray:
+        u = self.units
+        return ((u["commitlog_offset"] == PRE_BLANK_COMMITLOG_OFFSET) & (u["size"] == PRE_BLANK_SIZE)
+                & (u["tags_code"] == PRE_BLANK_TAGS_CODE))
+
+    def __len__(self):
+        return len(self.units)
+
+
+def valid_units(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The broker's test of a unit (ConsumeQueue load/recover): commitlog offset >= 0 and
+    size > 0. A queue's logical end is its first unit that fails it."""
+    return (offsets >= 0) & (sizes > 0)
+
+
+def logical_end(units: np.ndarray) -> int:
+    """How many units (``CQ_UNIT_DTYPE``) come before the first one that is not valid."""
+    invalid = np.flatnonzero(~valid_units(units["commitlog_offset"], units["size"]))
+    return int(invalid[0]) if len(invalid) else len(units)
+
+
+def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUnits:
+    """Read every file; the logical end is the first unit with offset < 0 or size <= 0."""
+    parts, qoffs, fidx, poss = [], [], [], []
+    stale, short = 0, []
+    ended = False
+    end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
+    for i, seg in enumerate(queue.files):
+        with ReadOnlyFile(seg.path) as fh:
+            size = fh.size()
+            raw = fh.read(0, size, exact=False)
+        usable = len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+        if usable != len(raw):
+            short.append((str(seg.path), len(raw)))
+        units = np.frombuffer(raw[:usable], CQ_UNIT_DTYPE)
+        if ended:
+            stale += int(np.count_nonzero(units["size"]))
+            continue
+        take = logical_end(units)
+        parts.append(units[:take])
+        positions = np.arange(take, dtype=np.int64) * CQ_UNIT_SIZE
+        poss.append(positions)
+        qoffs.append((seg.start + positions) // CQ_UNIT_SIZE)
+        fidx.append(np.full(take, i, dtype=np.int32))
+        end_q = (seg.start + take * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        if take < len(units) or usable < queue.file_size:
+            ended = True
+            rest = units[take:]
+            stale += int(np.count_nonzero(rest["size"] > 0))
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+    return ConsumeQueueUnits(topic, queue_id, cat(parts, CQ_UNIT_DTYPE), cat(qoffs, np.int64),
+                             cat(fidx, np.int32), cat(poss, np.int64), queue, end_q, stale, short)

@@ -1,0 +1,266 @@
+"""The store model: every file of a broker store directory, its geometry and liveness."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
+from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
+from rmqtool.errors import StoreLayoutError, UsageError
+from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
+from rmqtool.io.liveness import LockOwner, lock_owner
+from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue
+
+INDEX_NAME = re.compile(r"^\d{17}$")
+MULTI_PATH_SEPARATOR = ","
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    topic: str
+    queue_id: int
+    path: Path
+
+
+class Store:
+    """A broker store root (or a bare commitlog directory), read-only.
+
+    ``commitlog_dirs`` overrides where segments live (comma-separated multi-path, as
+    ``storePathCommitLog``); index geometry defaults to upstream's and is checked
+    against the files, or inferred from their content.
+    """
+
+    def __init__(self, path: str | Path, commitlog_dirs: str | None = None,
+                 index_slots: int | None = None, index_entries: int | None = None,
+                 commitlog_file_size: int | None = None, cq_file_size: int | None = None):
+        self.root = Path(path)
+        self._reopen_args = (path, commitlog_dirs, index_slots, index_entries, commitlog_file_size, cq_file_size)
+        if not self.root.exists():
+            raise StoreLayoutError("no such file or directory", self.root)
+        if not self.root.is_dir():
+            raise StoreLayoutError("not a directory (use the store root, or a single file with dump)",
+                                   self.root)
+        if commitlog_dirs:
+            self.commitlog_dirs = [Path(p) for p in commitlog_dirs.split(MULTI_PATH_SEPARATOR) if p]
+        elif (self.root / "commitlog").is_dir():
+            self.commitlog_dirs = [self.root / "commitlog"]
+        elif any(SEGMENT_NAME.match(n) for n in os.listdir(self.root)):
+            self.commitlog_dirs = [self.root]          # a bare commitlog directory
+        else:
+            self.commitlog_dirs = [self.root / "commitlog"]
+        self._index_slots, self._index_entries = index_slots, index_entries
+        self._commitlog_file_size = commitlog_file_size
+        self._cq_file_size = cq_file_size
+        if not self.looks_like_store():
+            if self.root.name in ("consumequeue", "index"):
+                self.require_root()
+            raise StoreLayoutError(
+                "not a RocketMQ store: no commitlog/, consumequeue/, index/ or checkpoint", self.root)
+
+    # --- paths -------------------------------------------------------------------------
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def batchconsumequeue_dir(self) -> Path:
+        return self.root / "batchconsumequeue"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort_path(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    def identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the root directory: it changes when ``write`` swaps a new root in."""
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def reopen(self) -> "Store":
+        """A fresh view of the same path (nothing cached from this one)."""
+        return Store(*self._reopen_args)
+
+    def require_root(self) -> "Store":
+        """Refuse a bare data directory where a command needs the store root (verify, rebuild):
+        it has no ConsumeQueues, index or checkpoint of its own to check or to write into."""
+        kind = self.root.name if self.root.name in ("commitlog", "consumequeue", "index") else None
+        if self.commitlog_dirs == [self.root] or kind is not None:
+            what = f"{'an' if kind == 'index' else 'a'} {kind} directory" if kind else "a bare commitlog directory"
+            raise UsageError(f"is {what}, not a store root; pass the store root (its parent, "
+                             f"{self.root.resolve().parent})", self.root)
+        return self
+
+    def require_topic(self, topic: str, queue_id: int | None = None) -> None:
+        """A --topic/--queue naming no ConsumeQueue of the store is a mistake, not an empty answer:
+        ``no topic 'ordertopic' (did you mean 'OrderTopic'?)``. A store without ConsumeQueues
+        (deleted, about to be rebuilt) has no list to check against: anything goes."""
+        refs = self.queues()
+        if not refs:
+            return
+        topics = sorted({r.topic for r in refs})
+        if topic not in topics:
+            folded = [t for t in topics if t.lower() == topic.lower()]
+            near = folded or difflib.get_close_matches(topic, topics, n=3, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(repr(t) for t in near)}?)" if near else \
+                f" ({len(topics)} topics: {', '.join(topics[:8])}{', ...' if len(topics) > 8 else ''})"
+            raise UsageError(f"no topic {topic!r}{hint}", self.consumequeue_dir)
+        if queue_id is not None:
+            ids = sorted(r.queue_id for r in refs if r.topic == topic)
+            if queue_id not in ids:
+                raise UsageError(f"topic {topic!r} has no queue {queue_id} (queues: "
+                                 f"{', '.join(map(str, ids))})", self.consumequeue_dir / topic)
+
+    def looks_like_store(self) -> bool:
+        return (any(d.is_dir() for d in self.commitlog_dirs) or self.consumequeue_dir.is_dir()
+                or self.index_dir.is_dir() or self.checkpoint_path.is_file())
+
+    # --- commitlog ---------------------------------------------------------------------------
+    @cached_property
+    def commitlog(self) -> SegmentQueue:
+        return SegmentQueue.discover(self.commitlog_dirs, "commitlog", self._commitlog_file_size)
+
+    def locate(self, offset: int) -> tuple[Segment, int] | None:
+        """The commitlog file holding ``offset`` and the position inside it."""
+        return self.commitlog.locate(offset)
+
+    # --- consume queues ------------------------------------------------------------------------
+    def queues(self, batch: bool = False) -> list[QueueRef]:
+        """Every ``consumequeue/<topic>/<queueId>/`` (non-integer queue dirs skipped)."""
+        base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
+        refs = []
+        try:
+            topics = sorted(os.scandir(base), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return refs
+        for t in topics:
+            if not t.is_dir(follow_symlinks=False):
+                continue          # RocksDB files and strays live here too
+            for q in sorted(os.scandir(t.path), key=lambda e: e.name):
+                if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
+                    refs.append(QueueRef(t.name, int(q.name), Path(q.path)))
+        refs.sort(key=lambda r: (r.topic, r.queue_id))
+        return refs
+
+    def queue(self, topic: str, queue_id: int, batch: bool = False) -> SegmentQueue:
+        base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
+        unit = BCQ_UNIT_SIZE if batch else CQ_UNIT_SIZE
+        return SegmentQueue.discover([base / topic / str(queue_id)], "consumequeue",
+                                     self.cq_file_size(unit) if not batch else None, unit)
+
+    def cq_file_size(self, unit: int = CQ_UNIT_SIZE) -> int | None:
+        """Nominal CQ file size: explicit, else the most common full-file size across queues."""
+        if self._cq_file_size:
+            return self._cq_file_size
+        if not hasattr(self, "_cq_size_cache"):
+            from collections import Counter
+            seen = Counter()
+            for ref in self.queues()[:64]:
+                q = SegmentQueue.discover([ref.path], "consumequeue", None, unit)
+                if len(q.files) >= 2:
+                    seen[q.file_size] += 3
+                elif q.files and q.files[0].size:
+                    seen[q.files[0].size] += 1
+            self._cq_size_cache = seen.most_common(1)[0][0] if seen else None
+        return self._cq_size_cache
+
+    # --- index ---------------------------------------------------------------------------------
+    def index_files(self) -> list[Path]:
+        try:
+            names = sorted(e.name for e in os.scandir(self.index_dir)
+                           if e.is_file(follow_symlinks=False) and INDEX_NAME.match(e.name))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [self.index_dir / n for n in names]
+
+    @cached_property
+    def index_geometry(self) -> IndexGeometry:
+        files = []
+        for p in self.index_files():
+            try:
+                files.append((p, p.stat().st_size))
+            except FileNotFoundError:            # deleted since listing: nothing to infer from
+                continue
+        return resolve_geometry(files, self._index_slots, self._index_entries)
+
+    @property
+    def requested_index_geometry(self) -> IndexGeometry | None:
+        """The geometry given by the caller (``--index-slots``/``--index-entries``), if any."""
+        if self._index_slots and self._index_entries:
+            return IndexGeometry(self._index_slots, self._index_entries)
+        return None
+
+    # --- checkpoint, liveness, config --------------------------------------------------------------
+    def checkpoint(self) -> CheckpointValues | None:
+        if not self.checkpoint_path.is_file():
+            return None
+        return read_checkpoint(self.checkpoint_path)
+
+    def abort_present(self) -> bool:
+        return self.abort_path.is_file()
+
+    def lock_owner(self) -> LockOwner | None:
+        """Who holds ``lock``: a running broker, or another rmqtool writer (``rmqtool.io.storelock``);
+        None when free, absent, or held by this process."""
+        if not self.lock_path.is_file():
+            return None
+        return lock_owner(self.lock_path)
+
+    def lock_holder(self) -> int | None:
+        """PID (or -1) of the process holding ``lock`` (a broker or an rmqtool writer); None when free."""
+        owner = self.lock_owner()
+        return None if owner is None else owner.pid
+
+    def is_live(self) -> bool:
+        """Someone else is changing the store: a broker, or an rmqtool writer, holds ``lock``."""
+        return self.lock_owner() is not None
+
+    def symlinks(self) -> list[tuple[Path, str]]:
+        """Every symlink inside the store (and inside commitlog dirs outside the root), with its
+        target as stored; never followed. A root-level ``commitlog`` link is listed too."""
+        from rmqtool.io.install import symlinks_under
+        found = symlinks_under(self.root)
+        root = os.path.realpath(self.root)
+        for d in self.commitlog_dirs:
+            real = os.path.realpath(d)
+            if real != root and not real.startswith(root + os.sep):
+                found += symlinks_under(d)
+        return found
+
+    def config(self) -> dict[str, object]:
+        """``config/*.json`` parsed (falling back to ``.bak`` like the broker); errors as strings."""
+        out: dict[str, object] = {}
+        if not self.config_dir.is_dir():
+            return out
+        for p in sorted(self.config_dir.glob("*.json")):
+            for candidate in (p, p.with_name(p.name + ".bak")):
+                try:
+                    text = candidate.read_text(encoding="utf-8")
+                    if text.strip():
+                        out[p.name] = json.loads(text)
+                        break
+                except (OSError, ValueError) as exc:
+                    out[p.name] = f"unreadable: {exc}"
+        return out

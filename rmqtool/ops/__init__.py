@@ -1,0 +1,1 @@
+"""The library entry points: info, dump, locate, query, verify, rebuild, write, export."""

@@ -1,0 +1,55 @@
+"""`query-id`: an offsetMsgId if a record really starts there, else a UNIQ_KEY (format.md §2.7)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rmqtool.records.ids import decode_offset_msg_id, decode_uniq_key
+from rmqtool.ops.query.bykey import Hit, query_key
+from rmqtool.records.single import RecordReader
+
+KIND_OFFSET = "offsetMsgId"
+KIND_UNIQ = "uniqKey"
+
+
+@dataclass
+class IdResult:
+    kind: str | None
+    hits: list[Hit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    decoded: dict | None = None     # offsetMsgId: host/port/offset; UNIQ_KEY: ip/pid/time
+
+
+def query_id(store, msg_id: str, scan: bool = False) -> IdResult:
+    msg_id = msg_id.strip()
+    res = IdResult(None)
+    decoded = decode_offset_msg_id(msg_id)
+    if decoded is not None:
+        address, port, offset = decoded
+        reader = RecordReader(store)
+        try:
+            batch = reader.read(offset)
+            if batch is not None and int(batch.stored_phy_offset[0]) == offset \
+                    and batch.host("store", 0) == (address, port):
+                res.kind = KIND_OFFSET
+                res.decoded = {"store_host": batch.record(0)["store_host"], "phy_offset": offset}
+                res.hits = [Hit(batch, 0, offset, "offset_msg_id", True)]
+                return res
+        finally:
+            reader.close()
+        res.notes.append(f"not an offsetMsgId of this store (no record at offset {offset} from "
+                         f"that store host); trying it as a UNIQ_KEY")
+    found = query_key(store, msg_id, None, uniq_only=True, scan=scan, rollback=True)
+    if not found.hits and not scan:
+        found.notes.append("not found through the index; scanning the whole CommitLog")
+        again = query_key(store, msg_id, None, uniq_only=True, scan=True, rollback=True)
+        found.hits, found.notes = again.hits, found.notes + again.notes
+    res.notes += found.notes
+    res.hits = found.hits
+    res.kind = KIND_UNIQ
+    born = store_ts = None
+    if found.hits:
+        rec = found.hits[-1].batch                 # the oldest copy: the producer's original
+        born = int(rec.born_timestamp[found.hits[-1].row])
+        store_ts = int(rec.store_timestamp[found.hits[-1].row])
+    res.decoded = decode_uniq_key(msg_id, born, store_ts)
+    return res

@@ -1,0 +1,228 @@
+"""`query-key`: upstream IndexService lookup, confirmed on the CommitLog, plus un-indexed ranges.
+
+Default mode: walk every index file for ``topic#key`` (every known topic when no topic
+is given), read each hash hit's record and keep it only if its topic is the one
+searched and its UNIQ_KEY or a KEYS token equals the key and its store time is in the
+window. CommitLog ranges that no usable index file covers (before the first file,
+between files, after the last entry, or the range of an unusable file) are scanned,
+and what is found there is reported as not indexed. ``raw`` returns upstream's
+unconfirmed hits in upstream's order.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from formats.indexfile import KEY_JOINER
+from rmqtool.errors import RmqError, UnreadableError, UsageError
+from rmqtool.kernels.javahash import index_key_hash
+from rmqtool.ops.query.indexwalk import IndexSet
+from rmqtool.records.single import RecordReader, match_kind, scan_batch
+
+LONG_MAX = (1 << 63) - 1
+GAP_CHUNK_MIN, GAP_CHUNK_MAX = 1 << 16, 8 << 20   # scan windows: small gaps read little
+UPSTREAM_MAX_NUM = 64          # maxMsgsNumBatch: IndexService caps maxNum at this
+
+
+@dataclass
+class Hit:
+    batch: object                 # one RecordBatch holding the record
+    row: int
+    phy_offset: int
+    match: str                    # "uniq_key" or "keys"
+    indexed: bool                 # found through the index (False: only by scanning)
+    index_file: str | None = None
+
+    def record(self, body: str = "none") -> dict:
+        rec = self.batch.record(self.row, body=body)
+        rec["matched_by"] = self.match
+        rec["indexed"] = self.indexed
+        rec["index_file"] = self.index_file
+        return rec
+
+
+@dataclass
+class KeyResult:
+    hits: list[Hit] = field(default_factory=list)
+    raw: list[dict] = field(default_factory=list)       # --raw: {topic, phy_offset}
+    notes: list[str] = field(default_factory=list)      # for stderr
+    topics: list[str] = field(default_factory=list)
+    scanned_bytes: int = 0
+    unconfirmed: int = 0                                # hash hits that were not the key
+
+
+def store_topics(store) -> list[str]:
+    """Topic names from consumequeue/ and batchconsumequeue/ directories and config/topics.json."""
+    names = set()
+    for base in (store.consumequeue_dir, store.batchconsumequeue_dir):
+        try:
+            names.update(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+    for candidate in ("topics.json", "topics.json.bak"):
+        try:
+            with open(store.config_dir / candidate, encoding="utf-8") as fh:
+                table = json.load(fh).get("topicConfigTable") or {}
+            names.update(table)
+            break
+        except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape
+            continue
+    return sorted(names)
+
+
+def open_index(store, notes: list[str]) -> IndexSet | None:
+    paths = store.index_files()
+    if not paths:
+        notes.append(f"no index files in {store.index_dir}")
+        return None
+    try:
+        geometry = store.index_geometry
+    except RmqError as exc:
+        notes.append(f"index unusable ({exc})")
+        return None
+    index = IndexSet(paths, geometry.hash_slots, geometry.index_entries)
+    for f in index.files:
+        if f.problem:
+            notes.append(f"index file {f.path} unusable: {f.problem}")
+    return index
+
+
+def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: int = LONG_MAX,
+              max_num: int | None = None, raw: bool = False, scan: bool = False,
+              uniq_only: bool = False, rollback: bool = False) -> KeyResult:
+    if not key:
+        raise UsageError("the key is empty")
+    if max_num is not None and max_num <= 0:
+        raise UsageError(f"--max must be positive, not {max_num}")
+    res = KeyResult()
+    res.topics = [topic] if topic is not None else store_topics(store)
+    index = None if scan and not raw else open_index(store, res.notes)
+    try:
+        if raw:
+            if index is not None:
+                cap = min(max_num, UPSTREAM_MAX_NUM) if max_num is not None else LONG_MAX
+                for t in res.topics:
+                    h = index_key_hash(t + KEY_JOINER + key)
+                    res.raw += [{"topic": t, "phy_offset": p}
+                                for p in index.upstream_query(h, cap, begin, end, res.notes)]
+            return res
+        reader = RecordReader(store)
+        try:
+            found: dict[int, Hit] = {}
+            if index is not None:
+                _index_hits(index, reader, res, key, begin, end, uniq_only, found)
+                for name, why in index.damaged.items():
+                    res.notes.append(f"index file {name} is damaged ({why}); scanning its range")
+                gaps = uncovered_ranges(store, index)
+            else:
+                if not scan:
+                    res.notes.append("falling back to a CommitLog scan")
+                gaps = uncovered_ranges(store, None)
+            for lo, hi in gaps:
+                res.scanned_bytes += _scan_range(store, lo, hi, key, topic, begin, end,
+                                                 (uniq_only, rollback), found, res)
+        finally:
+            reader.close()
+    finally:
+        if index is not None:
+            index.close()
+    hits = sorted(found.values(), key=lambda h: -h.phy_offset)
+    if max_num is not None:
+        hits = hits[:max_num]
+    res.hits = hits
+    not_indexed = sum(1 for h in hits if not h.indexed)
+    if index is not None and not_indexed:
+        res.notes.append(f"{not_indexed} match(es) are in the CommitLog but not in the index")
+    return res
+
+
+def _index_hits(index, reader, res, key, begin, end, uniq_only, found) -> None:
+    for t in res.topics:
+        h = index_key_hash(t + KEY_JOINER + key)
+        for phy, f, _ in index.candidates(h, begin, end):
+            if phy in found:
+                continue
+            batch = reader.read(phy)
+            if batch is None:
+                res.unconfirmed += 1
+                continue
+            kind = match_kind(batch, 0, key, t, uniq_only)
+            ts = int(batch.store_timestamp[0])
+            if kind and begin <= ts <= end:
+                found[phy] = Hit(batch, 0, phy, kind, True, f.name)
+            else:
+                res.unconfirmed += 1
+
+
+def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
+    """CommitLog [lo, hi) ranges whose records no usable (undamaged) index file covers.
+
+    A file covers [beginPhyOffset, endPhyOffset]; the record at endPhyOffset is scanned
+    again (a record's keys can still be going in), and duplicates are merged.
+    """
+    cl = store.commitlog
+    if not cl.files:
+        return []
+    lo_all, hi_all = cl.min_offset, cl.end_offset
+    covered = sorted((f.begin_phy_offset, f.end_phy_offset) for f in (index.files if index else [])
+                     if f.has_entries and f.name not in index.damaged)
+    gaps, cursor = [], lo_all
+    for b, e in covered:
+        if b > cursor:
+            gaps.append((cursor, min(b, hi_all)))
+        cursor = max(cursor, e)
+    if cursor < hi_all:
+        gaps.append((cursor, hi_all))
+    return [(lo, hi) for lo, hi in gaps if lo < hi]
+
+
+def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
+    from rmqtool.records.scan import END_CORRUPT, find_record_start
+    scanned = 0
+    cl = store.commitlog
+    for seg in cl.files:
+        if seg.start + cl.file_size <= lo or seg.start >= hi:
+            continue
+        start = max(lo - seg.start, 0)
+        stop = min(hi - seg.start, cl.file_size)
+        try:
+            n, last = _walk(seg, start, stop, key, topic, begin, end, how, found)
+            scanned += n
+            if last is not None and last.kind == END_CORRUPT and last.position == start:
+                again = find_record_start(seg.path, seg.start, start + 1, stop)
+                if again is not None:
+                    res.notes.append(f"{seg.path}@{start}: no record starts there; resumed at {again}")
+                    scanned += _walk(seg, again, stop, key, topic, begin, end, how, found)[0]
+        except UnreadableError:
+            raise                # a scan that skipped a file would be a partial answer
+        except RmqError as exc:
+            res.notes.append(f"scan stopped: {exc}")
+    return scanned
+
+
+def _walk(seg, start, stop, key, topic, begin, end, how, found):
+    """Scan [start, stop) of one file: a small first window (gaps are usually a few
+    records, and the live tail is followed by zeros), then large windows if it goes on."""
+    from rmqtool.records.scan import END_RANGE, FileScan
+    scanned, pos, chunk = 0, start, GAP_CHUNK_MIN
+    while True:
+        upto = stop if chunk == GAP_CHUNK_MAX else min(stop, pos + chunk)
+        scan = FileScan(seg.path, seg.start, lo=pos, hi=upto, chunk_size=chunk)
+        scanned += _consume(scan, key, topic, begin, end, how, found)
+        last = scan.end
+        if last is None or last.kind != END_RANGE or last.position >= stop or chunk == GAP_CHUNK_MAX:
+            return scanned, last
+        pos, chunk = last.position, GAP_CHUNK_MAX
+
+
+def _consume(scan, key, topic, begin, end, how, found) -> int:
+    scanned = 0
+    for batch in scan:
+        for row, kind in scan_batch(batch, key, topic, begin, end, *how):
+            phy = int(batch.phy_offset[row])
+            if phy not in found:
+                found[phy] = Hit(batch, row, phy, kind, False)
+        if len(batch):
+            scanned += int(batch.position[-1] + batch.size[-1] - batch.position[0])
+    return scanned

@@ -1,0 +1,99 @@
+"""Recovery forecast: what the broker would do with this store at its next start (format.md §3).
+
+The valid end comes from the broker's own walk (``recovery.valid_end``: from the start
+file, CRC on, BLANK moves to the next file, first failure stops). From it follow the
+CommitLog files deleted (wholly past the end), the ConsumeQueue tails truncated (units
+at or past the end), and on an abnormal start the index files deleted (endTimestamp >
+checkpoint indexMsgTimestamp). Records past the dispatch and index frontiers are the
+ones the broker has not dispatched / indexed yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rmqtool.broker.recovery import RecoveryStart, recovery_start, valid_end
+from rmqtool.ops.verify.records import RecordTable
+
+LIST_LIMIT = 10_000
+
+
+@dataclass
+class Pending:
+    """Records past a frontier, gathered chunk by chunk: all counted, the first ``LIST_LIMIT`` listed."""
+    count: int = 0
+    listing: list = field(default_factory=list)
+    first: tuple | None = None            # (file, position, commitlog offset) of the first one
+
+    def add(self, table: RecordTable, rows: list[int]) -> None:
+        if rows and self.first is None:
+            path, pos = table.where(rows[0])
+            self.first = (path, pos, int(table.cols["phy"][rows[0]]))
+        self.count += len(rows)
+        room = LIST_LIMIT - len(self.listing)
+        self.listing.extend(table.describe(i) for i in rows[:max(room, 0)])
+
+
+def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
+    """Start files for both modes and the valid end of the mode the abort file selects.
+
+    ``replay(start)`` may give the walk's result from data already read (deep verify);
+    otherwise the broker's walk runs again from the start file.
+    """
+    mode = "abnormal" if store.abort_present() else "normal"
+    starts: dict[str, RecoveryStart] = {
+        "normal": recovery_start(store, "normal", max_phy=dispatch_from),
+        "abnormal": recovery_start(store, "abnormal"),
+    }
+    start = starts[mode]
+    end, stop, messages = replay(start) if replay is not None else valid_end(store, start)
+    return {"mode": mode, "starts": starts, "start": start, "valid_end": end, "stop": stop,
+            "messages_walked": messages}
+
+
+def truncated_units(qu, end: int) -> dict | None:
+    """What recovery truncates of one queue (``QueueUnits``): its units at or past ``end``."""
+    past = qu.offset >= end
+    if not past.any():
+        return None
+    return {"topic": qu.topic, "queue_id": qu.queue_id, "from_queue_offset": int(qu.qoff[past][0]),
+            "units": int(past.sum()), "to_queue_offset": int(qu.end_qoff)}
+
+
+def forecast(store, walk: dict, truncated: list[dict], index_states: list, checkpoint: dict | None,
+             dispatch_from: int, index_frontier: int | None, not_dispatched: Pending, not_indexed: Pending) -> dict:
+    """``truncated``: ``truncated_units`` of every queue, sorted by topic and queue."""
+    end = walk["valid_end"]
+    stop = walk["stop"]
+    files = store.commitlog.files
+    deleted_cl = [seg.name for seg in files if seg.start > end]
+    index_deleted = []
+    if checkpoint is not None:
+        limit = checkpoint["index_msg_timestamp"]
+        index_deleted = [s.path.rsplit("/", 1)[-1] for s in index_states
+                         if s.header is not None and s.header.end_timestamp > limit]
+
+    return {
+        "mode": walk["mode"],
+        "abort_present": store.abort_present(),
+        "start_file": walk["start"].file_name,
+        "start_rule": walk["start"].rule,
+        "normal_start_file": walk["starts"]["normal"].file_name,
+        "abnormal_start_file": walk["starts"]["abnormal"].file_name,
+        "v4_9_normal_start_file": walk["start"].v4_9_normal_file,
+        "valid_end": end,
+        "end_kind": stop.kind if stop else None,
+        "end_file": stop.path if stop else None,
+        "end_position": stop.position if stop else None,
+        "end_detail": (stop.detail or None) if stop else None,
+        "messages_walked_from_start": walk["messages_walked"],
+        "commitlog_files_deleted": deleted_cl,
+        "consume_queues_truncated": truncated,
+        "index_files_deleted": index_deleted if walk["mode"] == "abnormal" else [],
+        "index_files_deleted_on_abnormal_start": index_deleted,
+        "dispatch_from": dispatch_from,
+        "not_dispatched_count": not_dispatched.count,
+        "not_dispatched": not_dispatched.listing,
+        "index_frontier": index_frontier,
+        "not_indexed_count": not_indexed.count,
+        "not_indexed": not_indexed.listing,
+    }

@@ -1,0 +1,330 @@
+"""``verify``: run every check over a store, read-only, and assemble the report.
+
+Order: CommitLog walk (record table, in chunks) -> every ConsumeQueue (dispatch frontier)
+-> the broker's recovery walk (valid end) -> CQ and index checks (shallow, one file at a
+time; deep: units and entries routed to the chunk of records they point into) -> the
+joins, chunk by chunk -> checkpoint -> forecast. Memory follows the chunk, one queue and
+one index file, not the store (``chunks``). ``--only`` limits which kinds *report* findings; the CommitLog walk and the
+queues are still read because the cross-checks and the forecast need them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqtool.io.checkpoint import CheckpointValues
+from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
+from rmqtool.ops.verify.checkpoint import RecordTimes, check_checkpoint, read_checkpoint_first
+from rmqtool.ops.verify.chunks import RoutedRows, SpillDir, runs
+from rmqtool.ops.verify.commitlog import CommitLogVerifier, QueueOffsetCheck, valid_end_from_walk
+from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, deep_unit_checks, missing_units, not_dispatched_finding,
+                                         queue_part, read_queue, shallow_unit_checks, unit_rows)
+from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.ops.verify.forecast import Pending, forecast, recovery_walk, truncated_units
+from rmqtool.ops.verify.index import (ENTRY_ROW, PastEnd, check_index_file, deep_index_checks, entry_rows, missing_keys,
+                                  not_indexed_finding)
+
+KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
+LEVELS = ("shallow", "deep")
+FAIL_ON = ("error", "warning")
+_SEVERITY_KIND = {"commitlog": "commitlog", "dispatch": "commitlog", "cq": "consumequeue", "index": "index",
+                  "checkpoint": "checkpoint"}
+
+
+@dataclass
+class VerifyOptions:
+    level: str = "shallow"
+    only: tuple[str, ...] = KINDS
+    topic: str | None = None
+    queue_id: int | None = None
+    limit_per_check: int | None = 1000
+    chunk_records: int | None = None     # records per join chunk (default ``chunks.CHUNK_RECORDS``)
+
+    def validate(self) -> None:
+        if self.level not in LEVELS:
+            raise UsageError(f"--level must be one of {', '.join(LEVELS)}, not {self.level!r}")
+        for kind in self.only:
+            if kind not in KINDS:
+                raise UsageError(f"--only takes {', '.join(KINDS)}, not {kind!r}")
+        if self.queue_id is not None and self.topic is None:
+            raise UsageError("--queue needs --topic")
+
+
+@dataclass
+class VerifyReport:
+    store: str
+    options: VerifyOptions
+    sink: FindingSink
+    summary: dict = field(default_factory=dict)
+    forecast: dict = field(default_factory=dict)
+
+    @property
+    def findings(self):
+        return self.sink.sorted()
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        if self.sink.total(ERROR):
+            return EXIT_FINDINGS
+        if fail_on == "warning" and self.sink.total(WARNING):
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def as_dict(self) -> dict:
+        return {"store": self.store, "level": self.options.level, "only": list(self.options.only),
+                "topic": self.options.topic, "queue_id": self.options.queue_id,
+                "summary": self.summary, "forecast": self.forecast,
+                "findings": [f.as_dict() for f in self.findings]}
+
+
+def _geometry(store, sink: FindingSink):
+    try:
+        return store.index_geometry
+    except StoreLayoutError as exc:
+        if store.requested_index_geometry is not None:
+            return store.requested_index_geometry
+        sink.add("index.file-size", exc.path, None, exc.message + "; index files not checked", excerpt=False)
+        return None
+
+
+#: how many times verify reads a store again when ``write`` swapped in a new root meanwhile
+READ_ATTEMPTS = 4
+
+
+def verify(store, options: VerifyOptions | None = None, progress=None, engine=None,
+           split_size: int | None = None) -> VerifyReport:
+    """Verify a store without writing anything; findings go into the report, never raised.
+
+    ``engine`` (an ``rmqtool.engines.Engine``) runs the CommitLog walk and the per-record
+    checks as tasks over ``split_size`` byte ranges; the report is the same as without it.
+
+    ``rmqtool write`` replaces the whole root at once (``rmqtool.io.install``); a run during
+    which that happened read parts of two versions, so it is repeated on the new root, up
+    to ``READ_ATTEMPTS`` runs; ``summary["reread_after_replace"]`` counts the repeats and
+    ``commitlog.replaced`` is reported when even the last run saw a replacement.
+    """
+    options = options or VerifyOptions()
+    options.validate()
+    for attempt in range(READ_ATTEMPTS):
+        before = store.identity()
+        if progress is not None and hasattr(progress, "restart"):
+            progress.restart()
+        report = _verify_once(store, options, progress, engine, split_size)
+        if store.identity() == before:
+            break
+        if attempt + 1 < READ_ATTEMPTS:
+            store = store.reopen()
+    else:
+        report.sink.add("commitlog.replaced", store.root, None,
+                        f"the store root was replaced while it was read, {READ_ATTEMPTS} runs in a row: "
+                        "findings may mix two versions of the store", excerpt=False)
+        _count_findings(report.summary, report.sink)
+    report.summary["reread_after_replace"] = attempt
+    return report
+
+
+def _verify_once(store, options: VerifyOptions, progress, engine, split_size) -> VerifyReport:
+    spill = SpillDir()
+    try:
+        return _verify_chunked(store, options, progress, engine, split_size, spill)
+    finally:
+        spill.close()
+
+
+def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size, spill: SpillDir) -> VerifyReport:
+    deep = options.level == "deep"
+    owner = store.lock_owner()        # a broker, or an rmqtool writer: either is changing the store
+    live = owner is not None
+    checkpoint = read_checkpoint_first(store)
+    sink = FindingSink(options.limit_per_check)
+    muted = FindingSink(0)
+    want = set(options.only)
+
+    def out(kind):
+        return sink if kind in want else muted
+
+    # 0. symlinks inside the store: listed, never followed
+    for path, dest in store.symlinks():
+        sink.add("store.symlink", path, None, f"symlink to {dest!r}: not followed (readers skip it, "
+                 "writers refuse it, rebuild carries it over as a link)", excerpt=False)
+
+    # 1. CommitLog: the walk's record table, in chunks of consecutive records
+    clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
+                            report_records="commitlog" in want, spill=spill, chunk_records=options.chunk_records)
+    clv.check_layout()
+    records = clv.walk(engine, split_size)
+    tid = records.topics.lookup(options.topic) if options.topic is not None else None
+
+    def selected(table):
+        c = table.cols
+        mask = np.ones(len(table), dtype=bool)
+        if tid is not None:
+            mask &= c["topic_id"] == tid
+            if options.queue_id is not None:
+                mask &= c["queue_id"] == options.queue_id
+        return mask
+
+    # 2. the dispatch frontier: the furthest unit of every ConsumeQueue (read again in 4)
+    refs = list(store.queues())
+    dispatch_from = 0
+    min_qoffs = {}
+    for ref in refs:
+        qu = read_queue(store, ref, muted)
+        min_qoffs[(ref.topic, ref.queue_id)] = qu.min_qoff
+        if len(qu.offset):
+            dispatch_from = max(dispatch_from, int((qu.offset + qu.size).max()))
+
+    # 3. the broker's recovery walk
+    replay = None
+    if deep and not clv.file_changed:
+        replay = lambda start: valid_end_from_walk(clv, records, start)   # noqa: E731
+    walk = recovery_walk(store, dispatch_from, replay)
+    end = walk["valid_end"]
+
+    # 4. ConsumeQueue checks, one queue at a time; deep: units routed to their records' chunk
+    units = expired = 0
+    cq_sink = out("consumequeue")
+    checked_queues: list[QueueUnits] = []
+    routed_units = RoutedRows("units", UNIT_ROW, records)
+    truncated = []
+    for ref in refs:
+        chosen = (options.topic is None or ref.topic == options.topic) and (
+            options.queue_id is None or ref.queue_id == options.queue_id)
+        qu = read_queue(store, ref, cq_sink if chosen else muted)
+        cut = truncated_units(qu, end)
+        if cut is not None:
+            truncated.append(cut)
+        if not chosen:
+            continue
+        units += len(qu.offset)
+        expired += shallow_unit_checks(qu, store, end, cq_sink, live)
+        if deep:
+            live_units = qu.offset >= store.commitlog.min_offset
+            routed_units.add(unit_rows(qu, len(checked_queues))[live_units], qu.offset[live_units])
+            checked_queues.append(_queue_header(qu))
+    truncated.sort(key=lambda t: (t["topic"], t["queue_id"]))
+
+    # 5. index files: shallow checks one file at a time; deep: entries routed to their records' chunk
+    ix_sink = out("index")
+    states = []
+    geometry = _geometry(store, ix_sink) if store.index_files() else None
+    routed_entries = RoutedRows("entries", ENTRY_ROW, records)
+    if geometry is not None:
+        def router(file_no):
+            def route(entries, first):
+                rows = entry_rows(entries, first, file_no)
+                routed_entries.add(rows, rows["phy"])
+            return route
+        for path in store.index_files():
+            states.append(check_index_file(path, geometry, ix_sink, live,
+                                           on_entries=router(len(states)) if deep else None))
+    usable = [s for s in states if s.usable]
+    frontier = max((s.header.end_phy_offset for s in usable), default=None)
+    lo = min((s.header.begin_phy_offset for s in usable), default=0)
+
+    # 6. the joins, one chunk of records (one CommitLog range) at a time
+    queue_offsets = None
+    if deep and "commitlog" in want:
+        queue_offsets = QueueOffsetCheck(sink, tid, options.queue_id if tid is not None else None, clv.damaged)
+    physic_ts = checkpoint.physic_msg_timestamp if isinstance(checkpoint, CheckpointValues) else None
+    times = RecordTimes(end, physic_ts)
+    not_dispatched, not_indexed = Pending(), Pending()
+    past_end = PastEnd()
+    for k in range(len(records)):
+        table = records.chunk(k)
+        chosen = selected(table)
+        times.add(table)
+        if queue_offsets is not None:
+            queue_offsets.feed(table)
+        if deep:
+            found = np.zeros(len(table), dtype=bool)
+            rows = _by(routed_units.take(k), "queue")
+            for q, part in _groups(rows, "queue"):
+                deep_unit_checks(queue_part(checked_queues[q], part), table, store, end, cq_sink, found)
+            not_dispatched.add(table, missing_units(table, found, min_qoffs, dispatch_from, end, cq_sink, chosen))
+        else:
+            not_dispatched.add(table, _past(table, dispatch_from, end, chosen, dispatchable=True))
+        if not usable:
+            continue
+        if deep:
+            rows = _by(routed_entries.take(k), "file")
+            pairs = [deep_index_checks(states[f], geometry, part, table, store, end, ix_sink, chosen, past_end)
+                     for f, part in _groups(rows, "file")]
+            indexed = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
+            not_indexed.add(table, missing_keys(table, indexed, lo, frontier, end, ix_sink, chosen))
+        else:
+            not_indexed.add(table, _past(table, frontier + 1, end, chosen, dispatchable=False))
+        del table
+    if deep:
+        not_dispatched_finding(not_dispatched, dispatch_from, cq_sink)
+        if usable:
+            past_end.report(geometry, end, ix_sink)
+            not_indexed_finding(not_indexed, frontier, ix_sink)
+    entries = sum(s.count for s in states)
+
+    # 7. checkpoint
+    index_end_ts = max((s.header.end_timestamp for s in usable), default=None)
+    cp = check_checkpoint(store, checkpoint, times, end, index_end_ts, out("checkpoint"))
+
+    # 8. forecast and summary
+    fc = forecast(store, walk, truncated, states, cp, dispatch_from, frontier, not_dispatched, not_indexed)
+    summary = {
+        "live": live,
+        "lock_owner": owner.describe() if owner is not None else None,
+        "commitlog": {"files": len(store.commitlog.files), "bytes": clv.bytes, "records": clv.records,
+                      "carved_records": clv.carved, "valid_end": end},
+        "consumequeue": {"queues": sum(1 for ref in refs if (options.topic is None or ref.topic == options.topic)
+                                       and (options.queue_id is None or ref.queue_id == options.queue_id)),
+                         "units": units, "expired_units": expired},
+        "index": {"files": len(states), "entries": entries},
+        "checkpoint": {"present": cp is not None},
+    }
+    _count_findings(summary, sink)
+    return VerifyReport(str(store.root), options, sink, summary, fc)
+
+
+def _queue_header(qu: QueueUnits) -> QueueUnits:
+    """The queue without its units (what a chunk's share of them is checked under)."""
+    empty = np.zeros(0, np.int64)
+    return QueueUnits(qu.topic, qu.queue_id, qu.paths, empty, empty, empty, empty, empty, empty,
+                      qu.min_qoff, qu.end_qoff)
+
+
+def _by(rows: np.ndarray, key: str) -> np.ndarray:
+    """Rows ordered by ``key``, keeping their order within a key (already so: no copy)."""
+    keys = rows[key]
+    if len(keys) < 2 or (keys[1:] >= keys[:-1]).all():
+        return rows
+    return rows[np.argsort(keys, kind="stable")]
+
+
+def _groups(rows: np.ndarray, key: str):
+    """(key value, its rows in their order) for each value present, ascending."""
+    for value, lo, hi in runs(rows[key]):
+        yield value, rows[lo:hi]
+
+
+def _count_findings(summary: dict, sink: FindingSink) -> None:
+    """The summary's finding totals: by severity, by check, and per kind."""
+    summary["findings"] = {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)}
+    summary["findings_not_listed"] = sink.suppressed()
+    summary["checks"] = {f"{check}:{sev}": n for (check, sev), n in sorted(sink.counts.items())}
+    for kind in set(_SEVERITY_KIND.values()):
+        summary[kind]["findings"] = {}
+    for prefix, kind in _SEVERITY_KIND.items():
+        for severity, n in sink.by_kind.get(prefix, {}).items():
+            summary[kind]["findings"][severity] = summary[kind]["findings"].get(severity, 0) + n
+
+
+def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:
+    """Shallow-level listing of records in [frontier, end) (no per-key join)."""
+    from rmqtool.broker.dispatch import goes_to_consumequeue, goes_to_index
+    c = table.cols
+    if not len(table):
+        return []
+    mask = selected & ~c["carved"] & (c["phy"] >= frontier) & (c["phy"] + c["size"] <= end)
+    if dispatchable:
+        mask &= goes_to_consumequeue(c["tx"])
+    else:
+        mask &= goes_to_index(c["tx"])
+    return [int(i) for i in np.flatnonzero(mask)]

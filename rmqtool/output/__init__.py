@@ -1,0 +1,1 @@
+"""What records look like to users: the row schema and the Arrow form."""
