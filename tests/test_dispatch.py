@@ -11,8 +11,8 @@ from conftest import load_answers, reference_store
 from formats import commitlog as cl
 from formats.indexfile import INDEX_HEADER_DTYPE, index_file_size
 from rmqtool.broker.dispatch import (CqCollector, IndexBuilder, QueueUnits, RecordColumns, build_cq_files,
-                              build_index_image, dispatch_batch, span_hashes)
-from rmqtool.kernels.javahash import index_key_hash, java_string_hash, tags_code
+                                     build_index_image, dispatch_batch)
+from rmqtool.kernels.javahash import index_key_hash, java_string_hash, span_hashes, tags_code
 from rmqtool.records.scan import RecordBatch, walk_store
 from rmqtool.io.store import Store
 
@@ -321,7 +321,7 @@ def test_build_index_image_rejects_overflow():
 
 def test_grouped_and_flat_span_hashes_agree():
     from hypothesis import given, settings, strategies as st
-    from rmqtool.broker.dispatch import _span_hashes_flat
+    from rmqtool.kernels.javahash import _span_hashes_flat
 
     @settings(max_examples=200, deadline=None)
     @given(st.lists(st.binary(max_size=40), max_size=30), st.binary(max_size=8))

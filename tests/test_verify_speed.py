@@ -60,8 +60,8 @@ spans = st.lists(st.one_of(st.text(alphabet="abcXYZ #0", max_size=300), st.text(
 @settings(max_examples=200, deadline=None)
 @given(spans, st.binary(max_size=5))
 def test_span_hashes_equal_java_hash(texts, gap):
-    """The one vectorised Java hash (dispatch.span_hashes, also verify's) on any UTF-8 spans."""
-    from rmqtool.broker.dispatch import span_hashes
+    """The one vectorised Java hash (javahash.span_hashes: dispatch's and verify's) on any UTF-8 spans."""
+    from rmqtool.kernels.javahash import span_hashes
     raw = [t.encode("utf-8") for t in texts]
     blob, starts = b"", []
     for r in raw:

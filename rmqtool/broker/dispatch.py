@@ -28,10 +28,10 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYP
                                INDEX_SLOT_DTYPE, INVALID_INDEX, KEY_JOINER, entry_position,
                                index_file_size, slot_position)
 from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
-from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, java_bytes_hash, pow31
+from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.install import pwrite_all
-from rmqtool.kernels.gather import span_matrix
+from rmqtool.kernels.gather import length_groups, span_matrix
 
 INT_MAX = (1 << 31) - 1
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
@@ -94,101 +94,8 @@ class RecordColumns:
         return cls(buf=np.frombuffer(b"".join(parts), dtype=np.uint8), **cols)
 
 
-# --- span hashing ------------------------------------------------------------------------
-_HORNER_MAX_GROUPS = 64
-_HORNER_MAX_LENGTH = 512
-
-
 #: any object with ``RecordColumns``' columns (a ``RecordBatch``, a ``RecordColumns``)
 DispatchColumns = RecordColumns
-
-
-def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
-
-    Spans are grouped by length (``_length_groups``); each group's bytes are copied out in
-    one gather as a (spans, length) matrix, transposed, and hashed column by column (Horner
-    in uint32); spans containing bytes >= 0x80 are recomputed with the scalar hash of the
-    decoded string. Many distinct or long lengths fall back to a flat gather of all span
-    bytes (``_span_hashes_flat``).
-    """
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
-    n = len(starts)
-    if n == 0 or not lengths.any():
-        return np.zeros(n, np.int32), lengths.copy()
-    groups = _length_groups(lengths)
-    if groups is None:
-        return _span_hashes_flat(buf, starts, lengths)
-    hashes = np.zeros(n, dtype=np.uint32)
-    high = np.zeros(n, dtype=bool)
-    thirty_one = np.uint32(31)
-    with np.errstate(over="ignore"):
-        for length, rows in groups:
-            if length == 0:
-                continue
-            cols = np.ascontiguousarray(span_matrix(buf, starts if rows is None else starts[rows], length).T)
-            h = np.zeros(cols.shape[1], dtype=np.uint32)
-            for j in range(length):
-                h *= thirty_one
-                h += cols[j]
-            seen = cols.max(axis=0) >= 0x80
-            if rows is None:
-                hashes, high = h, seen
-            else:
-                hashes[rows] = h
-                high[rows] = seen
-    units = lengths.copy()
-    _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
-    return hashes.view(np.int32), units
-
-
-def _length_groups(lengths: np.ndarray):
-    """[(length, rows)] of non-negative lengths, rows ascending (None: all rows share the
-    length); None when there are more than _HORNER_MAX_GROUPS lengths or one is longer than
-    _HORNER_MAX_LENGTH. Lengths are counted with a bincount and rows found with one stable
-    (radix) sort of 16-bit lengths, not one pass over all rows per length."""
-    top = int(lengths.max())
-    if top > _HORNER_MAX_LENGTH:
-        return None
-    counts = np.bincount(lengths, minlength=top + 1)
-    distinct = np.flatnonzero(counts)
-    if len(distinct) > _HORNER_MAX_GROUPS:
-        return None
-    if len(distinct) == 1:
-        return [(int(distinct[0]), None)]
-    order = np.argsort(lengths.astype(np.uint16), kind="stable")
-    ends = np.cumsum(counts[distinct])
-    return [(int(length), order[end - int(counts[length]):end])
-            for length, end in zip(distinct.tolist(), ends.tolist())]
-
-
-def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:
-    for i in rows.tolist():
-        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
-        text = raw.decode("utf-8", "replace")
-        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
-        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _span_hashes_flat(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
-    """span_hashes over one flat gather of every span byte (any lengths)."""
-    n = len(starts)
-    hashes = np.zeros(n, dtype=np.uint32)
-    units = lengths.copy()
-    total = int(lengths.sum())
-    owner = np.repeat(np.arange(n), lengths)
-    first = np.cumsum(lengths) - lengths
-    pos = np.arange(total, dtype=np.int64) - first[owner]
-    data = buf[starts[owner] + pos]
-    weights = pow31(lengths[owner] - 1 - pos)
-    with np.errstate(over="ignore"):
-        contrib = data.astype(np.uint32) * weights
-    nonempty = np.flatnonzero(lengths > 0)
-    hashes[nonempty] = np.add.reduceat(contrib, first[nonempty])
-    high = np.maximum.reduceat(data, first[nonempty]) >= 0x80
-    _fix_non_ascii(buf, starts, lengths, nonempty[high], hashes, units)
-    return hashes.view(np.int32), units
 
 
 def _col(batch, name: str) -> np.ndarray:
@@ -291,7 +198,7 @@ def _keys_tokens(buf, k_start, k_len):
     """Tokens of every KEYS value split on single spaces, empty tokens dropped.
 
     Returns (record, token start in buf, token length, ordinal within record), records
-    ascending. Values are grouped by length (``_length_groups``); each group is one
+    ascending. Values are grouped by length (``gather.length_groups``); each group is one
     (values, length) byte matrix in which a token begins at a non-space after a space or the
     row start and ends at a non-space before a space or the row end. Many distinct or long
     lengths take the per-byte formulation (``_keys_tokens_flat``)."""
@@ -300,7 +207,7 @@ def _keys_tokens(buf, k_start, k_len):
         z = np.zeros(0, np.int64)
         return z, z, z, z
     rec_all = np.flatnonzero(lens > 0)
-    groups = _length_groups(lens[rec_all])
+    groups = length_groups(lens[rec_all])
     if groups is None:
         return _keys_tokens_flat(buf, k_start, k_len)
     recs, starts, lengths = [], [], []

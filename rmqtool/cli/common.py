@@ -16,8 +16,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import rmqtool
+        from rmqtool.kernels import native
+        print(f"rmqtool {rmqtool.__version__} ({native.path})")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and which kernel path runs (native C or numpy), then exit"),
+          ) -> None:
     """Offline forensic and repair tool for Apache RocketMQ broker stores."""
 
 

@@ -118,3 +118,23 @@ def span_matrix(buf: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
         return np.zeros((len(starts), max(length, 0)), dtype=np.uint8)
     # every position of buf as one item of `length` bytes: the gather copies whole items
     return strided_view(buf, f"V{length}")[starts].view(np.uint8).reshape(len(starts), length)
+
+
+def length_groups(lengths: np.ndarray, max_groups: int = 64, max_length: int = 512):
+    """[(length, rows)] of non-negative lengths, rows ascending (None: all rows share the
+    length); None when there are more than ``max_groups`` lengths or one is longer than
+    ``max_length``. Lengths are counted with a bincount and rows found with one stable
+    (radix) sort of 16-bit lengths, not one pass over all rows per length."""
+    top = int(lengths.max())
+    if top > max_length:
+        return None
+    counts = np.bincount(lengths, minlength=top + 1)
+    distinct = np.flatnonzero(counts)
+    if len(distinct) > max_groups:
+        return None
+    if len(distinct) == 1:
+        return [(int(distinct[0]), None)]
+    order = np.argsort(lengths.astype(np.uint16), kind="stable")
+    ends = np.cumsum(counts[distinct])
+    return [(int(length), order[end - int(counts[length]):end])
+            for length, end in zip(distinct.tolist(), ends.tolist())]

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from rmqtool.kernels import native
+from rmqtool.kernels.gather import length_groups, span_matrix
+
 INT_MIN = -(1 << 31)
 _MASK = 0xFFFFFFFF
 
@@ -114,3 +117,85 @@ def index_key_hash_array(hashes: np.ndarray) -> np.ndarray:
     h = np.abs(h)
     h[h == (1 << 31)] = 0
     return h.astype(np.int32)
+
+
+# --- spans of one buffer (UTF-8 bytes) ----------------------------------------------------
+
+
+def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, core=native.core
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
+
+    With the native ``core``: one C loop hashes every span as ASCII and marks those with a
+    byte >= 0x80, which are hashed from the decoded string as below.
+
+    Spans are grouped by length (``gather.length_groups``); each group's bytes are copied out in
+    one gather as a (spans, length) matrix, transposed, and hashed column by column (Horner
+    in uint32); spans containing bytes >= 0x80 are recomputed with the scalar hash of the
+    decoded string. Many distinct or long lengths fall back to a flat gather of all span
+    bytes (``_span_hashes_flat``).
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
+    n = len(starts)
+    if n == 0 or not lengths.any():
+        return np.zeros(n, np.int32), lengths.copy()
+    if core is not None:
+        hashes = np.empty(n, dtype=np.uint32)
+        high = np.empty(n, dtype=np.uint8)
+        core.java_hash_spans(buf, np.ascontiguousarray(starts), np.ascontiguousarray(lengths), hashes, high)
+        units = lengths.copy()
+        _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
+        return hashes.view(np.int32), units
+    groups = length_groups(lengths)
+    if groups is None:
+        return _span_hashes_flat(buf, starts, lengths)
+    hashes = np.zeros(n, dtype=np.uint32)
+    high = np.zeros(n, dtype=bool)
+    thirty_one = np.uint32(31)
+    with np.errstate(over="ignore"):
+        for length, rows in groups:
+            if length == 0:
+                continue
+            cols = np.ascontiguousarray(span_matrix(buf, starts if rows is None else starts[rows], length).T)
+            h = np.zeros(cols.shape[1], dtype=np.uint32)
+            for j in range(length):
+                h *= thirty_one
+                h += cols[j]
+            seen = cols.max(axis=0) >= 0x80
+            if rows is None:
+                hashes, high = h, seen
+            else:
+                hashes[rows] = h
+                high[rows] = seen
+    units = lengths.copy()
+    _fix_non_ascii(buf, starts, lengths, np.flatnonzero(high), hashes, units)
+    return hashes.view(np.int32), units
+
+
+def _fix_non_ascii(buf, starts, lengths, rows, hashes, units) -> None:
+    for i in rows.tolist():
+        raw = buf[starts[i]:starts[i] + lengths[i]].tobytes()
+        text = raw.decode("utf-8", "replace")
+        hashes[i] = java_bytes_hash(raw) & 0xFFFFFFFF
+        units[i] = len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _span_hashes_flat(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+    """span_hashes over one flat gather of every span byte (any lengths)."""
+    n = len(starts)
+    hashes = np.zeros(n, dtype=np.uint32)
+    units = lengths.copy()
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(n), lengths)
+    first = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - first[owner]
+    data = buf[starts[owner] + pos]
+    weights = pow31(lengths[owner] - 1 - pos)
+    with np.errstate(over="ignore"):
+        contrib = data.astype(np.uint32) * weights
+    nonempty = np.flatnonzero(lengths > 0)
+    hashes[nonempty] = np.add.reduceat(contrib, first[nonempty])
+    high = np.maximum.reduceat(data, first[nonempty]) >= 0x80
+    _fix_non_ascii(buf, starts, lengths, nonempty[high], hashes, units)
+    return hashes.view(np.int32), units

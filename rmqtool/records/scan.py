@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +22,7 @@ from formats import commitlog as cl
 from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
 
 _PREFIX = struct_of(cl.RecordPrefix)
@@ -371,9 +371,7 @@ def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:
     length = cols["body_len"]
     if not len(start):
         return np.ones(0, dtype=bool)
-    # one zlib.crc32 call per body, iterated in C (map over slices of one memoryview)
-    spans = map(memoryview(buf).__getitem__, map(slice, start.tolist(), (start + length).tolist()))
-    got = np.fromiter(map(zlib.crc32, spans), dtype=np.int64, count=len(start))
+    got = crc32_spans(buf, start, np.maximum(length, 0)).astype(np.int64)
     return ((got & cl.BODY_CRC_MASK) == cols["body_crc"]) | (length <= 0)
 
 

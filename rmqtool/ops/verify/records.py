@@ -18,7 +18,8 @@ from formats import commitlog as cl
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
 from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
-                              schedule_delays, span_hashes)
+                                     schedule_delays)
+from rmqtool.kernels.javahash import span_hashes
 from rmqtool.ops.verify.findings import Finding, ERROR
 
 CRC_MASK = cl.BODY_CRC_MASK
