@@ -86,15 +86,19 @@ def _scrub(obj):
         return {k: ("<volatile>" if k in VOLATILE else _scrub(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_scrub(v) for v in obj]
+    if isinstance(obj, str):
+        return _INDEX_NAME.sub("{index-name}", obj)
     return obj
 
 
 def normalise(text: str, store: Path, tmp: Path) -> str:
+    """Paths and volatile values replaced. JSON is parsed before index names are masked, so a
+    float whose digits look like a creation time (0.20000123456789012) cannot break the parse."""
     text = text.replace(str(tmp), "{tmp}").replace(str(store), "{store}")
-    text = _INDEX_NAME.sub("{index-name}", text)
     try:
         data = json.loads(text)
     except ValueError:
+        text = _INDEX_NAME.sub("{index-name}", text)
         return re.sub(r"\d+(\.\d+)? s\b", "<seconds> s", text)
     return json.dumps(_scrub(data), indent=2, ensure_ascii=False) + "\n"
 
