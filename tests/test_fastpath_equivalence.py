@@ -113,6 +113,81 @@ def test_native_entry_points_check_their_arguments():
         native.core.crc32_spans(buf, np.zeros(3, np.uint8), np.zeros(3, np.uint8), np.empty(0, np.uint32))
 
 
+_PROPERTY_PIECES = [b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TAG", b"KEYSX", b"a", b"", b"\x01", b"\x02",
+                    "é".encode(), b" k1 k2 ", b"\x00"]
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PROPERTY_PIECES), max_size=12), max_size=6), st.integers(0, 9),
+       st.booleans())
+def test_split_properties_native_equals_numpy(records, pad, pad_rows):
+    """Property spans of TAGS/KEYS/UNIQ_KEY/DELAY (duplicates, empty values and keys, separators
+    anywhere, non-ASCII), native split against the numpy byte-matrix search."""
+    from rmqtool.records.scan import extract_properties
+    blobs = [b"".join(r) for r in records]
+    raw = bytes(pad) + b"".join(blobs)
+    starts = np.array([pad + sum(map(len, blobs[:i])) for i in range(len(blobs))], np.int64)
+    lens = np.array([len(b) if len(b) else -1 for b in blobs], np.int64)
+    buf = np.frombuffer(raw, np.uint8)
+    pad_to = len(blobs) + 2 if pad_rows else None
+    got = extract_properties(buf, starts, lens, pad_to=pad_to)
+    want = extract_properties(buf, starts, lens, pad_to=pad_to, core=None)
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+
+
+@st.composite
+def chained_windows(draw):
+    """Windows of chained MESSAGE records (real encodings), some bytes then overwritten."""
+    from rmqtool.records.encode import MessageFields, encode
+    parts = []
+    for i in range(draw(st.integers(0, 8))):
+        body = draw(st.binary(max_size=40))
+        parts.append(bytes(encode(MessageFields(topic=draw(st.sampled_from(["T", "TopicB" * 30])),
+                                                        body=body, queue_offset=i))))
+    raw = bytearray(b"".join(parts) + draw(st.binary(max_size=12)))
+    for _ in range(draw(st.integers(0, 3))):
+        if raw:
+            at = draw(st.integers(0, len(raw) - 1))
+            raw[at] = draw(st.integers(0, 255))
+    return bytes(raw), draw(st.integers(-2, len(raw) + 3))
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(chained_windows())
+def test_message_run_native_equals_numpy(case):
+    """The run of whole MESSAGE records from a window's start, before the scalar walk judges the rest."""
+    from rmqtool.records.scan import _message_run
+    window, limit = case
+    run1, stop1 = _message_run(window, limit)
+    run2, stop2 = _message_run(window, limit, core=None)
+    assert (run1.tolist(), stop1) == (run2.tolist(), stop2)
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, (1 << 31) - 1), max_size=60), st.integers(1, 12),
+       st.lists(st.integers(-3, 40), min_size=12, max_size=12), st.integers(1, 30), st.booleans())
+def test_index_chains_native_equal_numpy(hashes, hash_slots, old_slots, count, first_file):
+    """putKey chains (prevIndex, slots, hashSlotCount, header) made key by key in C equal the
+    numpy formulation (one ordering of the keys by slot), from slots holding any old values."""
+    from formats.indexfile import INDEX_HEADER_DTYPE
+    from rmqtool.broker.dispatch import append_index_keys
+    results = []
+    for core in (native.core, None):
+        header = np.zeros(1, INDEX_HEADER_DTYPE)
+        header["index_count"] = 1 if first_file else count
+        header["begin_timestamp"] = 0 if first_file else 1_700_000_000_000
+        header["hash_slot_count"] = 3
+        slots = np.array(old_slots[:hash_slots], dtype=np.int32)
+        ts = 1_700_000_000_000 + np.arange(len(hashes), dtype=np.int64) * 700
+        new = append_index_keys(header, slots, 1 << 20, np.array(hashes, np.int64),
+                                np.arange(len(hashes), dtype=np.int64) * 100, ts, core=core)
+        results.append((new.tobytes(), slots.tolist(), header.tobytes()))
+    assert results[0] == results[1]
+
+
 def _cli(*args, native_env: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, RMQTOOL_NATIVE=native_env)
     return subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args)], capture_output=True, text=True,

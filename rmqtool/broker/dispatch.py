@@ -31,6 +31,7 @@ from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_lev
 from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.install import pwrite_all
+from rmqtool.kernels import native
 from rmqtool.kernels.gather import length_groups, span_matrix
 
 INT_MAX = (1 << 31) - 1
@@ -678,7 +679,7 @@ def extend_index_image(image: IndexFileImage, key_hash, phy, ts) -> IndexFileIma
 
 
 def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int, key_hash, phy,
-                      ts) -> np.ndarray:
+                      ts, core=native.core) -> np.ndarray:
     """putKey for each key in turn, in bulk: updates ``header`` and ``slots`` in place and
     returns the new entries (``INDEX_ENTRY_DTYPE``), which go at entry number
     ``index_count`` (as it was) onwards.
@@ -686,7 +687,8 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
     Entry ``count + i`` holds key i; its prevIndex is the previous key of the same slot in
     this run, or, for the first key of a slot here, the slot's old value when that is a
     valid entry number (else 0). Chains come from one stable ordering of the keys by slot;
-    few full-size temporaries are made (fresh pages are expensive on the VMs this runs on)."""
+    few full-size temporaries are made (fresh pages are expensive on the VMs this runs on).
+    With the native ``core`` the chains are made key by key, as putKey does, without the sort."""
     n = len(key_hash)
     h = header
     hash_slots = len(slots)
@@ -700,6 +702,10 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
     phy = np.asarray(phy, dtype=np.int64)
     ts = np.asarray(ts, dtype=np.int64)
     slot = np.remainder(key_hash, hash_slots, dtype=np.int64)
+    if core is not None and slots.dtype == np.dtype(np.int32) and slots.flags.c_contiguous:
+        prev = np.empty(n, dtype=np.int32)
+        fresh = core.index_chains(slot, slots, count, prev)
+        return _new_entries(h, count, n, key_hash, phy, ts, prev, fresh)
     order, s_sorted = _slot_chain_order(slot, hash_slots)
     del slot
     # along the sorted keys: a key's predecessor is the one before it when the slot is the same
@@ -718,12 +724,18 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
     tails[-1] = n - 1
     slots[s_sorted[tails]] = order[tails] + count
     del s_sorted, first, heads, tails
-    begin_ts = int(h["begin_timestamp"][0])
-    begin = begin_ts if count > FIRST_INDEX else int(ts[0])
-    new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
     prev = np.empty(n, dtype=np.int32)            # scattered compactly, then written in one pass
     prev[order] = prev_sorted
     del order, prev_sorted
+    return _new_entries(h, count, n, key_hash, phy, ts, prev, int(np.count_nonzero(~old_valid)))
+
+
+def _new_entries(h, count: int, n: int, key_hash, phy, ts, prev, fresh: int) -> np.ndarray:
+    """The entries of ``append_index_keys`` and its header update, given every key's prevIndex
+    and how many slots the keys found empty."""
+    begin_ts = int(h["begin_timestamp"][0])
+    begin = begin_ts if count > FIRST_INDEX else int(ts[0])
+    new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
     new["prev_index"] = prev
     del prev
     new["key_hash"] = key_hash
@@ -735,7 +747,7 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
         h["begin_phy_offset"] = phy[0]
     h["end_timestamp"] = ts[-1]
     h["end_phy_offset"] = phy[-1]
-    h["hash_slot_count"] = int(h["hash_slot_count"][0]) + int(np.count_nonzero(~old_valid))
+    h["hash_slot_count"] = int(h["hash_slot_count"][0]) + fresh
     h["index_count"] = count + n
     return new
 

@@ -1,14 +1,21 @@
 /*
- * rmqtool's native core: per-record loops numpy cannot express, over spans of one buffer.
+ * rmqtool's native core: the per-record loops numpy cannot express.
  *
- * Each entry point takes a read-only buffer (the bytes of a read window), two C-contiguous
- * int64 arrays of span starts and lengths, and writable output arrays of one item per span.
- * Every span is checked against the buffer before a byte of it is read; a span outside it
- * makes the call fail with ValueError naming the span, having read nothing past the buffer.
- * The loops run without the GIL, so threads can use every core.
+ *   message_run       the chain of whole MESSAGE records at the start of a read window
+ *   crc32_spans       zlib's crc32 of every record body
+ *   split_properties  the TAGS / KEYS / UNIQ_KEY / DELAY value spans of every record
+ *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
+ *   index_chains      IndexFile.putKey's slot chains, key by key
  *
- * The numpy path in rmqtool/kernels/spans.py is the reference; tests/test_fastpath_equivalence.py
- * proves these equal to it.
+ * Inputs are read-only buffers and C-contiguous int64 arrays; outputs are caller-provided
+ * arrays. Every position is checked against its buffer before a byte there is read; a span
+ * or slot outside makes the call fail with ValueError naming it. Layout constants (magics,
+ * the smallest record, property names) are passed in from formats/, never restated here.
+ * The loops run without the GIL.
+ *
+ * The numpy formulations (core=None in rmqtool/kernels and rmqtool/records/scan.py) are the
+ * reference; tests/test_fastpath_equivalence.py and the 'native' fuzz target prove these
+ * equal to them, and CI runs those under AddressSanitizer and UBSan.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,10 +55,11 @@ static int spans_get(PyObject *buf, PyObject *starts, PyObject *lengths, spans_t
     return 0;
 }
 
+/* A writable output of exactly n items (any size when itemsize is 0). */
 static int out_get(PyObject *out, Py_buffer *view, Py_ssize_t n, Py_ssize_t itemsize)
 {
     if (PyObject_GetBuffer(out, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return -1;
-    if (view->len != n * itemsize) {
+    if (itemsize && view->len != n * itemsize) {
         PyBuffer_Release(view);
         PyErr_Format(PyExc_ValueError, "output must hold %zd items of %zd bytes", n, itemsize);
         return -1;
@@ -148,7 +156,213 @@ static PyObject *java_hash_spans(PyObject *self, PyObject *args)
     return result;
 }
 
+/* split_properties(buf, starts, lengths, names, out_start, out_len): the spans of the values of
+ * ``names`` (a tuple of bytes) in every record's properties, as the broker's parser reads them:
+ * segments split on 0x02, a segment's key up to its first 0x01, its value the rest (non-empty);
+ * the last duplicate wins. out_start/out_len are int64 (len(names), records) arrays, written
+ * only where a value is found (absolute buffer positions). Records with length <= 0 are skipped. */
+#define MAX_NAMES 16
+static PyObject *split_properties(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *buf, *starts, *lengths, *names, *out_start, *out_len;
+    if (!PyArg_ParseTuple(args, "OOOO!OO", &buf, &starts, &lengths, &PyTuple_Type, &names, &out_start, &out_len))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
+    if (k > MAX_NAMES) {
+        PyErr_SetString(PyExc_ValueError, "too many property names");
+        return NULL;
+    }
+    const char *name[MAX_NAMES];
+    Py_ssize_t name_len[MAX_NAMES];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *item = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "property names must be bytes");
+            return NULL;
+        }
+        name[j] = PyBytes_AS_STRING(item);
+        name_len[j] = PyBytes_GET_SIZE(item);
+    }
+    spans_t s;
+    Py_ssize_t n;
+    Py_buffer os, ol;
+    if (spans_get(buf, starts, lengths, &s, &n) < 0) { spans_release(&s); return NULL; }
+    if (out_get(out_start, &os, 0, 0) < 0) { spans_release(&s); return NULL; }
+    if (os.len % (8 * (k ? k : 1)) || (k && os.len / (8 * k) < n)) {
+        PyBuffer_Release(&os);
+        spans_release(&s);
+        PyErr_SetString(PyExc_ValueError, "out_start must be int64 (names, >= records)");
+        return NULL;
+    }
+    Py_ssize_t stride = k ? os.len / (8 * k) : 0;
+    if (out_get(out_len, &ol, stride * k, 8) < 0) { PyBuffer_Release(&os); spans_release(&s); return NULL; }
+    const unsigned char *b = s.buf.buf;
+    const int64_t *st = s.starts.buf, *ln = s.lengths.buf;
+    int64_t *vs = os.buf, *vl = ol.buf;
+    Py_ssize_t bad = -1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {            /* records with no properties are not checked */
+        if (ln[i] > 0 && (st[i] < 0 || st[i] > s.buf.len || ln[i] > s.buf.len - st[i])) { bad = i; break; }
+    }
+    if (bad < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (ln[i] <= 0) continue;
+            const unsigned char *p = b + st[i], *end = p + ln[i];
+            while (p < end) {
+                const unsigned char *seg_end = memchr(p, 0x02, (size_t)(end - p));
+                if (!seg_end) seg_end = end;
+                const unsigned char *eq = memchr(p, 0x01, (size_t)(seg_end - p));
+                if (eq && eq + 1 < seg_end) {
+                    Py_ssize_t key_len = eq - p;
+                    for (Py_ssize_t j = 0; j < k; j++) {
+                        if (key_len == name_len[j] && memcmp(p, name[j], (size_t)key_len) == 0) {
+                            vs[j * stride + i] = (eq + 1) - b;
+                            vl[j * stride + i] = seg_end - (eq + 1);
+                        }
+                    }
+                }
+                p = seg_end + 1;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *result = bad < 0 ? Py_NewRef(Py_None) : bad_span(bad, st, ln, s.buf.len);
+    PyBuffer_Release(&ol);
+    PyBuffer_Release(&os);
+    spans_release(&s);
+    return result;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* message_run(window, limit, min_message, magic_v1, magic_v2, out_starts) -> (count, stop):
+ * from position 0, follow TOTALSIZE while a MESSAGE magic sits at a position below ``limit``
+ * (with room for the 8-byte prefix) whose TOTALSIZE is at least ``min_message`` and whose
+ * record ends inside the window. out_starts receives the record starts (int64; room for
+ * len(window) / min_message + 1); stop is the first position not taken. */
+static PyObject *message_run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *window, *out;
+    long long limit, min_message;
+    unsigned long magic_v1, magic_v2;
+    if (!PyArg_ParseTuple(args, "OLLkkO", &window, &limit, &min_message, &magic_v1, &magic_v2, &out)) return NULL;
+    if (min_message < 8) {
+        PyErr_SetString(PyExc_ValueError, "min_message must be at least the 8-byte prefix");
+        return NULL;
+    }
+    Py_buffer w, o;
+    if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (out_get(out, &o, 0, 0) < 0) { PyBuffer_Release(&w); return NULL; }
+    Py_ssize_t room = o.len / 8;
+    if (room < w.len / min_message + 1) {
+        PyBuffer_Release(&o);
+        PyBuffer_Release(&w);
+        PyErr_SetString(PyExc_ValueError, "out_starts has too little room");
+        return NULL;
+    }
+    const unsigned char *b = w.buf;
+    int64_t n = w.len, count = 0, p = 0;
+    int64_t last = n - 8 + 1;                 /* the prefix must fit */
+    if (limit < last) last = limit;
+    int64_t *starts = o.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (p >= 0 && p < last) {
+        uint32_t magic = be32(b + p + 4);
+        if (magic != magic_v1 && magic != magic_v2) break;
+        int64_t total = (int32_t)be32(b + p);
+        if (total < min_message || total > n - p) break;
+        starts[count++] = p;                  /* count <= n / min_message: p grows by >= min_message */
+        p += total;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&w);
+    return Py_BuildValue("LL", (long long)count, (long long)p);
+}
+
+/* index_chains(slot_of_key, slots, count, out_prev) -> slots newly used: IndexFile.putKey's
+ * chain for each key in turn. slot_of_key: int64 slot of every key (each in [0, slots));
+ * slots: the file's slot table (native int32, updated in place); count: the file's
+ * indexCount before these keys (key i becomes entry count + i). A key's prevIndex is the
+ * previous key of its slot here, else the slot's old value when that is a valid entry
+ * (in (0, count]), else 0. Returns how many slots had no valid value (hashSlotCount grows). */
+static PyObject *index_chains(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *slot_obj, *slots_obj, *prev_obj;
+    long long count;
+    if (!PyArg_ParseTuple(args, "OOLO", &slot_obj, &slots_obj, &count, &prev_obj)) return NULL;
+    Py_buffer sk, sl, pv;
+    if (PyObject_GetBuffer(slot_obj, &sk, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (sk.len % 8) {
+        PyBuffer_Release(&sk);
+        PyErr_SetString(PyExc_ValueError, "slot_of_key must be int64");
+        return NULL;
+    }
+    Py_ssize_t n = sk.len / 8;
+    if (out_get(slots_obj, &sl, 0, 0) < 0) { PyBuffer_Release(&sk); return NULL; }
+    if (out_get(prev_obj, &pv, n, 4) < 0) { PyBuffer_Release(&sl); PyBuffer_Release(&sk); return NULL; }
+    const int64_t *slot = sk.buf;
+    int32_t *table = sl.buf;
+    int64_t hash_slots = sl.len / 4;
+    int32_t *prev = pv.buf;
+    Py_ssize_t bad = -1;
+    long long fresh = 0;
+    /* which slots this run has written: their value is then the previous key, always taken */
+    unsigned char *touched = calloc((size_t)(hash_slots / 8 + 1), 1);
+    if (!touched) {
+        PyBuffer_Release(&pv);
+        PyBuffer_Release(&sl);
+        PyBuffer_Release(&sk);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (slot[i] < 0 || slot[i] >= hash_slots) { bad = i; break; }
+    }
+    if (bad < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + PREFETCH_AHEAD < n) __builtin_prefetch(table + slot[i + PREFETCH_AHEAD]);
+            int64_t s_i = slot[i];
+            int64_t value = table[s_i];
+            int64_t entry = count + i;
+            if (touched[s_i >> 3] & (1u << (s_i & 7))) {
+                prev[i] = (int32_t)value;
+            } else if (value > 0 && value <= count) {     /* putKey: other values count as empty */
+                prev[i] = (int32_t)value;
+            } else {
+                prev[i] = 0;
+                fresh++;
+            }
+            touched[s_i >> 3] |= (unsigned char)(1u << (s_i & 7));
+            table[s_i] = (int32_t)entry;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(touched);
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&sl);
+    PyBuffer_Release(&sk);
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "key %zd has slot %lld outside [0, %lld)", bad, (long long)slot[bad],
+                     (long long)hash_slots);
+        return NULL;
+    }
+    return PyLong_FromLongLong(fresh);
+}
+
 static PyMethodDef methods[] = {
+    {"index_chains", index_chains, METH_VARARGS,
+     "index_chains(slot_of_key, slots, count, out_prev): putKey chains; returns slots newly used"},
+    {"message_run", message_run, METH_VARARGS,
+     "message_run(window, limit, min_message, magic_v1, magic_v2, out): the chain of whole MESSAGE records from 0"},
+    {"split_properties", split_properties, METH_VARARGS,
+     "split_properties(buf, starts, lengths, names, out_start, out_len): spans of the named property values"},
     {"crc32_spans", crc32_spans, METH_VARARGS, "crc32_spans(buf, starts, lengths, out): zlib crc32 of each span"},
     {"java_hash_spans", java_hash_spans, METH_VARARGS,
      "java_hash_spans(buf, starts, lengths, out, high): Java hashCode of each ASCII span; high marks the rest"},

@@ -22,6 +22,7 @@ from formats import commitlog as cl
 from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
 
@@ -221,7 +222,7 @@ def _walk_chain(window: bytes, base: int, file_size: int, hi: int):
     return starts, stop, resume
 
 
-def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
+def _message_run(window, limit: int, core=native.core) -> tuple[np.ndarray, int]:
     """The chain of MESSAGE records from position 0 that ``_walk_chain_scalar`` would accept
     without stopping, found without a per-record Python step; and the position after it.
 
@@ -233,6 +234,10 @@ def _message_run(window, limit: int) -> tuple[np.ndarray, int]:
     that is not a complete candidate: the scalar loop judges it.
     """
     n = len(window)
+    if core is not None:        # the same chain followed record by record in C
+        out = np.empty(n // _MIN_MESSAGE + 1, dtype=np.int64)
+        count, stop = core.message_run(window, limit, _MIN_MESSAGE, cl.MESSAGE_MAGIC_V1, cl.MESSAGE_MAGIC_V2, out)
+        return out[:count], stop
     if n < _PREFIX_DTYPE.itemsize:
         return np.zeros(0, np.int64), 0
     buf = np.frombuffer(window, dtype=np.uint8)
@@ -461,8 +466,11 @@ assert _MIN_KEY >= 5
 _SEP = ord(cl.PROPERTY_SEPARATOR)
 
 
+_NATIVE_NAMES = tuple(key.encode("ascii") for key in EXTRACTED_PROPERTIES.values())
+
+
 def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.ndarray,
-                       pad_to: int | None = None) -> dict:
+                       pad_to: int | None = None, core=native.core) -> dict:
     """Spans of the TAGS/KEYS/UNIQ_KEY/DELAY values, parsed like upstream (last duplicate wins).
 
     Byte-level equivalent of the Java parser: a segment (split on 0x02) whose key is
@@ -470,15 +478,24 @@ def extract_properties(buf: np.ndarray, props_start: np.ndarray, props_len: np.n
     separators are ASCII, which UTF-8 replacement never swallows, and the length rule
     (>= 3 chars) is implied by a non-empty key and value. Each record's properties are
     copied into a row of a (records, power-of-two width) matrix, so every search is a
-    vectorized pass over only the properties bytes.
+    vectorized pass over only the properties bytes. With the native ``core`` one C loop
+    splits each record's properties on the separators instead.
     """
     n = len(props_start)
+    props_start = np.ascontiguousarray(props_start, dtype=np.int64)
+    props_len = np.ascontiguousarray(props_len, dtype=np.int64)
+    if core is not None:
+        starts = np.zeros((len(EXTRACTED_PROPERTIES), pad_to or n), dtype=np.int64)
+        lens = np.full((len(EXTRACTED_PROPERTIES), pad_to or n), -1, dtype=np.int64)
+        core.split_properties(buf, props_start, props_len, _NATIVE_NAMES, starts, lens)
+        out = {}
+        for j, name in enumerate(EXTRACTED_PROPERTIES):
+            out[f"{name}_start"], out[f"{name}_len"] = starts[j], lens[j]
+        return out
     out = {}
     for name in EXTRACTED_PROPERTIES:
         out[f"{name}_start"] = np.zeros(pad_to or n, dtype=np.int64)
         out[f"{name}_len"] = np.full(pad_to or n, -1, dtype=np.int64)
-    props_start = np.asarray(props_start, dtype=np.int64)
-    props_len = np.asarray(props_len, dtype=np.int64)
     rec = np.flatnonzero(props_len > 0)
     if not len(rec):
         return out

@@ -217,6 +217,8 @@ def run_properties(data: bytes, seed, scratch: Path) -> int:
         return 0
     lens = np.where(lens > 0, lens, -1)
     out = extract_properties(buf, starts, lens)
+    reference = extract_properties(buf, starts, lens, core=None)       # the numpy path, if out was native
+    check(all(out[k].tolist() == reference[k].tolist() for k in out), "native and numpy property spans differ")
     for r, (s, n) in enumerate(zip(starts.tolist(), lens.tolist())):
         want = cl.decode_properties(data[s - pad:s - pad + n]) if n > 0 else {}
         for name, key in EXTRACTED_PROPERTIES.items():
@@ -714,6 +716,12 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     s, ln = starts[short], lengths[short]
     a, b = _both_paths(lambda core: [x.tolist() for x in javahash.span_hashes(buf, s, ln, core=core)])
     check(a == b, "span_hashes differ between the native core and numpy")
+    # the chain of whole MESSAGE records from the start, up to a random limit
+    from rmqtool.records.scan import _message_run
+    limit = rng.choice([size, rng.randrange(-1, size + 2)])
+    (_, a), (_, b) = _both_paths(lambda core: [x.tolist() if hasattr(x, "tolist") else x
+                                               for x in _message_run(data, limit, core=core)])
+    check(a == b, f"message_run differs: native {a} numpy {b}")
     # the same bytes walked as a CommitLog file: body CRCs and topic hashes of every batch
     d = scratch / "native"
     d.mkdir(exist_ok=True)
