@@ -681,6 +681,38 @@ def _both_paths(fn):
     return out
 
 
+def _check_index_chains(data: bytes, rng) -> None:
+    """putKey's chains from the input's bytes read as key hashes and old slot values (any
+    values, as a damaged IndexFile holds): the native core equals numpy; a slot outside the
+    table is refused, never written."""
+    from formats.indexfile import INDEX_HEADER_DTYPE
+    from rmqtool.broker.dispatch import append_index_keys
+    from rmqtool.kernels import native
+    words = np.frombuffer(data[:len(data) // 4 * 4], ">i4")
+    n_slots = rng.randrange(1, 9)
+    slots_old, hashes = words[:n_slots], words[n_slots:n_slots + 64]
+    count = rng.choice([0, 1, rng.randrange(0, 1 << 20)])
+    results = []
+    for core in (native.core, None):
+        header = np.zeros(1, INDEX_HEADER_DTYPE)
+        header["index_count"] = count
+        slots = np.zeros(n_slots, np.int32)
+        slots[:len(slots_old)] = slots_old
+        phy = np.arange(len(hashes), dtype=np.int64) * 97
+        ts = 1_700_000_000_000 + np.arange(len(hashes), dtype=np.int64) * 333
+        new = append_index_keys(header, slots, (1 << 20) + 128, hashes.astype(np.int64), phy, ts, core=core)
+        results.append((new.tobytes(), slots.tobytes(), header.tobytes()))
+    check(results[0] == results[1], "index chains differ between the native core and numpy")
+    if len(hashes):
+        bad = np.array([0, rng.choice([-1, n_slots, 1 << 40])], np.int64)
+        table = np.zeros(n_slots, np.int32)
+        try:
+            native.core.index_chains(bad, table, 1, np.empty(2, np.int32))
+            check(False, "index_chains took a slot outside the table")
+        except ValueError:
+            check(not table.any(), "index_chains wrote before refusing a slot outside the table")
+
+
 def run_native(data: bytes, seed, scratch: Path) -> int:
     """The native core against the numpy path: on arbitrary spans of the input (inside, empty,
     straddling or outside it) and on every batch of the input walked as a CommitLog file, equal
@@ -716,6 +748,7 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     s, ln = starts[short], lengths[short]
     a, b = _both_paths(lambda core: [x.tolist() for x in javahash.span_hashes(buf, s, ln, core=core)])
     check(a == b, "span_hashes differ between the native core and numpy")
+    _check_index_chains(data, rng)
     # the chain of whole MESSAGE records from the start, up to a random limit
     from rmqtool.records.scan import _message_run
     limit = rng.choice([size, rng.randrange(-1, size + 2)])
