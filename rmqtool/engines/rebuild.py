@@ -67,11 +67,11 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
         for tid, n, blob in zip(table.column("task").to_pylist(), table.column("records").to_pylist(),
                                 table.column("dispatch").to_pylist()):
             payload.setdefault(tid, []).append((n, blob))
-        records, end, kind = 0, start, "empty"
-        segs = [s for s in store.commitlog.files if s.start + size > start
-                and (to_offset is None or s.start < to_offset)]
+        records = 0
+        segs = _segments_in_range(store, start, to_offset)
         total = max(min(segs[-1].start + size, to_offset or 1 << 62) - start, 1) if segs else 1
-        for seg in segs:
+        reached, outcome = files_reached(store, ends, start, to_offset)
+        for seg, end in reached:
             for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
                 for n, blob in payload.get(t.task_id, ()):
                     d = pickle.loads(blob)
@@ -79,17 +79,9 @@ def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: in
                     on_dispatch(d)
                     if d.stop:
                         return records, d.stop_at, END_DISPATCH_STOP
-            fkind, fpos = ends.get(str(seg.path), (END_EOF, seg.size))
-            end, kind = (seg.start + size, fkind) if fkind == END_BLANK else (seg.start + fpos, fkind)
             if progress:
                 progress(end - start, total)
-            if to_offset is not None and end >= to_offset:
-                return records, to_offset, "to-offset"
-            if fkind != END_BLANK:
-                break
-        if kind == END_RANGE and to_offset is not None:
-            return records, to_offset, "to-offset"
-        return records, end, kind
+        return (records, *outcome)
     return walk
 
 
@@ -275,26 +267,38 @@ class IndexFileWriter:
                                           schema=INDEX_WRITTEN)
 
 
-def walk_outcome(store, tasks, statuses, start: int, to_offset: int | None) -> tuple[set, int, str]:
-    """Which tasks the broker's walk reaches (files up to the first one not ending in a
-    BLANK), and (end offset, end kind) as ``rmqtool.ops.rebuild`` reports them."""
+def _segments_in_range(store, start: int, to_offset: int | None) -> list:
     size = store.commitlog.file_size
-    ends = file_ends(tasks, statuses)
-    valid: set = set()
-    end, kind = start, "empty"
-    segs = [s for s in store.commitlog.files if s.start + size > start
+    return [s for s in store.commitlog.files if s.start + size > start
             and (to_offset is None or s.start < to_offset)]
-    for seg in segs:
-        valid |= {t.task_id for t in tasks if t.path == str(seg.path)}
+
+
+def files_reached(store, ends: dict, start: int, to_offset: int | None) -> tuple[list, tuple[int, str]]:
+    """The broker's walk over whole files from ``start``, given how each file's scan ended
+    (``file_ends``): the files it reaches, each with the offset reached after it, and where it
+    ends (offset, kind), as ``rmqtool.ops.rebuild`` reports them. A file not ending in a
+    BLANK ends the walk."""
+    size = store.commitlog.file_size
+    reached = []
+    end, kind = start, "empty"
+    for seg in _segments_in_range(store, start, to_offset):
         fkind, fpos = ends.get(str(seg.path), (END_EOF, seg.size))
         end, kind = (seg.start + size, fkind) if fkind == END_BLANK else (seg.start + fpos, fkind)
+        reached.append((seg, end))
         if to_offset is not None and end >= to_offset:
-            return valid, to_offset, "to-offset"
+            return reached, (to_offset, "to-offset")
         if fkind != END_BLANK:
             break
     if kind == END_RANGE and to_offset is not None:
-        return valid, to_offset, "to-offset"
-    return valid, end, kind
+        return reached, (to_offset, "to-offset")
+    return reached, (end, kind)
+
+
+def walk_outcome(store, tasks, statuses, start: int, to_offset: int | None) -> tuple[set, int, str]:
+    """Which tasks the broker's walk reaches (``files_reached``) and (end offset, end kind)."""
+    reached, (end, kind) = files_reached(store, file_ends(tasks, statuses), start, to_offset)
+    paths = {str(seg.path) for seg, _ in reached}
+    return {t.task_id for t in tasks if t.path in paths}, end, kind
 
 
 def _shuffle(engine, files: list[str], prepare, key: list[str], order: list[str], fn, schema: pa.Schema,

@@ -13,15 +13,8 @@ import zlib
 from dataclasses import dataclass
 
 from formats import commitlog as cl
-from formats.derive import field_struct, member_struct, struct_of
-
-_HEAD = struct_of(cl.MessageHead)
-_TAIL = struct_of(cl.MessageTail)
-_PORT = field_struct(cl.HostV4.subcons[1])
-_TS = field_struct(cl.StoreTimestamp)
-_TOPIC_V1 = field_struct(cl.TopicLengthV1)
-_TOPIC_V2 = field_struct(cl.TopicLengthV2)
-_PROPS_LEN = field_struct(cl.PropertiesLength)
+from rmqtool.records.layout import (HEAD, PHYSICAL_OFFSET, PORT, PROPERTIES_LEN, STORE_TIMESTAMP, TAIL,
+                                    TOPIC_LEN_V1, TOPIC_LEN_V2)
 
 
 @dataclass
@@ -90,7 +83,7 @@ def magic_for(topic: str) -> int:
 
 def patch_phy_offset(raw: bytearray, phy_offset: int) -> None:
     """Set PHYSICALOFFSET of an encoded record (the broker patches it during append too)."""
-    _PHY.pack_into(raw, PHYSICAL_OFFSET_POSITION, phy_offset)
+    PHYSICAL_OFFSET.pack_into(raw, PHYSICAL_OFFSET_POSITION, phy_offset)
 
 
 def body_crc(body: bytes) -> int:
@@ -116,7 +109,6 @@ _FIXED = {(m, b6, s6): cl.message_length(m, (cl.BORNHOST_V6_FLAG if b6 else 0)
           for m in cl.MESSAGE_MAGICS for b6 in (False, True) for s6 in (False, True)}
 #: where PHYSICALOFFSET sits, for patching a record placed after encoding
 PHYSICAL_OFFSET_POSITION = cl.MESSAGE_HEAD_OFFSETS["physical_offset"]
-_PHY = member_struct(cl.MessageHead, "physical_offset")
 
 
 def encode(f: MessageFields) -> bytes:
@@ -128,15 +120,15 @@ def encode(f: MessageFields) -> bytes:
     sys_flag = effective_sys_flag(f)
     total = (_FIXED[magic, f.born_host.v6, f.store_host.v6] + len(f.body) + len(topic)
              + len(f.properties))
-    topic_len = (_TOPIC_V2 if magic == cl.MESSAGE_MAGIC_V2 else _TOPIC_V1).pack(len(topic))
+    topic_len = (TOPIC_LEN_V2 if magic == cl.MESSAGE_MAGIC_V2 else TOPIC_LEN_V1).pack(len(topic))
     return b"".join((
-        _HEAD.pack(total, magic, body_crc(f.body), f.queue_id, f.flag, f.queue_offset, f.phy_offset,
+        HEAD.pack(total, magic, body_crc(f.body), f.queue_id, f.flag, f.queue_offset, f.phy_offset,
                    sys_flag, f.born_timestamp),
-        f.born_host.address, _PORT.pack(f.born_host.port),
-        _TS.pack(f.store_timestamp),
-        f.store_host.address, _PORT.pack(f.store_host.port),
-        _TAIL.pack(f.reconsume_times, f.prepared_transaction_offset, len(f.body)),
-        f.body, topic_len, topic, _PROPS_LEN.pack(len(f.properties)), f.properties,
+        f.born_host.address, PORT.pack(f.born_host.port),
+        STORE_TIMESTAMP.pack(f.store_timestamp),
+        f.store_host.address, PORT.pack(f.store_host.port),
+        TAIL.pack(f.reconsume_times, f.prepared_transaction_offset, len(f.body)),
+        f.body, topic_len, topic, PROPERTIES_LEN.pack(len(f.properties)), f.properties,
     ))
 
 

@@ -19,14 +19,14 @@ from typing import Iterator
 import numpy as np
 
 from formats import commitlog as cl
-from formats.derive import field_offsets, numpy_dtype, struct_of
+from formats.derive import field_offsets, numpy_dtype
+from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
 
-_PREFIX = struct_of(cl.RecordPrefix)
 _PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
 _MAGIC_AT = field_offsets(cl.RecordPrefix)["magic"]
 _HEAD_DTYPE = numpy_dtype(cl.MessageHead)
@@ -300,7 +300,7 @@ def _walk_chain_scalar(window: bytes, base: int, file_size: int, hi: int, p: int
     """Follow TOTALSIZE from window position ``p`` one record at a time (the reference walk)."""
     starts = []
     n = len(window)
-    unpack = _PREFIX.unpack_from
+    unpack = PREFIX.unpack_from
     v1, v2, blank = cl.MESSAGE_MAGIC_V1, cl.MESSAGE_MAGIC_V2, cl.BLANK_MAGIC
     limit = hi - base
     while p < limit:

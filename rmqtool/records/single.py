@@ -5,20 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from formats import commitlog as cl
-from formats.derive import field_struct, struct_of
+from rmqtool.records.layout import (HEAD, PORT, PREFIX, PROPERTIES_LEN, STORE_TIMESTAMP, TAIL,
+                                    TOPIC_LEN_V1, TOPIC_LEN_V2)
 from rmqtool.broker.dispatch import goes_to_index
 from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.io.fileio import ReadOnlyFile
 
 
-_PREFIX = struct_of(cl.RecordPrefix)
-_HEAD = struct_of(cl.MessageHead)
-_TAIL = struct_of(cl.MessageTail)
-_PORT = field_struct(cl.HostV4.subcons[1])
-_TS = field_struct(cl.StoreTimestamp)
-_TOPIC_V1 = field_struct(cl.TopicLengthV1)
-_TOPIC_V2 = field_struct(cl.TopicLengthV2)
-_PROPS_LEN = field_struct(cl.PropertiesLength)
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 _FIRST_READ = 4096
 _HEAD_NAMES = tuple(sc.name for sc in cl.MessageHead.subcons)
@@ -71,7 +64,7 @@ class SingleRecord:
     def host(self, which: str, i: int = 0) -> tuple[bytes, int]:
         start, length = self._spans[which + "_host"]
         raw = self.raw[start:start + length]
-        return raw[:-_PORT.size], _PORT.unpack(raw[-_PORT.size:])[0]
+        return raw[:-PORT.size], PORT.unpack(raw[-PORT.size:])[0]
 
     def record(self, i: int = 0, body: str = "none") -> dict:
         from rmqtool.output.schema import record_to_dict
@@ -82,41 +75,41 @@ def decode_record(raw: bytes, position: int, path: str, file_base: int) -> Singl
     """Decode the MESSAGE at the start of ``raw`` with the scanner's validity rules, else None."""
     if len(raw) < cl.MESSAGE_HEAD_SIZE:
         return None
-    head = dict(zip(_HEAD_NAMES, _HEAD.unpack_from(raw)))
+    head = dict(zip(_HEAD_NAMES, HEAD.unpack_from(raw)))
     total, magic, sys_flag = head["total_size"], head["magic"], head["sys_flag"]
     if magic not in cl.MESSAGE_MAGICS or total < _MIN_MESSAGE or total > len(raw):
         return None
     born_at = cl.MESSAGE_HEAD_SIZE
     born_len = cl.host_size(sys_flag, cl.BORNHOST_V6_FLAG)
     ts_at = born_at + born_len
-    store_at = ts_at + _TS.size
+    store_at = ts_at + STORE_TIMESTAMP.size
     store_len = cl.host_size(sys_flag, cl.STOREHOST_V6_FLAG)
     tail_at = store_at + store_len
     if tail_at + cl.MESSAGE_TAIL_SIZE > total:
         return None
-    tail = dict(zip(_TAIL_NAMES, _TAIL.unpack_from(raw, tail_at)))
+    tail = dict(zip(_TAIL_NAMES, TAIL.unpack_from(raw, tail_at)))
     body_at = tail_at + cl.MESSAGE_TAIL_SIZE
     body_len = max(tail["body_length"], 0)
     topic_len_at = body_at + body_len
-    topic_fmt = _TOPIC_V2 if magic == cl.MESSAGE_MAGIC_V2 else _TOPIC_V1
+    topic_fmt = TOPIC_LEN_V2 if magic == cl.MESSAGE_MAGIC_V2 else TOPIC_LEN_V1
     if topic_len_at + topic_fmt.size > total:
         return None
     topic_len = topic_fmt.unpack_from(raw, topic_len_at)[0]
     topic_at = topic_len_at + topic_fmt.size
     props_len_at = topic_at + max(topic_len, 0)
-    if topic_len < 0 or props_len_at + _PROPS_LEN.size > total:
+    if topic_len < 0 or props_len_at + PROPERTIES_LEN.size > total:
         return None
-    props_len = _PROPS_LEN.unpack_from(raw, props_len_at)[0]
+    props_len = PROPERTIES_LEN.unpack_from(raw, props_len_at)[0]
     if cl.message_length(magic, sys_flag, tail["body_length"], topic_len, props_len) != total:
         return None
     cols = {_RENAME.get(k, k): [v] for k, v in head.items()}
     cols.update({k: [v] for k, v in tail.items()})
-    cols["store_timestamp"] = [_TS.unpack_from(raw, ts_at)[0]]
+    cols["store_timestamp"] = [STORE_TIMESTAMP.unpack_from(raw, ts_at)[0]]
     cols["position"] = [position]
     cols["phy_offset"] = [file_base + position]
     spans = {"born_host": (born_at, born_len), "store_host": (store_at, store_len),
              "body": (body_at, body_len), "topic": (topic_at, topic_len),
-             "props": (props_len_at + _PROPS_LEN.size, props_len if props_len > 0 else -1)}
+             "props": (props_len_at + PROPERTIES_LEN.size, props_len if props_len > 0 else -1)}
     return SingleRecord(path, file_base, raw[:total], cols, spans)
 
 MATCH_UNIQ = "uniq_key"
@@ -152,12 +145,12 @@ class RecordReader:
         seg, pos = hit
         try:
             fh, size = self._open(seg)
-            if pos + _PREFIX.size > size:
+            if pos + PREFIX.size > size:
                 return None
             window = fh.read(pos, min(_FIRST_READ, size - pos), exact=False)
-            if len(window) < _PREFIX.size:
+            if len(window) < PREFIX.size:
                 return None
-            total, magic = _PREFIX.unpack_from(window)
+            total, magic = PREFIX.unpack_from(window)
             if magic not in cl.MESSAGE_MAGICS or total < _MIN_MESSAGE or pos + total > size:
                 return None
             if total > len(window):

@@ -15,15 +15,14 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, ConsumeQueueUnit
-from formats.derive import field_struct, member_struct, struct_of
+from formats.derive import struct_of
+from rmqtool.records.layout import STORE_TIMESTAMP, SYS_FLAG
 from rmqtool.errors import RmqError, UnreadableError, UsageError
 from rmqtool.io.consumequeue import logical_end
 from rmqtool.io.fileio import ReadOnlyFile
 
 BOUNDARIES = ("lower", "upper")
 _UNIT = struct_of(ConsumeQueueUnit)
-_SYS_FLAG = member_struct(cl.MessageHead, "sys_flag")
-_STORE_TS = field_struct(cl.StoreTimestamp)
 
 
 def _jdiv(a: int, b: int) -> int:
@@ -111,16 +110,16 @@ class QueueView:
                 self._fhs[key] = (fh, fh.size())
             fh, fsize = self._fhs[key]
             flag_at = cl.MESSAGE_HEAD_OFFSETS["sys_flag"]
-            raw = fh.read(pos + flag_at, _SYS_FLAG.size, exact=False)
-            if len(raw) < _SYS_FLAG.size or pos + size > fsize:
+            raw = fh.read(pos + flag_at, SYS_FLAG.size, exact=False)
+            if len(raw) < SYS_FLAG.size or pos + size > fsize:
                 return -1
-            ts_at = cl.store_timestamp_position(_SYS_FLAG.unpack(raw)[0])
-            raw = fh.read(pos + ts_at, _STORE_TS.size, exact=False)
+            ts_at = cl.store_timestamp_position(SYS_FLAG.unpack(raw)[0])
+            raw = fh.read(pos + ts_at, STORE_TIMESTAMP.size, exact=False)
         except UnreadableError:
             raise
         except RmqError:
             return -1
-        return _STORE_TS.unpack(raw)[0] if len(raw) == _STORE_TS.size else -1
+        return STORE_TIMESTAMP.unpack(raw)[0] if len(raw) == STORE_TIMESTAMP.size else -1
 
     def _unit_time(self, f: _CqFile, pos: int) -> int:
         phy, size, _ = _UNIT.unpack_from(f.data, pos)
