@@ -89,3 +89,19 @@ def test_info_names_what_it_counts():
     assert counted["messages"] == 3000 and counted["messages_from_recovery_start"] == 74
     out = run_cli("info", reference_store("basic")).out
     assert "74 from the recovery start file (--count for the whole store)" in out
+
+
+def test_traceback_option_adds_the_traceback_and_keeps_the_line_and_code(tmp_path):
+    """--traceback (or RMQTOOL_TRACEBACK=1) prints the traceback for a bug report before the
+    usual one line; the exit code stays the documented 2."""
+    import os
+    from conftest import run_cli_process
+    args = ["export", reference_store("basic"), "--to", "/dev/null/x"]
+    env = {k: v for k, v in os.environ.items() if k != "RMQTOOL_TRACEBACK"}
+    plain = run_cli_process(*args, env=env)
+    assert plain.returncode == 2 and plain.stderr == "error: /dev/null/x: Not a directory\n", plain.stderr
+    for extra, more_env in ((["--traceback"], {}), ([], {"RMQTOOL_TRACEBACK": "1"})):
+        r = run_cli_process(*extra, *args, env=dict(env, **more_env))
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith("Traceback (most recent call last):"), r.stderr
+        assert r.stderr.endswith("error: /dev/null/x: Not a directory\n"), r.stderr

@@ -24,9 +24,17 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _keep_traceback(value: bool) -> None:
+    if value:
+        os.environ["RMQTOOL_TRACEBACK"] = "1"       # read by run_app's error boundary
+
+
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version and which kernel path runs (native C or numpy), then exit"),
+          traceback: bool = typer.Option(False, "--traceback", callback=_keep_traceback, is_eager=True,
+                                         help="on an internal or OS error, print the Python traceback "
+                                              "(for bug reports; same as RMQTOOL_TRACEBACK=1)"),
           ) -> None:
     """Offline forensic and repair tool for Apache RocketMQ broker stores."""
 
@@ -290,15 +298,16 @@ def run_app(application: typer.Typer) -> None:
                 stderr.print("interrupted", markup=False)
                 raise SystemExit(EXIT_INTERRUPTED)
             raise SystemExit(EXIT_BAD_INPUT)
-        if isinstance(exc, OSError) and not os.environ.get("RMQTOOL_TRACEBACK"):
+        if os.environ.get("RMQTOOL_TRACEBACK"):       # --traceback: for a bug report, then the one line
+            import traceback
+            traceback.print_exc()
+        if isinstance(exc, OSError):
             where = exc.filename if exc.filename is not None else "rmqtool"
             stderr.print(f"error: {escape_control(str(where))}: {exc.strerror or exc}", markup=False)
             raise SystemExit(EXIT_BAD_INPUT)
-        if isinstance(exc, RecursionError) and not os.environ.get("RMQTOOL_TRACEBACK"):
+        if isinstance(exc, RecursionError):
             stderr.print("error: input nested too deeply to read", markup=False)
             raise SystemExit(EXIT_BAD_INPUT)
-        if os.environ.get("RMQTOOL_TRACEBACK"):
-            raise
         stderr.print(f"error: internal error {exc.__class__.__name__}: {escape_control(str(exc))} "
                      f"(please report it with the command line)", markup=False)
         raise SystemExit(EXIT_BAD_INPUT)
