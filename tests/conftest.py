@@ -76,3 +76,44 @@ def run_cli_process(*args, timeout: float = 120, **kw):
     import sys
     return subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, **kw)
+
+
+class EngineWay:
+    """One way of running a command: the installed CLI with this engine's options and
+    environment (``native``: the default, in one process, native core; ``numpy``: the same
+    with the numpy reference kernels; ``pool``: the local engine's process pool over small
+    split tasks; ``spark``: ``--engine spark`` on a local master)."""
+
+    def __init__(self, name: str, options: list[str], env: dict[str, str]):
+        self.name, self.options, self.env = name, options, env
+
+    def run(self, *args, split_size: int | None = None, timeout: float = 300):
+        """``rmqtool ARGS`` this way; ``split_size`` (commands that take it) cuts the pool's and
+        Spark's tasks small enough that every reference store is several tasks."""
+        import os
+        import subprocess
+        import sys
+        env = {k: v for k, v in os.environ.items() if k != "RMQTOOL_NATIVE"}
+        env.update(self.env)
+        extra = ["--split-size", str(split_size)] if split_size and self.name in ("pool", "spark") else []
+        return subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args), *self.options, *extra],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+
+
+ENGINE_WAYS = {
+    "native": EngineWay("native", [], {"RMQTOOL_NATIVE": "1"}),
+    "numpy": EngineWay("numpy", [], {"RMQTOOL_NATIVE": "0"}),
+    "pool": EngineWay("pool", ["--engine", "local", "--jobs", "2"], {}),
+    "spark": EngineWay("spark", ["--engine", "spark", "--master", "local[2]"], {}),
+}
+
+
+@pytest.fixture(params=list(ENGINE_WAYS))
+def engine(request) -> EngineWay:
+    """Each way a command can run; spark is skipped (with the reason) without pyspark or Java."""
+    if request.param == "spark":
+        pytest.importorskip("pyspark")
+        from rmqtool.engines.spark import find_java
+        if find_java() is None:
+            pytest.skip("no Java for Spark (JAVA_HOME or java on PATH)")
+    return ENGINE_WAYS[request.param]

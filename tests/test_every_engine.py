@@ -1,0 +1,58 @@
+"""Every way of running a command gives the answers of the default one: the native core,
+the numpy reference kernels, the local process pool over small tasks and Spark (the
+``engine`` fixture), on the crashed reference store (a torn tail, a recovery forecast)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ENGINE_WAYS
+
+STORE = "crashed"
+
+
+def _tree(path: Path) -> dict:
+    """Rebuilt files by content; IndexFile names are creation times, so those by order."""
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    out = {}
+    for i, f in enumerate(files):
+        rel = str(f.relative_to(path))
+        name = f"index/{i}" if rel.startswith("index/") else rel
+        out[name] = hashlib.sha1(f.read_bytes()).hexdigest()
+    return out
+
+
+def _answers(way, store: Path, tmp: Path) -> dict:
+    verify = way.run("verify", store, "--level", "deep", "-f", "json", split_size=7000)
+    assert verify.returncode in (0, 1), verify.stderr
+    report = json.loads(verify.stdout)
+    report.get("summary", {}).pop("seconds", None)
+    report.pop("seconds", None)
+    out = tmp / f"rebuilt-{way.name}"
+    for kind in ("consumequeue", "index"):
+        rebuild = way.run("rebuild", kind, store, "--output", out / kind, "--allow-truncate", "-f", "json")
+        assert rebuild.returncode == 0, rebuild.stderr
+    export = tmp / f"export-{way.name}"
+    ex = way.run("export", store, "--to", export, "--format", "jsonl", split_size=7000)
+    assert ex.returncode == 0, ex.stderr
+    rows = sorted((json.loads(line) for f in sorted(export.rglob("*.jsonl"))
+                   for line in f.read_text().splitlines() if line), key=lambda r: r["phy_offset"])
+    return {"verify": (verify.returncode, report), "rebuild": _tree(out), "export": rows}
+
+
+@pytest.fixture(scope="module")
+def default_answers(tmp_path_factory):
+    from conftest import reference_store
+    tmp = tmp_path_factory.mktemp("default")
+    return _answers(ENGINE_WAYS["native"], reference_store(STORE), tmp)
+
+
+def test_every_engine_gives_the_default_answers(engine, default_answers, tmp_path):
+    from conftest import reference_store
+    got = _answers(engine, reference_store(STORE), tmp_path)
+    assert got["rebuild"] and got["export"]
+    for what in ("verify", "rebuild", "export"):
+        assert got[what] == default_answers[what], f"{engine.name}: {what} differs from the default"
