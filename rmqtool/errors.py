@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1      # verify found problems, or a query found nothing
 EXIT_BAD_INPUT = 2     # bad usage or unreadable input
 EXIT_REFUSED = 3       # refused for safety (live broker holds the lock, destination exists)
+EXIT_INTERRUPTED = 130  # ended by Ctrl-C (the shell's code for SIGINT)
 
 
 @contextmanager

@@ -54,3 +54,15 @@ def test_os_error_is_one_line_naming_the_path(tmp_path):
     r = run_cli("write", target / "store", "--synthetic", 1)          # a path below a regular file
     assert r.code == 2 and "internal error" not in r.err, r.err
     assert r.err.count("\n") == 1 and str(target) in r.err
+
+
+def test_ctrl_c_while_the_command_loads_is_interrupted_too(tmp_path):
+    """Ctrl-C that lands while the CLI's modules are still importing (a loaded machine, a slow
+    disk) ends the same way: 'interrupted', exit 130, no traceback. A stand-in typer package
+    raises KeyboardInterrupt at import, where the signal would."""
+    (tmp_path / "typer").mkdir()
+    (tmp_path / "typer" / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "rmqtool", "info", str(tmp_path)], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert (p.returncode, p.stderr) == (130, "interrupted\n")

@@ -10,7 +10,7 @@ from typing import Iterable, Optional
 
 import typer
 
-from rmqtool.errors import EXIT_BAD_INPUT, RmqError, UsageError
+from rmqtool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RmqError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
@@ -266,10 +266,6 @@ def _quiet_closed_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):      # no real file descriptor (tests' StringIO)
         pass
-
-
-#: the shell's code for a command ended by SIGINT
-EXIT_INTERRUPTED = 130
 
 
 def run_app(application: typer.Typer) -> None:
