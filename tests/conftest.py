@@ -117,3 +117,25 @@ def engine(request) -> EngineWay:
         if find_java() is None:
             pytest.skip("no Java for Spark (JAVA_HOME or java on PATH)")
     return ENGINE_WAYS[request.param]
+
+
+@lru_cache(maxsize=None)
+def dledger_store() -> Path:
+    """The upstream-written DLedger-mode store (fixtures/reference/dledger.tar.gz), unpacked once
+    per test session into a temporary directory; its 160 MiB DLedger index file stays sparse.
+    Tests that change it work on ``dledger_copy``."""
+    import atexit
+    import tarfile
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="rmqtool-dledger-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    with tarfile.open(REFERENCE / "dledger.tar.gz") as tar:
+        tar.extractall(tmp, filter="data")
+    return tmp / "dledger"
+
+
+def dledger_copy(dest: Path) -> Path:
+    """A writable copy of the DLedger reference store (sparse files copied with their holes)."""
+    import subprocess
+    subprocess.run(["cp", "-a", "--sparse=always", str(dledger_store()), str(dest)], check=True)
+    return dest

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
+from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, is_entry_file, members as dledger_members
 from rmqtool.errors import StoreLayoutError, UsageError
 from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
@@ -49,6 +50,8 @@ class Store:
             self.commitlog_dirs = [Path(p) for p in commitlog_dirs.split(MULTI_PATH_SEPARATOR) if p]
         elif (self.root / "commitlog").is_dir():
             self.commitlog_dirs = [self.root / "commitlog"]
+        elif dledger_members(self.root):
+            self.commitlog_dirs = [self._dledger_data()]
         elif any(SEGMENT_NAME.match(n) for n in os.listdir(self.root)):
             self.commitlog_dirs = [self.root]          # a bare commitlog directory
         else:
@@ -61,6 +64,20 @@ class Store:
                 self.require_root()
             raise StoreLayoutError(
                 "not a RocketMQ store: no commitlog/, consumequeue/, index/ or checkpoint", self.root)
+
+    def _dledger_data(self) -> Path:
+        """The data directory of the store's one DLedger member (the commit log in DLedger mode)."""
+        found = dledger_members(self.root)
+        if len(found) > 1:
+            names = ", ".join(m.name for m in found)
+            raise UsageError(f"several DLedger members ({names}): pass --commitlog-dirs "
+                             f"{found[0] / DLEDGER_DATA_DIR} to pick one", self.root)
+        return found[0] / DLEDGER_DATA_DIR
+
+    @property
+    def dledger(self) -> bool:
+        """The commit log is a DLedger member's entries (records start 48 bytes into each)."""
+        return any(is_entry_file(d / "x") for d in self.commitlog_dirs)
 
     # --- paths -------------------------------------------------------------------------
     @property

@@ -92,7 +92,7 @@ def end_row(end: FileEnd) -> dict | None:
            "size": end.blank_size if end.kind == END_BLANK else end.file_size - end.position,
            "detail": end.detail or None, "check": end.check or None}
     if end.magic is not None:
-        row["magic"] = f"0x{end.magic:08X}"
+        row["magic"] = f"0x{end.magic & 0xFFFFFFFF:08X}"
     return row
 
 

@@ -45,6 +45,7 @@ from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, enc
                             patch_phy_offset)
 from rmqtool.io import install as inst
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.io.dledger_layout import members as dledger_members
 from rmqtool.io.topicpath import queue_dir, topic_path_problem
 from rmqtool.ops.rebuild import index_file_names
 
@@ -451,6 +452,10 @@ class StoreWriter:
                 raise RefusedError(f"the store holds a symlink to {dest!r}{more}; write never writes "
                                    "through links (the backup would share it): replace it by what it "
                                    "points to", path)
+        if root.is_dir() and not (root / "commitlog").is_dir() and dledger_members(root):
+            raise RefusedError("a DLedger-mode store (its commit log is "
+                               f"{dledger_members(root)[0].name}/data): write appends plain CommitLog "
+                               "records and would fork the log; it does not write DLedger entries", root)
         if root.is_dir() and os.stat(root).st_dev != os.stat(root.parent).st_dev:
             raise RefusedError("the store root is a mount point: write stages the new store beside it "
                                "and swaps the two, which needs one filesystem", root)

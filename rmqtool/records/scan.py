@@ -19,14 +19,21 @@ from typing import Iterator
 import numpy as np
 
 from formats import commitlog as cl
-from formats.derive import field_offsets, numpy_dtype
+from formats import dledger as dl
+from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError, UnreadableError
+from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
 
+_ENTRY_HEAD = struct_of(dl.EntryHeader)
+_ENTRY_HEAD_DTYPE = dl.ENTRY_HEADER_DTYPE
+_BLANK_HEAD = struct_of(dl.BlankHeader)
+_POS = list(dl.ENTRY_HEADER_OFFSETS).index("pos")
+_BODY_LENGTH = list(dl.ENTRY_HEADER_OFFSETS).index("body_length")
 _PREFIX_DTYPE = numpy_dtype(cl.RecordPrefix)
 _MAGIC_AT = field_offsets(cl.RecordPrefix)["magic"]
 _HEAD_DTYPE = numpy_dtype(cl.MessageHead)
@@ -159,6 +166,8 @@ class FileScan:
         self.reuse_buffer = reuse_buffer or buffer is not None
         self._buffer = buffer if buffer is not None else ReadBuffer()
         self.end: FileEnd | None = None
+        # a DLedger member's data file: records sit inside entries (docs/format-dledger.md)
+        self._walk_window = _walk_entries_window(file_base) if is_entry_file(self.path) else _walk_chain
 
     def __iter__(self) -> Iterator[RecordBatch]:
         with ReadOnlyFile(self.path) as fh:
@@ -176,7 +185,7 @@ class FileScan:
                 return
             want = min(self.chunk_size, size - pos)
             window = self._read_reused(fh, pos, want) if self.reuse_buffer else fh.read(pos, want)
-            starts, stop, next_pos = _walk_chain(window, pos, size, hi)
+            starts, stop, next_pos = self._walk_window(window, pos, size, hi)
             batch = None
             if len(starts):
                 batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc)
@@ -337,6 +346,70 @@ def _walk_chain_scalar(window: bytes, base: int, file_size: int, hi: int, p: int
         return starts, FileEnd("", 0, 0, base + p, END_CORRUPT, total_size=total, magic=magic,
                                detail=f"illegal magic code 0x{magic:08X}",
                                check="commitlog.magic"), None
+    return starts, None, base + p
+
+
+def _walk_entries_window(file_base: int):
+    """``_walk_chain`` for a DLedger data file based at ``file_base``."""
+    def walk(window: bytes, base: int, file_size: int, hi: int):
+        starts, stop, resume = _walk_entries(window, base, file_base, file_size, hi)
+        return np.asarray(starts, dtype=np.int64), stop, resume
+    return walk
+
+
+def _walk_entries(window: bytes, base: int, file_base: int, file_size: int, hi: int, p: int = 0):
+    """Follow DLedger entries (``formats.dledger``) from window position ``p``: each entry's
+    header is checked (magic, size, its own pos) and its body must be one whole MESSAGE record
+    (TOTALSIZE equal to the body length); the record starts are returned as ``_walk_chain``
+    returns them, so records decode and carry their offsets exactly as in a CommitLog. The
+    DLedger blank ends the file (the next file continues), zeros end the data."""
+    starts = []
+    n = len(window)
+    limit = hi - base
+    head = _ENTRY_HEAD.unpack_from
+    body_at = dl.ENTRY_BODY_OFFSET
+    prefix = PREFIX.unpack_from
+    while p < limit:
+        at = base + p
+        if p + dl.BLANK_HEADER_SIZE > n:
+            if base + n >= file_size:
+                kind = END_ZERO if not any(window[p:]) else END_TORN
+                return starts, FileEnd("", 0, 0, at, kind,
+                                       detail="" if kind == END_ZERO else "an entry header cut by the end of the file",
+                                       check="" if kind == END_ZERO else "dledger.torn-tail"), None
+            return starts, None, at
+        magic, size = _BLANK_HEAD.unpack_from(window, p)
+        if magic == dl.BLANK_MAGIC:
+            return starts, FileEnd("", 0, 0, at, END_BLANK, blank_size=size, total_size=size, magic=magic), None
+        if magic == 0:
+            return starts, FileEnd("", 0, 0, at, END_ZERO, total_size=size, magic=magic,
+                                   detail="" if size == 0 else f"zero magic with size {size}"), None
+        if magic != dl.ENTRY_MAGIC:
+            return starts, FileEnd("", 0, 0, at, END_CORRUPT, total_size=size, magic=magic,
+                                   detail=f"illegal DLedger entry magic {magic}", check="dledger.magic"), None
+        if size < body_at + _MIN_MESSAGE:
+            return starts, FileEnd("", 0, 0, at, END_CORRUPT, total_size=size, magic=magic,
+                                   detail=f"entry size {size} cannot hold a message", check="dledger.size"), None
+        if at + size > file_size:
+            return starts, FileEnd("", 0, 0, at, END_TORN, total_size=size, magic=magic,
+                                   detail=f"entry size {size} runs past the end of the file "
+                                          f"({file_size - at} bytes left)", check="dledger.torn-tail"), None
+        if p + size > n:
+            return starts, None, at
+        fields = head(window, p)
+        pos, body_length = fields[_POS], fields[_BODY_LENGTH]
+        if pos != file_base + at:
+            return starts, FileEnd("", 0, 0, at, END_CORRUPT, total_size=size, magic=magic,
+                                   detail=f"entry pos {pos} is not its offset {file_base + at}",
+                                   check="dledger.pos"), None
+        total, record_magic = prefix(window, p + body_at)
+        if body_length != size - body_at or total != body_length or record_magic not in cl.MESSAGE_MAGICS:
+            return starts, FileEnd("", 0, 0, at, END_CORRUPT, total_size=size, magic=magic,
+                                   detail=f"entry body ({body_length} bytes of {size}) is not one message "
+                                          f"(TOTALSIZE {total}, magic 0x{record_magic & 0xFFFFFFFF:08X})",
+                                   check="dledger.body"), None
+        starts.append(p + body_at)
+        p += size
     return starts, None, base + p
 
 
@@ -606,7 +679,10 @@ def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_br
 
 
 def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None = None) -> int | None:
-    """Resync: first position >= lo where a MESSAGE magic sits and PHYSICALOFFSET == base + pos."""
+    """Resync: first position >= lo where a MESSAGE magic sits and PHYSICALOFFSET == base + pos.
+    In a DLedger data file, the first entry >= lo whose header (magic, pos) is right and whose
+    body is such a record: where an entry walk can start."""
+    entries = is_entry_file(path)
     with ReadOnlyFile(path) as fh:
         size = fh.size()
         end = size if hi is None else min(hi, size)
@@ -621,12 +697,24 @@ def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None 
             if len(cand):
                 phys = strided_view(buf, _HEAD_DTYPE)[cand]["physical_offset"]
                 hit = cand[phys == file_base + pos + cand]
+                if entries:
+                    hit = _entry_heads(buf, hit, file_base + pos)
                 hit = hit[pos + hit < end]
                 if len(hit):
                     return pos + int(hit[0])
             pos += step
             step = min(step * 2, CHUNK_SIZE)
         return None
+
+
+def _entry_heads(buf: np.ndarray, records: np.ndarray, base: int) -> np.ndarray:
+    """The entry starts (window positions) of the ``records`` found in a DLedger data window
+    whose entry header sits whole in the window with the entry magic and its own pos."""
+    heads = records[records >= dl.ENTRY_BODY_OFFSET] - dl.ENTRY_BODY_OFFSET
+    if not len(heads):
+        return heads
+    h = strided_view(buf, _ENTRY_HEAD_DTYPE)[heads]
+    return heads[(h["magic"] == dl.ENTRY_MAGIC) & (h["pos"] == base + heads)]
 
 
 def resync_in_file(path: Path | str, file_base: int, pos: int, kind: str) -> int | None:

@@ -215,6 +215,8 @@ class CommitLogVerifier:
                                f"only zeros follow"), severity
         if end.check == "commitlog.torn-tail":
             return "commitlog.total-size", f"TOTALSIZE {total} at {pos}: {detail}", None
+        if end.check.startswith("dledger."):
+            return end.check, f"DLedger entry at {pos}: {detail}", None
         return end.check or "commitlog.magic", f"walk stopped at {pos}: {detail}", None
 
     def _check_ends(self, files) -> None:

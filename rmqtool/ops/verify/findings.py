@@ -36,6 +36,12 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "commitlog.file-changed": (WARNING, "shallow", "a file shrank or vanished while being read (live store)"),
     "commitlog.replaced": (WARNING, "shallow", "the store root was replaced (by `write`) during every verify run"),
     "commitlog.live-tail": (INFO, "shallow", "incomplete record at the live tail of a store a broker holds"),
+    # DLedger-mode commit log (docs/format-dledger.md): the entries that wrap the records
+    "dledger.magic": (ERROR, "shallow", "a DLedger entry header without the entry magic where an entry should start"),
+    "dledger.size": (ERROR, "shallow", "a DLedger entry size too small to hold a message"),
+    "dledger.pos": (ERROR, "shallow", "a DLedger entry whose stored pos is not its own offset"),
+    "dledger.body": (ERROR, "shallow", "a DLedger entry whose body is not one whole MESSAGE record"),
+    "dledger.torn-tail": (ERROR, "shallow", "a DLedger entry runs past the end of its data file"),
     "dispatch.stop": (ERROR, "shallow", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int: the broker's record "
                       "check fails there, its recovery ends the CommitLog there and nothing after it is dispatched"),
     # commitlog: deep record checks

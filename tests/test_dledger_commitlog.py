@@ -1,0 +1,187 @@
+"""A DLedger-mode store (upstream-written, fixtures/reference/dledger.tar.gz) read as a CommitLog:
+every record where upstream says it is, and every command that reads a CommitLog working on
+it: dump, locate, the queries, export, deep verify, a byte-identical rebuild; write refuses;
+damage planted in an entry header is found at its file and offset."""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import struct
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import REFERENCE, dledger_copy, dledger_store, run_cli, run_cli_process
+from formats import dledger as dl
+from rmqtool.io.store import Store
+from rmqtool.records.scan import FileEnd, RecordBatch, _walk_entries, walk_store
+
+
+@lru_cache(maxsize=None)
+def answers() -> dict:
+    with gzip.open(REFERENCE / "answers" / "dledger.json.gz", "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _records(root) -> list[dict]:
+    out = []
+    for item in walk_store(Store(root), check_crc=True):
+        if isinstance(item, RecordBatch):
+            out.extend(item.record(i, body="raw") for i in range(len(item)))
+    return out
+
+
+def test_the_store_root_reads_the_member_data_files():
+    store = Store(dledger_store())
+    assert store.dledger
+    assert [d.name for d in store.commitlog_dirs] == ["data"] and store.commitlog_dirs[0].parent.name == "dledger-n0"
+    assert [f.name for f in store.commitlog.files] == [f["name"] for f in answers()["dledger"]["dataFiles"]]
+
+
+def test_every_record_is_where_upstream_says():
+    got = _records(dledger_store())
+    want = answers()["messages"]
+    entries = {e["index"]: e for e in answers()["dledger"]["entries"]}
+    assert len(got) == len(want) == 400
+    for r, m in zip(got, want):
+        assert r["phy_offset"] == m["phyOffset"] == entries[m["dledgerIndex"]]["messagePhyOffset"]
+        assert (r["topic"], r["queue_id"], r["queue_offset"]) == (m["topic"], m["queueId"], m["queueOffset"])
+        assert (r["keys"], r["uniq_key"], r["tags"]) == (m["keys"], m["uniqKey"], m["tags"])
+        assert (r["store_timestamp"], r["body_crc"], r["size"]) == (m["storeTimestamp"], m["bodyCRC"], m["size"])
+        assert hashlib.sha1(base64.b64decode(r["body"])).hexdigest() == m["bodySha1"]
+
+
+def test_rebuild_is_byte_identical_to_the_brokers_queues_and_index(tmp_path):
+    root = dledger_store()
+    r = run_cli("rebuild", "all", root, "--output", tmp_path / "out", "-f", "json")
+    assert r.code == 0, r.err
+    for rel in sorted(p.relative_to(root / "consumequeue") for p in (root / "consumequeue").rglob("*") if p.is_file()):
+        assert (tmp_path / "out" / "consumequeue" / rel).read_bytes() == (root / "consumequeue" / rel).read_bytes(), rel
+    ours = sorted((tmp_path / "out" / "index").iterdir())
+    theirs = sorted((root / "index").iterdir())
+    assert [p.read_bytes() for p in ours] == [p.read_bytes() for p in theirs]
+
+
+def test_deep_verify_is_clean():
+    r = run_cli("verify", dledger_store(), "--level", "deep", "-f", "json")
+    report = json.loads(r.out)
+    assert r.code == 0, report["findings"]
+    assert report["summary"]["commitlog"]["records"] == 400
+
+
+def test_queries_dump_and_locate_answer_as_upstream():
+    root = dledger_store()
+    a = answers()
+    whole = [q for q in a["keyQueries"] if q["maxNum"] >= 64 and q["begin"] == 0 and q["end"] == (1 << 63) - 1]
+    assert len(whole) >= 10
+    for q in whole:
+        r = run_cli("query-key", root, q["key"], "--topic", q["topic"], "-f", "json")
+        want = sorted(q["storeQueryMessage"]["phyOffsets"])
+        got = sorted(x["phy_offset"] for x in json.loads(r.out)) if r.code == 0 else []
+        assert got == want, q
+    m = a["messages"][7]
+    r = run_cli("query-id", root, m["offsetMsgId"], "-f", "json")
+    assert r.code == 0 and json.loads(r.out)[0]["records"][0]["phy_offset"] == m["phyOffset"]
+    r = run_cli("query-queue", root, m["topic"], m["queueId"], "--offset", m["queueOffset"], "--count", 1, "-f", "json")
+    assert r.code == 0 and json.loads(r.out)[0]["phy_offset"] == m["phyOffset"]
+    dump = run_cli("dump", "commitlog", root, "-f", "jsonl")
+    rows = dump.jsonl()
+    assert [x["phy_offset"] for x in rows if x["kind"] == "MESSAGE"] == [x["phyOffset"] for x in a["messages"]]
+    blanks = [x for x in rows if x["kind"] == "BLANK"]             # the DLedger blank ending each full file
+    assert [x["phy_offset"] % Store(root).commitlog.file_size + x["size"] for x in blanks] == [98304, 98304]
+    assert {x["magic"] for x in blanks} == {"0xFFFFFFFF"}
+    assert [(x["kind"], x["phy_offset"]) for x in rows if x["kind"] not in ("MESSAGE", "BLANK")] == [
+        ("END", answers()["dledger"]["writePos"])]
+    inside = m["phyOffset"] + 10
+    loc = json.loads(run_cli("locate", root, inside, "-f", "json").out)[0]
+    assert loc["record"]["start"] == m["phyOffset"]
+
+
+def test_export_holds_every_message(tmp_path):
+    pytest.importorskip("pyarrow")
+    r = run_cli("export", dledger_store(), "--to", tmp_path / "x", "-f", "jsonl")
+    assert r.code == 0, r.err
+    rows = [json.loads(line) for f in (tmp_path / "x").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert sorted(x["phy_offset"] for x in rows) == [m["phyOffset"] for m in answers()["messages"]]
+
+
+def test_write_refuses_a_dledger_store(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    before = sorted(p.name for p in root.iterdir())
+    r = run_cli_process("write", root, "--synthetic", 3)
+    assert r.returncode == 3 and "DLedger-mode store" in r.stderr, r.stderr
+    assert sorted(p.name for p in root.iterdir()) == before
+
+
+def _entry(i: int) -> dict:
+    return answers()["dledger"]["entries"][i]
+
+
+def _plant(root, entry: dict, field: str, value: int) -> tuple[str, int]:
+    """Overwrite one header field of the entry; (data file, in-file position of the entry)."""
+    size = Store(root).commitlog.file_size
+    base = entry["pos"] // size * size
+    path = root / "dledger-n0" / "data" / f"{base:020d}"
+    at = entry["pos"] - base + dl.ENTRY_HEADER_OFFSETS[field]
+    fmt = ">i" if dl.EntryHeader.subcons[list(dl.ENTRY_HEADER_OFFSETS).index(field)].sizeof() == 4 else ">q"
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(struct.pack(fmt, value))
+    return str(path), entry["pos"] - base
+
+
+@pytest.mark.parametrize("field,value,check", [
+    ("magic", 7, "dledger.magic"),
+    ("pos", 12345, "dledger.pos"),
+    ("body_length", 5, "dledger.body"),
+    ("size", 20, "dledger.size"),
+])
+def test_damage_in_an_entry_header_is_found_at_its_file_and_offset(tmp_path, field, value, check):
+    root = dledger_copy(tmp_path / "s")
+    path, position = _plant(root, _entry(150), field, value)
+    r = run_cli("verify", root, "-f", "json")
+    assert r.code == 1
+    found = [f for f in json.loads(r.out)["findings"] if f["check"] == check]
+    assert found and found[0]["file"] == path and found[0]["offset"] == position, json.loads(r.out)["findings"]
+    dry = run_cli("rebuild", "consumequeue", root, "--dry-run")
+    assert dry.code == 0 and f"stops at {path}@{position}" in dry.out and "400 now -> 150 after" in dry.out
+    refused = run_cli("rebuild", "consumequeue", root, "--output", tmp_path / "out")
+    assert refused.code == 3 and not any((tmp_path / "out").rglob("*"))   # it would shrink the queues
+
+
+def test_resync_past_a_damaged_header_finds_the_next_entry(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    _plant(root, _entry(150), "magic", 7)
+    r = run_cli("verify", root, "--level", "deep", "-f", "json")
+    findings = json.loads(r.out)["findings"]
+    size = Store(root).commitlog.file_size
+    stop = next(f for f in findings if f["check"] == "dledger.magic")
+    assert f"resync found a plausible record at {_entry(151)['pos'] % size}" in stop["message"]   # the next entry
+    carved = next(f for f in findings if f["check"] == "commitlog.carved")
+    assert carved["offset"] == _entry(151)["messagePhyOffset"] % size                            # its record
+
+
+def _header(magic, size, index, term, pos, body_length) -> bytes:
+    return dl.EntryHeader.build(dict(magic=magic, size=size, index=index, term=term, pos=pos, channel=0,
+                                     chain_crc=0, body_crc=0, body_length=body_length))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600), st.integers(0, 5), st.integers(0, 700))
+def test_entry_walk_never_raises_and_stays_inside(data, cut, hi):
+    """Arbitrary bytes (and a real entry spliced in front) walked as a DLedger data file: the
+    walk returns record starts inside the window, each behind a header naming its own pos."""
+    real = (dledger_store() / "dledger-n0" / "data" / f"{0:020d}").read_bytes()[:_entry(0)["size"]]
+    for window in (data, real + data, real[:len(real) - cut] + data):
+        starts, stop, resume = _walk_entries(window, 0, 0, len(window), min(hi, len(window)) or len(window))
+        assert stop is None or isinstance(stop, FileEnd)
+        for s in starts:
+            assert dl.ENTRY_BODY_OFFSET <= s <= len(window)
+            h = dl.EntryHeader.parse(window[s - dl.ENTRY_BODY_OFFSET:s])
+            assert h.magic == dl.ENTRY_MAGIC and h.pos == s - dl.ENTRY_BODY_OFFSET and s - 48 + h.size <= len(window)
+        if resume is not None:
+            assert 0 <= resume <= len(window)
