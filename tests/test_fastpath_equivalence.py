@@ -166,6 +166,36 @@ def test_message_run_native_equals_numpy(case):
     assert (run1.tolist(), stop1) == (run2.tolist(), stop2)
 
 
+@st.composite
+def dledger_windows(draw):
+    """A window of the upstream-written DLedger data file (from any entry boundary, cut anywhere),
+    with a few bytes changed, a window position and a limit."""
+    from conftest import dledger_store
+    data = (dledger_store() / "dledger-n0" / "data" / f"{0:020d}").read_bytes()
+    lo = draw(st.sampled_from([0, 284, 332, 548]))
+    raw = bytearray(data[lo:lo + draw(st.integers(0, 6000))])
+    for _ in range(draw(st.integers(0, 3))):
+        if raw:
+            raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    base = draw(st.sampled_from([lo, lo + 1, 0]))
+    return bytes(raw), base, draw(st.integers(-2, len(raw) + 3))
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(dledger_windows())
+def test_entry_run_native_equals_the_scalar_walk(case):
+    """A DLedger window walked with the entries taken in C first, then judged by the loop,
+    equals the loop alone: same record starts, same stop, same resume position."""
+    from rmqtool.records.scan import _walk_entries
+    window, base, limit = case
+    results = []
+    for core in (native.core, None):
+        starts, stop, resume = _walk_entries(window, base, 0, base + len(window) + 7, base + limit, core=core)
+        results.append((list(starts), stop and vars(stop), resume))
+    assert results[0] == results[1]
+
+
 @needs_native
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, (1 << 31) - 1), max_size=60), st.integers(1, 12),

@@ -2,6 +2,7 @@
  * rmqtool's native core: the per-record loops numpy cannot express.
  *
  *   message_run       the chain of whole MESSAGE records at the start of a read window
+ *   entry_run         the same for DLedger entries (each wrapping one MESSAGE record)
  *   crc32_spans       zlib's crc32 of every record body
  *   split_properties  the TAGS / KEYS / UNIQ_KEY / DELAY value spans of every record
  *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
@@ -285,6 +286,64 @@ static PyObject *message_run(PyObject *self, PyObject *args)
     return Py_BuildValue("LL", (long long)count, (long long)p);
 }
 
+static int64_t be64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
+}
+
+/* entry_run(window, limit, window_pos, entry_magic, body_offset, pos_at, body_length_at,
+ *           min_message, magic_v1, magic_v2, out_starts) -> (count, stop):
+ * the DLedger entries from position 0 that the scalar entry walk (scan._walk_entries) takes
+ * without stopping: below ``limit``, the entry magic, a size that holds a message and ends
+ * inside the window, a stored pos equal to window_pos + position, and a body that is one whole
+ * MESSAGE record (body length = size - body_offset = the record's TOTALSIZE, a MESSAGE magic).
+ * out_starts receives the record starts (position + body_offset; room for
+ * len(window) / (body_offset + min_message) + 1); stop is the first position not taken. */
+static PyObject *entry_run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *window, *out;
+    long long limit, window_pos, body_offset, pos_at, body_length_at, min_message;
+    long entry_magic;
+    unsigned long magic_v1, magic_v2;
+    if (!PyArg_ParseTuple(args, "OLLlLLLLkkO", &window, &limit, &window_pos, &entry_magic, &body_offset, &pos_at,
+                          &body_length_at, &min_message, &magic_v1, &magic_v2, &out)) return NULL;
+    if (min_message < 8 || pos_at < 0 || body_length_at < 0 || pos_at + 8 > body_offset
+        || body_length_at + 4 > body_offset) {
+        PyErr_SetString(PyExc_ValueError, "entry layout: fields must lie inside the header, min_message >= 8");
+        return NULL;
+    }
+    Py_buffer w, o;
+    if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (out_get(out, &o, 0, 0) < 0) { PyBuffer_Release(&w); return NULL; }
+    if (o.len / 8 < w.len / (body_offset + min_message) + 1) {
+        PyBuffer_Release(&o);
+        PyBuffer_Release(&w);
+        PyErr_SetString(PyExc_ValueError, "out_starts has too little room");
+        return NULL;
+    }
+    const unsigned char *b = w.buf;
+    int64_t n = w.len, count = 0, p = 0;
+    int64_t *starts = o.buf;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < limit && p <= n - body_offset - 8) {        /* header and the record's prefix fit */
+        if ((int32_t)be32(b + p) != entry_magic) break;
+        int64_t size = (int32_t)be32(b + p + 4);
+        if (size < body_offset + min_message || size > n - p) break;
+        if (be64(b + p + pos_at) != window_pos + p) break;
+        int64_t body = (int32_t)be32(b + p + body_length_at);
+        int64_t total = (int32_t)be32(b + p + body_offset);
+        uint32_t magic = be32(b + p + body_offset + 4);
+        if (body != size - body_offset || total != body || (magic != magic_v1 && magic != magic_v2)) break;
+        starts[count++] = p + body_offset;    /* count <= n / size: p grows by >= body_offset + min_message */
+        p += size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&w);
+    return Py_BuildValue("LL", (long long)count, (long long)p);
+}
+
 /* index_chains(slot_of_key, slots, count, out_prev) -> slots newly used: IndexFile.putKey's
  * chain for each key in turn. slot_of_key: int64 slot of every key (each in [0, slots));
  * slots: the file's slot table (native int32, updated in place); count: the file's
@@ -359,6 +418,9 @@ static PyObject *index_chains(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"index_chains", index_chains, METH_VARARGS,
      "index_chains(slot_of_key, slots, count, out_prev): putKey chains; returns slots newly used"},
+    {"entry_run", entry_run, METH_VARARGS,
+     "entry_run(window, limit, window_pos, entry_magic, body_offset, pos_at, body_length_at, min_message, "
+     "magic_v1, magic_v2, out): the DLedger entries from 0 the scalar walk takes"},
     {"message_run", message_run, METH_VARARGS,
      "message_run(window, limit, min_message, magic_v1, magic_v2, out): the chain of whole MESSAGE records from 0"},
     {"split_properties", split_properties, METH_VARARGS,

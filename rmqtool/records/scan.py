@@ -357,15 +357,25 @@ def _walk_entries_window(file_base: int):
     return walk
 
 
-def _walk_entries(window: bytes, base: int, file_base: int, file_size: int, hi: int, p: int = 0):
+def _walk_entries(window: bytes, base: int, file_base: int, file_size: int, hi: int, p: int = 0,
+                  core=native.core):
     """Follow DLedger entries (``formats.dledger``) from window position ``p``: each entry's
     header is checked (magic, size, its own pos) and its body must be one whole MESSAGE record
     (TOTALSIZE equal to the body length); the record starts are returned as ``_walk_chain``
     returns them, so records decode and carry their offsets exactly as in a CommitLog. The
-    DLedger blank ends the file (the next file continues), zeros end the data."""
+    DLedger blank ends the file (the next file continues), zeros end the data.
+
+    With the native ``core`` the entries this loop would take without stopping are taken in C
+    first (``entry_run``); the loop then judges where they end."""
     starts = []
     n = len(window)
     limit = hi - base
+    if core is not None and p == 0:
+        out = np.empty(n // (dl.ENTRY_BODY_OFFSET + _MIN_MESSAGE) + 1, dtype=np.int64)
+        count, p = core.entry_run(window, limit, file_base + base, dl.ENTRY_MAGIC, dl.ENTRY_BODY_OFFSET,
+                                  dl.ENTRY_HEADER_OFFSETS["pos"], dl.ENTRY_HEADER_OFFSETS["body_length"],
+                                  _MIN_MESSAGE, cl.MESSAGE_MAGIC_V1, cl.MESSAGE_MAGIC_V2, out)
+        starts = out[:count].tolist()
     head = _ENTRY_HEAD.unpack_from
     body_at = dl.ENTRY_BODY_OFFSET
     prefix = PREFIX.unpack_from

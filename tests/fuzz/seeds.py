@@ -391,3 +391,32 @@ def simplified_jsonl_seeds() -> list[Seed]:
                         if r["kind"] == "MESSAGE"][:8]           # no temporary path: seeds are fixed
                 add(rows, f"simplified-{store['name']}-dump-{body}")
     return seeds
+
+
+# --- DLedger data files -------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def dledger_seeds() -> list[Seed]:
+    """Windows of the upstream-written DLedger data files (fixtures/reference/dledger.tar.gz):
+    hints on every entry header field and the record prefix behind it."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import dledger_store
+    from formats import dledger as dl
+    seeds = []
+    for p in sorted((dledger_store() / "dledger-n0" / "data").iterdir()):
+        data = p.read_bytes()
+        hints, heads, at = [], [], 0
+        while at + dl.ENTRY_HEADER_SIZE <= len(data):
+            heads.append(at)
+            magic, size = int.from_bytes(data[at:at + 4], "big", signed=True), int.from_bytes(data[at + 4:at + 8], "big")
+            for name, off in dl.ENTRY_HEADER_OFFSETS.items():
+                hints.append((at + off, 8 if name in ("index", "term", "pos") else 4))
+            hints.append((at + dl.ENTRY_BODY_OFFSET, 4))
+            if magic != dl.ENTRY_MAGIC or size <= 0:
+                break
+            at += size
+        middle = next((h for h in heads if h >= len(data) // 2), 0)
+        for lo in sorted({0, middle}):      # from a file's start and from an entry in its middle, 12 KiB each
+            cut = [(h - lo, w) for h, w in hints if lo <= h < lo + 12288]
+            seeds.append(Seed(data[lo:lo + 12288], cut, f"{p.name}@{lo}", int(p.name) + lo))
+    return seeds

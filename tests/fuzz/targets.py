@@ -110,6 +110,50 @@ def run_commitlog(data: bytes, seed, scratch: Path) -> int:
     return steps.refused
 
 
+def run_dledger(data: bytes, seed, scratch: Path) -> int:
+    """The input as a DLedger member's data file: the real FileScan walks its entries into
+    record batches (records inside the file, each behind an entry header naming its own pos),
+    one file end; the entries taken in C equal the scalar walk; the resync lands on an entry."""
+    from formats import dledger as dl
+    from rmqtool.kernels import native
+    from rmqtool.records.scan import RecordBatch, _walk_entries, find_record_start, walk_store
+    from rmqtool.io.segments import Segment, SegmentQueue
+    d = scratch / "dledger-n0" / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{seed.base:020d}"
+    _write(path, data)
+    size = len(data)
+    store = _OneFileStore(SegmentQueue("commitlog", [Segment(path, seed.base, size)], max(size, 1)))
+    steps = Steps()
+
+    def walk():
+        ends, last_end = 0, 0
+        for item in walk_store(store, check_crc=True):
+            if isinstance(item, RecordBatch):
+                for pos, sz in zip(item.position.tolist(), item.size.tolist()):
+                    head = pos - dl.ENTRY_BODY_OFFSET
+                    check(head >= last_end and pos + sz <= size, "record outside the file or overlapping")
+                    h = dl.EntryHeader.parse(data[head:pos])
+                    check(h.magic == dl.ENTRY_MAGIC and h.pos == seed.base + head and h.size == sz + dl.ENTRY_BODY_OFFSET,
+                          "a record without its entry header")
+                    last_end = pos + sz
+            else:
+                ends += 1
+        check(ends == 1, f"{ends} file ends for one file")
+    steps(walk)
+    for core in ((native.core,) if native.core is not None else ()):
+        a = _walk_entries(data, 0, seed.base, size, size, core=core)
+        b = _walk_entries(data, 0, seed.base, size, size, core=None)
+        check((list(a[0]), a[1] and vars(a[1]), a[2]) == (list(b[0]), b[1] and vars(b[1]), b[2]),
+              "the native entry run and the scalar entry walk differ")
+    hit = steps(find_record_start, path, seed.base, 1)
+    if hit is not None:
+        check(1 <= hit < size, "resync position outside the file")
+        h = dl.EntryHeader.parse(data[hit:hit + dl.ENTRY_HEADER_SIZE])
+        check(h.magic == dl.ENTRY_MAGIC and h.pos == seed.base + hit, "resync landed off an entry header")
+    return steps.refused
+
+
 # --- consume queue ---------------------------------------------------------------------------
 def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.io.consumequeue import read_units
@@ -755,6 +799,16 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     (_, a), (_, b) = _both_paths(lambda core: [x.tolist() if hasattr(x, "tolist") else x
                                                for x in _message_run(data, limit, core=core)])
     check(a == b, f"message_run differs: native {a} numpy {b}")
+    # the same bytes as a DLedger data window: entries taken in C, then judged by the loop
+    from rmqtool.records.scan import _walk_entries
+    base = rng.choice([0, 1, rng.randrange(0, 1 << 20)])
+    file_size = base + size + rng.randrange(0, 9)
+
+    def entries(core):
+        starts, stop, resume = _walk_entries(data, base, 0, file_size, base + limit, core=core)
+        return list(starts), stop and vars(stop), resume
+    (_, a), (_, b) = _both_paths(entries)
+    check(a == b, f"entry walk differs: native {a} scalar {b}")
     # the same bytes walked as a CommitLog file: body CRCs and topic hashes of every batch
     d = scratch / "native"
     d.mkdir(exist_ok=True)
@@ -779,6 +833,7 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
 TARGETS = {
     "commitlog": Target("commitlog", sd.commitlog_seeds, run_commitlog),
     "native": Target("native", sd.commitlog_seeds, run_native),
+    "dledger": Target("dledger", sd.dledger_seeds, run_dledger),
     "consumequeue": Target("consumequeue", sd.consumequeue_seeds, run_consumequeue),
     "index": Target("index", sd.index_seeds, run_index),
     "checkpoint": Target("checkpoint", sd.checkpoint_seeds, run_checkpoint),
