@@ -38,6 +38,8 @@ BlankHeader = cs.Struct(
     "size" / cs.Int32sb,
 )
 BLANK_HEADER_SIZE = BlankHeader.sizeof()
+#: an entry goes to the next data file unless it leaves room for at least a blank header
+MIN_BLANK_LEN = BLANK_HEADER_SIZE
 
 IndexUnit = cs.Struct(
     "magic" / cs.Int32sb,

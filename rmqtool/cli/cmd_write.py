@@ -12,6 +12,9 @@ import typer
 from rmqtool.cli.common import REPORT_FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
 from rmqtool.errors import UsageError, writing_to
 
+#: the member ``write --layout dledger`` writes (a single-member group, as a fresh DLedger broker)
+DLEDGER_SELF_ID = "n0"
+
 
 #: the longest JSONL row `write --from` reads: the broker's default maxMessageSize (4 MiB) as base64,
 #: with room for properties_raw and the other fields. A longer line is refused before it is parsed.
@@ -92,7 +95,8 @@ def write_command(
     index_slots: Optional[int] = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000)"),
     index_entries: Optional[int] = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000)"),
     fmt: str = FormatOpt,
-    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
+    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | dledger (a new DLedger-mode store: "
+                                                         "member n0's entries) | simplified (the article's *.txt files)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
     from rmqtool.ops.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
@@ -106,7 +110,7 @@ def write_command(
             raise UsageError(f"{option} {value}: expected a count >= 1")
     lo_i, hi_i = _body_range(body_size)
     from rmqtool.simplified import use_simplified
-    if use_simplified(store, layout):          # the article's three files (--synthetic: its generator)
+    if layout != "dledger" and use_simplified(store, layout):   # the article's three files (--synthetic: its generator)
         from rmqtool.cli import simplified_store as simplified_cli
         rows = None if source is None else (row for _, row in _rows(source))
         raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
@@ -123,15 +127,16 @@ def write_command(
         g.hash_slots = index_slots or g.hash_slots
         g.index_entries = index_entries or g.index_entries
         geometry = g
+    dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
     bar = _CountProgress()
     try:
         with writing_to(store):            # an ENOSPC names the store, not "rmqtool"
             if synthetic is not None:
                 spec = SyntheticSpec(synthetic, topics, queues, key_cardinality, lo_i, hi_i,
                                      tuple(t for t in tags.split(",") if t), seed)
-                s = write_synthetic(store, spec, geometry, progress=bar)
+                s = write_synthetic(store, spec, geometry, progress=bar, dledger_id=dledger_id)
             else:
-                s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar)
+                s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar, dledger_id=dledger_id)
     finally:
         bar.close()
     if fmt == "json":

@@ -45,6 +45,8 @@ from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, enc
                             patch_phy_offset)
 from rmqtool.io import install as inst
 from rmqtool.errors import RefusedError, UsageError
+from formats import dledger as dl
+from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, INDEX_DIR as DLEDGER_INDEX_DIR
 from rmqtool.io.dledger_layout import members as dledger_members
 from rmqtool.io.topicpath import queue_dir, topic_path_problem
 from rmqtool.ops.rebuild import index_file_names
@@ -347,17 +349,28 @@ class _CommitLogAppender:
         if length + cl.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise UsageError(f"a {length}-byte record cannot fit a {self.file_size}-byte commitlog file")
         if needs_blank(length, self.file_size - self.pos):
-            self.write(encode_blank(self.file_size - self.pos))
-            self.pos = self.file_size
-            self._flush()
-            os.close(self.fd)
-            inst.crash_point("build")
-            self.base += self.file_size
-            self.pos = 0
-            self._open()
+            self._roll(encode_blank(self.file_size - self.pos))
+        return self.base + self.pos
+
+    def _roll(self, filler: bytes) -> None:
+        """Fill the rest of the file with ``filler`` and continue in the next file."""
+        self._append(filler)
+        self.pos = self.file_size
+        self._flush()
+        os.close(self.fd)
+        inst.crash_point("build")
+        self.base += self.file_size
+        self.pos = 0
+        self._open()
+
+    def record_offset(self, length: int) -> int:
+        """Where the next record of a placed put goes."""
         return self.base + self.pos
 
     def write(self, raw: bytes) -> None:
+        self._append(raw)
+
+    def _append(self, raw: bytes) -> None:
         self.pending.append(raw)
         self.pending_len += len(raw)
         self.pos += len(raw)
@@ -374,6 +387,70 @@ class _CommitLogAppender:
     @property
     def offset(self) -> int:
         return self.base + self.pos
+
+
+class _DLedgerAppender(_CommitLogAppender):
+    """Appends records as a DLedger member of a RocketMQ broker does (docs/format-dledger.md):
+    each record is the body of one entry (index counting from 0, term 0, its own pos, channel
+    and CRCs 0 as DLedger writes them), so its offset is the entry's pos + ENTRY_BODY_OFFSET; an
+    entry that leaves less than MIN_BLANK_LEN of its data file goes to the next file behind the
+    DLedger blank. ``close`` writes the entry index (one unit per entry) and the member's
+    ``checkpoint`` and ``currterm``."""
+
+    def __init__(self, member: Path, file_size: int, self_id: str):
+        self.member, self.self_id = member, self_id
+        (member / DLEDGER_DATA_DIR).mkdir(parents=True, exist_ok=True)
+        (member / DLEDGER_INDEX_DIR).mkdir(exist_ok=True)
+        super().__init__(member / DLEDGER_DATA_DIR, file_size, 0)
+        self.entries: list[tuple[int, int]] = []       # (pos, size) of every entry
+
+    def place(self, length: int) -> int:
+        return self.base + self.pos                     # each entry is placed by record_offset
+
+    def record_offset(self, length: int) -> int:
+        size = dl.ENTRY_BODY_OFFSET + length
+        if size + dl.MIN_BLANK_LEN > self.file_size:
+            raise UsageError(f"a {length}-byte record cannot fit a {self.file_size}-byte DLedger data file")
+        if size + dl.MIN_BLANK_LEN > self.file_size - self.pos:
+            rest = self.file_size - self.pos
+            self._roll(dl.BlankHeader.build(dict(magic=dl.BLANK_MAGIC, size=rest)) + bytes(rest - dl.BLANK_HEADER_SIZE))
+        return self.base + self.pos + dl.ENTRY_BODY_OFFSET
+
+    def write(self, raw: bytes) -> None:
+        pos, size = self.base + self.pos, dl.ENTRY_BODY_OFFSET + len(raw)
+        self._append(dl.EntryHeader.build(dict(magic=dl.ENTRY_MAGIC, size=size, index=len(self.entries), term=0,
+                                                pos=pos, channel=0, chain_crc=0, body_crc=0,
+                                                body_length=len(raw))) + raw)
+        self.entries.append((pos, size))
+
+    def close(self) -> None:
+        super().close()
+        units = np.zeros(len(self.entries), dtype=dl.INDEX_UNIT_DTYPE)
+        if len(units):
+            pos, size = np.asarray(self.entries, dtype=np.int64).T
+            units["magic"], units["pos"], units["size"] = dl.ENTRY_MAGIC, pos, size
+            units["index"], units["term"] = np.arange(len(units)), 0
+        per_file = dl.DEFAULT_INDEX_FILE_SIZE // dl.INDEX_UNIT_SIZE
+        for k in range(max(1, -(-len(units) // per_file))):
+            path = self.member / DLEDGER_INDEX_DIR / f"{k * dl.DEFAULT_INDEX_FILE_SIZE:020d}"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, dl.DEFAULT_INDEX_FILE_SIZE)   # a mapped file: zeros (sparse) past the units
+                os.pwrite(fd, units[k * per_file:(k + 1) * per_file].tobytes(), 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        last = len(self.entries) - 1
+        texts = {"checkpoint": f"committedIndex={last}\nendIndex={last}\n",
+                 "checkpoint.bak": f"committedIndex={last}\nendIndex={last}\n",
+                 "currterm": f"voteLeader={self.self_id}\ncurrTerm=0\n"}
+        for name, text in texts.items():
+            fd = os.open(self.member / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, text.encode("ascii"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _existing_state(store, geometry: Geometry):
@@ -412,8 +489,10 @@ class StoreWriter:
     installs it, ``abort`` throws it away."""
 
     def __init__(self, root: Path, geometry: Geometry | None = None, config: DispatchConfig | None = None,
-                 progress: Callable[[int, int], None] | None = None, command: str = "rmqtool write"):
+                 progress: Callable[[int, int], None] | None = None, command: str = "rmqtool write",
+                 dledger_id: str | None = None):
         self.t0 = time.perf_counter()
+        self.dledger_id = dledger_id      # make a new DLedger-mode store: this member's entries
         self.command = command            # named by refusals of other runs while this one holds the lock
         self.given = Path(root)
         self.root = Path(os.path.realpath(root))      # stage beside the real directory, not a symlink
@@ -460,6 +539,9 @@ class StoreWriter:
             raise RefusedError("the store root is a mount point: write stages the new store beside it "
                                "and swaps the two, which needs one filesystem", root)
         self.created = not (root / "commitlog").is_dir()
+        if self.dledger_id is not None and root.is_dir() and any(
+                (root / sub).exists() for sub in ("commitlog", "consumequeue", "index")):
+            raise UsageError("write --layout dledger makes a new store; this one already holds data", root)
         self.out = inst.new_build_dir(root)
         if root.is_dir():
             inst.link_tree(root, self.out)
@@ -468,7 +550,10 @@ class StoreWriter:
                 raise RefusedError("the store lock could not be hard-linked into the stage", root / LOCK_NAME)
         else:
             self._lock.hold(self.out / LOCK_NAME)      # a new store gets the broker's lock file, held
-        (self.out / "commitlog").mkdir(exist_ok=True)
+        if self.dledger_id is None:
+            (self.out / "commitlog").mkdir(exist_ok=True)
+        else:
+            (self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}" / DLEDGER_DATA_DIR).mkdir(parents=True, exist_ok=True)
         inst.crash_point("staged")
         # read the existing state from the root itself (errors name its files), write the stage
         self.store = Store(self.out if self.created else root)
@@ -485,7 +570,11 @@ class StoreWriter:
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
         self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
                                     geometry=dict(g.__dict__), recovered=list(self.recovered))
-        self.appender = _CommitLogAppender(self.out / "commitlog", g.commitlog_file_size, end)
+        if self.dledger_id is None:
+            self.appender = _CommitLogAppender(self.out / "commitlog", g.commitlog_file_size, end)
+        else:
+            self.appender = _DLedgerAppender(self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}",
+                                             g.commitlog_file_size, self.dledger_id)
         self.cq = CqCollector()
         self._rows: list[dict] = []
         self._index = self._index_builder()
@@ -558,7 +647,7 @@ class StoreWriter:
         self.appender.place(sum(lengths))
         offsets = []
         for f, raw, length in zip(batch, raws, lengths):
-            f.phy_offset = self.appender.offset
+            f.phy_offset = self.appender.record_offset(length)
             patch_phy_offset(raw, f.phy_offset)
             self.appender.write(bytes(raw))
             offsets.append(f.phy_offset)
@@ -760,9 +849,11 @@ def group_batches(rows: Iterable[tuple[str, dict]], detect: bool = True) -> Iter
 
 
 def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry | None = None,
-               generate_uniq_key: bool = True, progress=None, detect_batches: bool = True) -> WriteSummary:
-    """Append JSONL rows (``(where, row)`` pairs); non-MESSAGE rows (BLANK, ends) are skipped."""
-    w = StoreWriter(root, geometry, progress=progress)
+               generate_uniq_key: bool = True, progress=None, detect_batches: bool = True,
+               dledger_id: str | None = None) -> WriteSummary:
+    """Append JSONL rows (``(where, row)`` pairs); non-MESSAGE rows (BLANK, ends) are skipped.
+    ``dledger_id``: make a new DLedger-mode store (that member's entries) instead."""
+    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id)
     uniq = UniqKeyGenerator() if generate_uniq_key else None
     now = int(time.time() * 1000)
     try:
@@ -775,8 +866,8 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
 
 
 def write_synthetic(root: Path, spec: SyntheticSpec, geometry: Geometry | None = None,
-                    progress=None) -> WriteSummary:
-    w = StoreWriter(root, geometry, progress=progress)
+                    progress=None, dledger_id: str | None = None) -> WriteSummary:
+    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id)
     w.expected = spec.count
     try:
         w.append_all(synthetic_fields(spec))
