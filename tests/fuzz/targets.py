@@ -70,16 +70,20 @@ class _OneFileStore:
         self.commitlog = queue
 
 
+def _one_file_store(directory: Path, seed, data: bytes):
+    """The input written as the one CommitLog file (based at the seed's offset) of a store."""
+    from rmqtool.io.segments import Segment, SegmentQueue
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{seed.base:020d}"
+    _write(path, data)
+    return path, _OneFileStore(SegmentQueue("commitlog", [Segment(path, seed.base, len(data))], max(len(data), 1)))
+
+
 def run_commitlog(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.broker.dispatch import dispatch_batch
     from rmqtool.records.scan import RecordBatch, find_record_start, walk_store
-    from rmqtool.io.segments import Segment, SegmentQueue
-    d = scratch / "commitlog"
-    d.mkdir(exist_ok=True)
-    path = d / f"{seed.base:020d}"
-    _write(path, data)
+    path, store = _one_file_store(scratch / "commitlog", seed, data)
     size = len(data)
-    store = _OneFileStore(SegmentQueue("commitlog", [Segment(path, seed.base, size)], max(size, 1)))
     steps = Steps()
 
     def walk():
@@ -117,13 +121,8 @@ def run_dledger(data: bytes, seed, scratch: Path) -> int:
     from formats import dledger as dl
     from rmqtool.kernels import native
     from rmqtool.records.scan import RecordBatch, _walk_entries, find_record_start, walk_store
-    from rmqtool.io.segments import Segment, SegmentQueue
-    d = scratch / "dledger-n0" / "data"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{seed.base:020d}"
-    _write(path, data)
+    path, store = _one_file_store(scratch / "dledger-n0" / "data", seed, data)
     size = len(data)
-    store = _OneFileStore(SegmentQueue("commitlog", [Segment(path, seed.base, size)], max(size, 1)))
     steps = Steps()
 
     def walk():
@@ -767,7 +766,6 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.kernels import javahash, native
     from rmqtool.kernels.crc import crc32_spans
     from rmqtool.records.scan import RecordBatch, walk_store
-    from rmqtool.io.segments import Segment, SegmentQueue
     if native.core is None:
         return 0
     buf = np.frombuffer(data, np.uint8)
@@ -810,11 +808,7 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     (_, a), (_, b) = _both_paths(entries)
     check(a == b, f"entry walk differs: native {a} scalar {b}")
     # the same bytes walked as a CommitLog file: body CRCs and topic hashes of every batch
-    d = scratch / "native"
-    d.mkdir(exist_ok=True)
-    path = d / f"{seed.base:020d}"
-    _write(path, data)
-    store = _OneFileStore(SegmentQueue("commitlog", [Segment(path, seed.base, size)], max(size, 1)))
+    _, store = _one_file_store(scratch / "native", seed, data)
     steps = Steps()
 
     def walk():
