@@ -22,6 +22,7 @@ COMMAND_MODULES = {
     "write": "rmqtool.cli.cmd_write",
     "rebuild": "rmqtool.cli.cmd_rebuild",
     "export": "rmqtool.cli.cmd_export",
+    "convert": "rmqtool.cli.cmd_convert",
 }
 
 
@@ -46,7 +47,7 @@ def __getattr__(name: str):
 
 
 #: commands that stream GBs through numpy temporaries: they keep freed pages (fileio.tune_allocator)
-BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info"}
+BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info", "convert"}
 
 
 def main() -> None:

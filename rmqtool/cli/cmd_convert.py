@@ -1,0 +1,47 @@
+"""`convert`: a DLedger-mode store rewritten as a classic store."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.errors import EXIT_FINDINGS, UsageError, writing_to
+
+
+@app.command("convert")
+def convert_command(
+    store: str = typer.Argument(..., help="store root of a DLedger-mode broker (dledger-<selfId>/data)"),
+    to: str = typer.Option("commitlog", "--to", help="commitlog: a classic store (commitlog/, queues, index)"),
+    output: Path = typer.Option(..., "--output", "-o", help="the new store's directory (must not exist)"),
+    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
+                                                      help="the new CommitLog files' size (default: the data files')"),
+    include_uncommitted: bool = typer.Option(False, "--include-uncommitted",
+                                             help="also entries past the member's committedIndex"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Rewrite a DLedger-mode store as a classic store: every committed message with its fields,
+    at new CommitLog offsets, with its ConsumeQueues, IndexFiles and checkpoint. The source is only read."""
+    from rmqtool.cli.cmd_write import _CountProgress
+    from rmqtool.ops.convert import convert_to_commitlog
+    check_choice(fmt, REPORT_FORMATS, "--format")
+    if to != "commitlog":
+        raise UsageError(f"--to {to!r}: only 'commitlog' (a classic store) is supported")
+    src = open_store(store, commitlog_dirs)
+    bar = _CountProgress()
+    try:
+        with writing_to(output):
+            s = convert_to_commitlog(src, output, commitlog_file_size, include_uncommitted, progress=bar)
+    finally:
+        bar.close()
+    if fmt == "json":
+        emit([s.as_dict()], "json")
+    else:
+        stdout.print(f"converted {s.records} records to {s.store} [{s.first_offset}, {s.end_offset}) in "
+                     f"{len(s.commitlog_files)} commitlog files; {s.cq_units} ConsumeQueue units, "
+                     f"{s.index_entries} index entries", markup=False)
+        for w in s.warnings:
+            stdout.print(f"  warning: {w}", markup=False)
+    return EXIT_FINDINGS if any("walk stopped" in w for w in s.warnings) else 0
