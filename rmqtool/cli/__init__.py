@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "rebuild": "rmqtool.cli.cmd_rebuild",
     "export": "rmqtool.cli.cmd_export",
     "convert": "rmqtool.cli.cmd_convert",
+    "compare": "rmqtool.cli.cmd_compare",
 }
 
 
