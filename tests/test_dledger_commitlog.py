@@ -185,3 +185,43 @@ def test_entry_walk_never_raises_and_stays_inside(data, cut, hi):
             assert h.magic == dl.ENTRY_MAGIC and h.pos == s - dl.ENTRY_BODY_OFFSET and s - 48 + h.size <= len(window)
         if resume is not None:
             assert 0 <= resume <= len(window)
+
+
+def _plant_unit(root, index: int, field: str, value: int) -> None:
+    path = root / "dledger-n0" / "index" / f"{0:020d}"
+    offsets = {name: off for name, off in zip(dl.INDEX_UNIT_DTYPE.names,
+                                               (dl.INDEX_UNIT_DTYPE.fields[n][1] for n in dl.INDEX_UNIT_DTYPE.names))}
+    fmt = ">q" if dl.INDEX_UNIT_DTYPE.fields[field][0].itemsize == 8 else ">i"
+    with open(path, "r+b") as fh:
+        fh.seek(index * dl.INDEX_UNIT_SIZE + offsets[field])
+        fh.write(struct.pack(fmt, value))
+
+
+def _findings(root, check: str) -> list[dict]:
+    r = run_cli("verify", root, "-f", "json")
+    return [f for f in json.loads(r.out)["findings"] if f["check"] == check]
+
+
+def test_entry_index_gap_and_term_going_back(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    path, position = _plant(root, _entry(200), "index", 7777)
+    gap = _findings(root, "dledger.index-gap")
+    assert [(f["file"], f["offset"]) for f in gap][:1] == [(path, position)]     # 7777 after 199
+    root2 = dledger_copy(tmp_path / "t")
+    _plant(root2, _entry(199), "term", 5)
+    path, position = _plant(root2, _entry(200), "term", 0)                       # unchanged: 0 after 5
+    term = _findings(root2, "dledger.term")
+    assert [(f["file"], f["offset"]) for f in term] == [(path, position)]
+    cross = _findings(root2, "dledger.index-file")                              # unit 199 still says term 0
+    assert len(cross) == 1 and "entry 199" in cross[0]["message"]
+
+
+def test_entry_index_file_disagreement_and_checkpoint_ahead(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    _plant_unit(root, 250, "pos", 12345)
+    cross = _findings(root, "dledger.index-file")
+    size = Store(root).commitlog.file_size
+    assert [(f["offset"], "pos 12345" in f["message"]) for f in cross] == [(_entry(250)["pos"] % size, True)]
+    (root / "dledger-n0" / "checkpoint").write_text("committedIndex=500\nendIndex=500\n")
+    ahead = _findings(root, "dledger.checkpoint")
+    assert len(ahead) == 1 and "500" in ahead[0]["message"] and ahead[0]["severity"] == "warning"

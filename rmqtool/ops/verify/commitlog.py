@@ -45,6 +45,10 @@ class CommitLogVerifier:
         self.damaged: list[tuple[int, int]] = []       # [stop, resync) CommitLog ranges carved past
         self.bytes = 0
         self.read_buffer = ReadBuffer()                 # one for every file's walk, one after another
+        self.dledger = None
+        if store.dledger:
+            from rmqtool.ops.verify.dledger import EntryChecks
+            self.dledger = EntryChecks(store, self.add)
 
     def add(self, check, file, offset, message, severity=None, **kw):
         if self.report_records:
@@ -91,9 +95,13 @@ class CommitLogVerifier:
             if self.progress:
                 self.progress(seg.size)
         self._check_ends(files)
+        if self.dledger is not None:
+            self.dledger.finish()
         return self.chunks.finish()
 
     def _consume(self, idx: int, batch) -> None:
+        if self.dledger is not None and not batch.carved:
+            self.dledger.feed(batch)
         for f in check_batch(batch, deep=self.deep):
             self._note(idx, f, batch.carved)
             if self.report_records:

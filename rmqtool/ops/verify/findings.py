@@ -42,6 +42,11 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "dledger.pos": (ERROR, "shallow", "a DLedger entry whose stored pos is not its own offset"),
     "dledger.body": (ERROR, "shallow", "a DLedger entry whose body is not one whole MESSAGE record"),
     "dledger.torn-tail": (ERROR, "shallow", "a DLedger entry runs past the end of its data file"),
+    "dledger.index-gap": (ERROR, "shallow", "a DLedger entry index that is not the previous entry's + 1"),
+    "dledger.term": (ERROR, "shallow", "a DLedger entry whose term is lower than the previous entry's"),
+    "dledger.index-file": (ERROR, "shallow", "the member's entry index unit disagrees with the entry "
+                           "(magic, pos, size, index or term)"),
+    "dledger.checkpoint": (WARNING, "shallow", "the member checkpoint's committedIndex is past the last entry"),
     "dispatch.stop": (ERROR, "shallow", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int: the broker's record "
                       "check fails there, its recovery ends the CommitLog there and nothing after it is dispatched"),
     # commitlog: deep record checks
