@@ -4,7 +4,9 @@ Generates a store of ~1 KB messages with `rmqtool write --synthetic` under /tmp 
 if present), warms the page cache, then measures in one run:
   - zlib.crc32 over every commitlog byte (the baseline),
   - the scanner (walk + numpy decode + property extraction) producing record batches.
-Usage: python bench/bench_scan.py [--gib 1.0] [--dir /tmp/rmqtool-bench-scan]
+Usage: python bench/bench_scan.py [--gib 1.0] [--dir /tmp/rmqtool-bench-scan] [--layout dledger]
+``--layout dledger`` measures a DLedger-mode store of the same messages (each record behind a
+48-byte entry header; default dir /tmp/rmqtool-bench-scan-dledger).
 """
 from __future__ import annotations
 
@@ -24,13 +26,17 @@ from rmqtool.io.store import Store  # noqa: E402
 MESSAGE_BYTES = 1024          # body ~800 B + header/topic/properties ~220 B
 
 
-def ensure_store(root: Path, gib: float) -> Store:
-    files = sorted((root / "commitlog").glob("[0-9]" * 20)) if (root / "commitlog").is_dir() else []
+def ensure_store(root: Path, gib: float, layout: str = "rocketmq") -> Store:
+    data = root / ("dledger-n0/data" if layout == "dledger" else "commitlog")
+    files = sorted(data.glob("[0-9]" * 20)) if data.is_dir() else []
     have = sum(f.stat().st_size for f in files)
     if have < gib * (1 << 30):
         messages = int(gib * (1 << 30) / MESSAGE_BYTES) + 1000
+        if root.exists():
+            import shutil
+            shutil.rmtree(root)
         subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", str(messages),
-                        "--body-size", "700-900", "--topics", "8", "--queues", "4",
+                        "--body-size", "700-900", "--topics", "8", "--queues", "4", "--layout", layout,
                         "--commitlog-file-size", str(1 << 30), "--seed", "1"], check=True)
     return Store(root)
 
@@ -38,9 +44,11 @@ def ensure_store(root: Path, gib: float) -> Store:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--dir", default="/tmp/rmqtool-bench-scan")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--layout", default="rocketmq", choices=["rocketmq", "dledger"])
     args = ap.parse_args()
-    store = ensure_store(Path(args.dir), args.gib)
+    default_dir = "/tmp/rmqtool-bench-scan" + ("-dledger" if args.layout == "dledger" else "")
+    store = ensure_store(Path(args.dir or default_dir), args.gib, args.layout)
     paths = [(f.path, f.start) for f in store.commitlog.files]
     total = sum(os.path.getsize(p) for p, _ in paths)
     for p, _ in paths:                                   # warm the page cache

@@ -38,6 +38,7 @@ import numpy as np
 from formats import commitlog as cl
 from formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
@@ -389,6 +390,11 @@ class _CommitLogAppender:
         return self.base + self.pos
 
 
+_ENTRY_HEADER = struct_of(dl.EntryHeader)      # packed positionally, in the declaration's order:
+assert tuple(dl.ENTRY_HEADER_OFFSETS) == ("magic", "size", "index", "term", "pos", "channel", "chain_crc",
+                                          "body_crc", "body_length")
+
+
 class _DLedgerAppender(_CommitLogAppender):
     """Appends records as a DLedger member of a RocketMQ broker does (docs/format-dledger.md):
     each record is the body of one entry (index counting from 0, term 0, its own pos, channel
@@ -418,9 +424,7 @@ class _DLedgerAppender(_CommitLogAppender):
 
     def write(self, raw: bytes) -> None:
         pos, size = self.base + self.pos, dl.ENTRY_BODY_OFFSET + len(raw)
-        self._append(dl.EntryHeader.build(dict(magic=dl.ENTRY_MAGIC, size=size, index=len(self.entries), term=0,
-                                                pos=pos, channel=0, chain_crc=0, body_crc=0,
-                                                body_length=len(raw))) + raw)
+        self._append(_ENTRY_HEADER.pack(dl.ENTRY_MAGIC, size, len(self.entries), 0, pos, 0, 0, 0, len(raw)) + raw)
         self.entries.append((pos, size))
 
     def close(self) -> None:
