@@ -166,6 +166,23 @@ def test_message_run_native_equals_numpy(case):
     assert (run1.tolist(), stop1) == (run2.tolist(), stop2)
 
 
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\x00", b" ")), max_size=30),
+       st.integers(0, 8))
+def test_keys_tokens_native_equal_numpy(values, pad):
+    """KEYS values (spaces anywhere, runs of them, leading/trailing, empty values) split in C
+    equal the numpy split: same records, token spans and ordinals."""
+    from rmqtool.broker.dispatch import _keys_tokens
+    blob = bytes(pad) + b"".join(values)
+    lens = np.array([len(v) for v in values], dtype=np.int64)
+    starts = pad + np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64) if len(values) else lens
+    buf = np.frombuffer(blob, np.uint8)
+    a = [x.tolist() for x in _keys_tokens(buf, starts, lens)]
+    b = [x.tolist() for x in _keys_tokens(buf, starts, lens, core=None)]
+    assert a == b
+
+
 @st.composite
 def dledger_windows(draw):
     """A window of the upstream-written DLedger data file (from any entry boundary, cut anywhere),

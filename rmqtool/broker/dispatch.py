@@ -195,18 +195,25 @@ def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
     return groups.astype(np.int32), names
 
 
-def _keys_tokens(buf, k_start, k_len):
+def _keys_tokens(buf, k_start, k_len, core=native.core):
     """Tokens of every KEYS value split on single spaces, empty tokens dropped.
 
     Returns (record, token start in buf, token length, ordinal within record), records
     ascending. Values are grouped by length (``gather.length_groups``); each group is one
     (values, length) byte matrix in which a token begins at a non-space after a space or the
     row start and ends at a non-space before a space or the row end. Many distinct or long
-    lengths take the per-byte formulation (``_keys_tokens_flat``)."""
+    lengths take the per-byte formulation (``_keys_tokens_flat``). With the native ``core``
+    the values are split byte by byte in C (``split_tokens``), in the same order."""
     lens = np.maximum(k_len, 0)
     if not lens.any():
         z = np.zeros(0, np.int64)
         return z, z, z, z
+    if core is not None:
+        room = int(((lens + 1) // 2).sum())
+        rec, tok_start, tok_len = (np.empty(room, np.int64) for _ in range(3))
+        count = core.split_tokens(buf, np.ascontiguousarray(k_start, np.int64), np.ascontiguousarray(lens, np.int64),
+                                  _SPACE, rec, tok_start, tok_len)
+        return rec[:count], tok_start[:count], tok_len[:count], _ordinals(rec[:count], len(k_start))
     rec_all = np.flatnonzero(lens > 0)
     groups = length_groups(lens[rec_all])
     if groups is None:
@@ -232,9 +239,13 @@ def _keys_tokens(buf, k_start, k_len):
     if len(groups) > 1:
         order = np.argsort(rec, kind="stable")       # tokens of a record stay in text order
         rec, tok_start, tok_len = rec[order], tok_start[order], tok_len[order]
-    counts = np.bincount(rec, minlength=len(k_start))
-    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
-    return rec, tok_start, tok_len, ordinal
+    return rec, tok_start, tok_len, _ordinals(rec, len(k_start))
+
+
+def _ordinals(rec: np.ndarray, n: int) -> np.ndarray:
+    """Each token's rank among the tokens of its record (``rec`` ascending, ``n`` records)."""
+    counts = np.bincount(rec, minlength=n)
+    return np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
 
 
 def _keys_tokens_flat(buf, k_start, k_len):
@@ -259,10 +270,7 @@ def _keys_tokens_flat(buf, k_start, k_len):
     begins = np.flatnonzero(~space & prev_space)
     ends = np.flatnonzero(~space & next_space)
     rec = owner[begins]
-    # ordinal of the token inside its record: rank among tokens of the same record
-    counts = np.bincount(rec, minlength=n)
-    ordinal = np.arange(len(rec)) - (np.cumsum(counts) - counts)[rec]
-    return rec, at[begins], ends - begins + 1, ordinal
+    return rec, at[begins], ends - begins + 1, _ordinals(rec, n)
 
 
 def goes_to_consumequeue(tx):

@@ -5,6 +5,7 @@
  *   entry_run         the same for DLedger entries (each wrapping one MESSAGE record)
  *   crc32_spans       zlib's crc32 of every record body
  *   split_properties  the TAGS / KEYS / UNIQ_KEY / DELAY value spans of every record
+ *   split_tokens      the tokens of KEYS values (split on spaces, empty ones dropped)
  *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
  *   index_chains      IndexFile.putKey's slot chains, key by key
  *
@@ -110,6 +111,64 @@ static PyObject *crc32_spans(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyObject *result = bad < 0 ? Py_NewRef(Py_None) : bad_span(bad, st, ln, s.buf.len);
     PyBuffer_Release(&o);
+    spans_release(&s);
+    return result;
+}
+
+/* split_tokens(buf, starts, lengths, sep, out_rec, out_start, out_len) -> count: the tokens of
+ * every span split on the byte ``sep``, empty tokens dropped (a KEYS value split on single
+ * spaces), spans in order and tokens in text order: the span number, the token's start in
+ * buf and its length. The outputs are int64 with room for sum((length + 1) / 2) tokens. */
+static PyObject *split_tokens(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *buf, *starts, *lengths, *rec_out, *start_out, *len_out;
+    int sep;
+    if (!PyArg_ParseTuple(args, "OOOiOOO", &buf, &starts, &lengths, &sep, &rec_out, &start_out, &len_out))
+        return NULL;
+    spans_t s;
+    Py_ssize_t n;
+    Py_buffer r, st_o, ln_o;
+    if (spans_get(buf, starts, lengths, &s, &n) < 0) { spans_release(&s); return NULL; }
+    if (out_get(rec_out, &r, 0, 0) < 0) { spans_release(&s); return NULL; }
+    if (out_get(start_out, &st_o, 0, 0) < 0) { PyBuffer_Release(&r); spans_release(&s); return NULL; }
+    if (out_get(len_out, &ln_o, 0, 0) < 0) {
+        PyBuffer_Release(&st_o); PyBuffer_Release(&r); spans_release(&s); return NULL;
+    }
+    const unsigned char *b = s.buf.buf;
+    const int64_t *st = s.starts.buf, *ln = s.lengths.buf;
+    int64_t *rec = r.buf, *tok = st_o.buf, *tl = ln_o.buf;
+    Py_ssize_t room = r.len / 8;
+    if (st_o.len / 8 < room) room = st_o.len / 8;
+    if (ln_o.len / 8 < room) room = ln_o.len / 8;
+    Py_ssize_t bad, count = 0, short_room = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bad = first_bad_span(st, ln, n, s.buf.len);
+    if (bad < 0) {
+        for (Py_ssize_t i = 0; i < n && !short_room; i++) {
+            const unsigned char *p = b + st[i];
+            int64_t len = ln[i], j = 0;
+            while (j < len) {
+                while (j < len && p[j] == (unsigned char)sep) j++;
+                if (j == len) break;
+                int64_t from = j;
+                while (j < len && p[j] != (unsigned char)sep) j++;
+                if (count == room) { short_room = 1; break; }
+                rec[count] = i;
+                tok[count] = st[i] + from;
+                tl[count] = j - from;
+                count++;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *result;
+    if (bad >= 0) result = bad_span(bad, st, ln, s.buf.len);
+    else if (short_room) { PyErr_SetString(PyExc_ValueError, "token outputs have too little room"); result = NULL; }
+    else result = PyLong_FromSsize_t(count);
+    PyBuffer_Release(&ln_o);
+    PyBuffer_Release(&st_o);
+    PyBuffer_Release(&r);
     spans_release(&s);
     return result;
 }
@@ -423,6 +482,8 @@ static PyMethodDef methods[] = {
      "magic_v1, magic_v2, out): the DLedger entries from 0 the scalar walk takes"},
     {"message_run", message_run, METH_VARARGS,
      "message_run(window, limit, min_message, magic_v1, magic_v2, out): the chain of whole MESSAGE records from 0"},
+    {"split_tokens", split_tokens, METH_VARARGS,
+     "split_tokens(buf, starts, lengths, sep, out_rec, out_start, out_len): tokens of every span; returns count"},
     {"split_properties", split_properties, METH_VARARGS,
      "split_properties(buf, starts, lengths, names, out_start, out_len): spans of the named property values"},
     {"crc32_spans", crc32_spans, METH_VARARGS, "crc32_spans(buf, starts, lengths, out): zlib crc32 of each span"},

@@ -269,6 +269,17 @@ def run_properties(data: bytes, seed, scratch: Path) -> int:
             got = None if ln < 0 else buf[int(out[f"{name}_start"][r]):][:ln].tobytes().decode("utf-8", "replace")
             check(got == want.get(key), f"extract_properties {key}={got!r} but decode_properties "
                                         f"{want.get(key)!r} (record {r})")
+    # the KEYS values found split into tokens: the native split equals the numpy split and split_keys
+    from rmqtool.broker.dispatch import _keys_tokens
+    k_start, k_len = out["keys_start"], np.maximum(out["keys_len"], 0)
+    native_tokens = [x.tolist() for x in _keys_tokens(buf, k_start, k_len)]
+    numpy_tokens = [x.tolist() for x in _keys_tokens(buf, k_start, k_len, core=None)]
+    check(native_tokens == numpy_tokens, "native and numpy KEYS tokens differ")
+    rec, tok_start, tok_len, _ = native_tokens
+    for r in range(len(starts)):
+        got = [buf[a:a + n].tobytes().decode("utf-8", "replace") for q, a, n in zip(rec, tok_start, tok_len) if q == r]
+        value = buf[int(k_start[r]):int(k_start[r]) + int(k_len[r])].tobytes().decode("utf-8", "replace")
+        check(got == cl.split_keys(value) if k_len[r] else not got, f"KEYS tokens {got} != split_keys (record {r})")
     return 0
 
 
