@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
 from rmqtool.io import install as inst
 from rmqtool.broker.cqbuild import CqBuilder
@@ -454,6 +455,29 @@ def check_rebuild_target(store, output: Path | None) -> None:
                            store.lock_path)
 
 
+def check_queue_kinds(store, topics: list[str] | None) -> None:
+    """Refuse a ConsumeQueue rebuild that would lose queues it cannot regenerate: light
+    queues (``%LMQ%…``, filled by the broker's multi-dispatch) and BatchConsumeQueue topics
+    (``batchconsumequeue/``), which ``rebuild`` does not write yet. A rebuild of other topics
+    (``--topic``) keeps them."""
+    refs = store.queues()
+    lmq = sorted({r.topic for r in refs if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
+    batch = sorted({r.topic for r in store.queues(batch=True)})
+    wanted = (lambda t: True) if topics is None else (lambda t: t in topics)
+    lost_lmq = [t for t in lmq if wanted(t)]
+    lost_batch = [t for t in batch if wanted(t)]
+    if lost_lmq or lost_batch:
+        what = []
+        if lost_lmq:
+            what.append(f"{len(lost_lmq)} light queue topic(s) ({', '.join(lost_lmq[:3])}"
+                        f"{', …' if len(lost_lmq) > 3 else ''}) filled by multi-dispatch")
+        if lost_batch:
+            what.append(f"BatchConsumeQueue topic(s) {', '.join(lost_batch[:3])}")
+        raise RefusedError(f"the store holds {' and '.join(what)}, which rebuild does not regenerate yet: "
+                           f"rebuilding them would drop or mis-write them; rebuild the other topics with "
+                           f"--topic (these are kept)", store.consumequeue_dir)
+
+
 # --- one walk, any number of builds --------------------------------------------------------------
 def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bool, progress, config,
              workers: int | None, walker, skip_corrupt: bool) -> WalkOutcome:
@@ -614,6 +638,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     ``allow_truncate``; a dry run only reports it."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
+    check_queue_kinds(store, topics)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
     _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
              config or DispatchConfig(), workers, walker, skip_corrupt)
@@ -821,6 +846,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
+    check_queue_kinds(store, None)
     cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
     try:
         ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
