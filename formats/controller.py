@@ -35,7 +35,10 @@ class JavaInt:
     def parse(self, text: str) -> int:
         if not _INTEGER.fullmatch(text):
             raise ValueError(f"{self.name} {text!r} is not a decimal integer")
-        value = int(text)
+        try:
+            value = int(text)
+        except ValueError:                  # more digits than Python converts: far out of range
+            value = 1 << self.bits
         if not -(1 << (self.bits - 1)) <= value < (1 << (self.bits - 1)):
             raise ValueError(f"{self.name} {text!r} is out of range for a {self.bits}-bit integer")
         return value
