@@ -18,6 +18,18 @@ def _side(label: str, side) -> str:
     return text
 
 
+def _epoch_lines(view: dict) -> None:
+    for k in "ab":
+        side = view[k]
+        ranges = ", ".join(f"{r['epoch']}@{r['start']}" for r in side["ranges"]) or "none"
+        stdout.print(f"  epochs {k} ({side['epoch_file'] or 'no epoch file loaded'}): {ranges}; "
+                     f"ends at {side['max_offset']}", markup=False)
+    if view["consistent_point"] is not None:
+        stdout.print(f"  consistent point {view['consistent_point']} (last agreed epoch "
+                     f"{view['last_agreed_epoch']}), likely master {view['master']}", markup=False)
+    stdout.print(f"  epoch view: {view['reason']}", markup=False)
+
+
 @app.command("compare")
 def compare_command(
     store_a: str = typer.Argument(..., help="one replica's store root"),
@@ -44,4 +56,6 @@ def compare_command(
         stdout.print(_side("b", c.b), markup=False)
         if c.keeps and c.status != "identical":
             stdout.print(f"  a new leader keeps {c.keeps}: {c.reason}", markup=False)
+        if c.epochs is not None:
+            _epoch_lines(c.epochs)
     return 0 if c.identical else EXIT_FINDINGS

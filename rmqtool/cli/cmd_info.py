@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, escape_control, format_time, open_store, stdout)
@@ -50,5 +51,37 @@ def info_command(
         stdout.print(f"[bold]checkpoint[/bold] physic {format_time(cp['physic_msg_timestamp'])}  "
                      f"logics {format_time(cp['logics_msg_timestamp'])}  index {format_time(cp['index_msg_timestamp'])}"
                      f"  confirm {cp['confirm_phy_offset']}")
+    if "controller" in info:
+        _controller_lines(info["controller"])
     emit(info["queues"], "table", ["topic", "queue_id", "files", "min_offset", "max_offset",
                                    "max_phy_offset"], title="consume queues")
+
+
+def _controller_lines(ctl: dict) -> None:
+    ident = ctl["broker_identity"]
+    if ident:
+        state = (f"registering ({ident['path']}, check code {ident['register_check_code']})" if ident["pending"]
+                 else f"registered ({ident['path']})")
+        text = (f"cluster {ident['cluster_name']}  broker {ident['broker_name']}  id {ident['broker_id']}  {state}")
+    else:
+        text = "no brokerIdentity"
+    stdout.print("[bold]controller[/bold] " + escape(escape_control(text)))
+    ef = ctl["epoch_file"]
+    if ef is None:
+        stdout.print("  no epoch file", markup=False)
+        return
+    used = ef[ef["used"]] if ef["used"] else None
+    if used is None:
+        crc = ""
+    elif not used["crc_checked"]:
+        crc = f", crc32 not checked (stored {used['declared_crc']})"
+    else:
+        crc = f", crc32 {used['declared_crc']} matches"
+    stdout.print(f"  epoch file: {ef['used'] or 'none loaded'}: {ef['why']}"
+                 + (f"; {used['declared_count']} entries{crc}" if used else ""), markup=False)
+    if used and used["skipped_lines"]:
+        stdout.print(f"  lines not read as entries: {used['skipped_lines']}", markup=False)
+    for r in ctl["epochs"]:
+        end = "open (starts past the CommitLog's end)" if r["end"] is None else str(r["end"])
+        last = " (the CommitLog's valid end)" if r["end"] == ctl["max_offset"] and r is ctl["epochs"][-1] else ""
+        stdout.print(f"  epoch {r['epoch']}: {r['start']} - {end}{last}", markup=False)

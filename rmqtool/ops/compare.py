@@ -8,7 +8,8 @@ the one every command uses, streamed in lockstep, so memory does not grow with t
 The report gives the first difference (or that one log is a prefix of the other), what each
 side holds past it, and, for DLedger members, which log a newly elected leader keeps: Raft
 elects the candidate whose last entry has the higher term, then the higher index, and the
-other member truncates its log back to where the two agree.
+other member truncates its log back to where the two agree. Classic stores of controller mode
+(epoch files in the root) get the epoch view too: ``ops.compare_epochs``.
 """
 from __future__ import annotations
 
@@ -63,13 +64,17 @@ class Comparison:
     differs_by: list[str] = field(default_factory=list)   # the fields of the first difference
     keeps: str | None = None               # DLedger: "a", "b" or "either"
     reason: str = ""
+    epochs: dict | None = None             # controller mode: ops.compare_epochs.epoch_view
 
     @property
     def identical(self) -> bool:
         return self.status == "identical"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["epochs"] is None:              # stores without epoch files: the report as it always was
+            del d["epochs"]
+        return d
 
 
 class _Stream:
@@ -163,4 +168,7 @@ def compare_stores(store_a, store_b) -> Comparison:
             result.reason = (f"a new leader comes from the log whose last entry has the higher (term, index): "
                              f"({w.last_term}, {w.last_index}) over ({l.last_term}, {l.last_index}); the other "
                              f"member truncates its {l.past} entries after {since} and copies the leader's")
+    else:
+        from rmqtool.ops.compare_epochs import epoch_view
+        result.epochs = epoch_view(store_a, store_b, result)
     return result

@@ -1,8 +1,12 @@
 """Everything `rmqtool info` reports about a store, as one dict."""
 from __future__ import annotations
 
-from rmqtool.io.consumequeue import read_units
+from dataclasses import asdict
+
+from rmqtool.broker.epochs import epoch_ranges
 from rmqtool.broker.recovery import recovery_start, valid_end
+from rmqtool.io.consumequeue import read_units
+from rmqtool.io.controller import read_broker_identity, read_epochs
 
 
 def queue_summary(store, ref) -> dict:
@@ -28,6 +32,20 @@ def count_messages(store) -> int:
     return sum(len(item) for item in walk_store(store) if isinstance(item, RecordBatch))
 
 
+def controller_info(store, max_offset: int) -> dict | None:
+    """Controller mode: the broker identity and the epochs, the newest ending at ``max_offset`` (the
+    CommitLog's valid end); None when the store has neither file."""
+    epochs, identity = read_epochs(store.root), read_broker_identity(store.root)
+    if epochs is None and identity is None:
+        return None
+    return {
+        "broker_identity": identity.as_dict() if identity else None,
+        "epoch_file": epochs.as_dict() if epochs else None,
+        "epochs": [asdict(r) for r in epoch_ranges(epochs.entries, max_offset)] if epochs else [],
+        "max_offset": max_offset,
+    }
+
+
 def store_info(store, count_all: bool = False) -> dict:
     """``count_all``: count every message (a walk of every file); otherwise only the recovery
     walk's own count, from its start file (fast on a store of hundreds of GB)."""
@@ -37,7 +55,7 @@ def store_info(store, count_all: bool = False) -> dict:
     cp = store.checkpoint()
     index_files = store.index_files()
     owner = store.lock_owner()
-    return {
+    info = {
         "root": str(store.root),
         "live": owner is not None,
         "lock_holder": owner.pid if owner is not None else None,
@@ -69,3 +87,7 @@ def store_info(store, count_all: bool = False) -> dict:
         "queues": [queue_summary(store, ref) for ref in store.queues()],
         "config_files": sorted(store.config().keys()),
     }
+    controller = controller_info(store, end)
+    if controller is not None:           # only controller-mode stores have the key
+        info["controller"] = controller
+    return info
