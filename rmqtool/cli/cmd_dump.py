@@ -1,4 +1,4 @@
-"""`rmqtool dump commitlog|consumequeue|index|checkpoint`."""
+"""`rmqtool dump commitlog|consumequeue|index|checkpoint|dledger-entries|dledger-index`."""
 from __future__ import annotations
 
 import itertools
@@ -167,3 +167,37 @@ def dump_checkpoint(
         emit([{"field": k, "value": v} for k, v in rows[0].items()], "table", ["field", "value"])
     else:
         emit(rows, fmt)
+
+
+ENTRY_TABLE = ["position", "index", "term", "pos", "size", "body_length", "message_phy_offset", "topic",
+               "queue_id", "queue_offset", "keys"]
+
+
+@dump_app.command("dledger-entries")
+def dump_dledger_entries(
+    target: str = typer.Argument(..., help="store root of a DLedger-mode broker"),
+    fmt: str = FormatOpt,
+    limit: Optional[int] = LimitOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Every DLedger entry the walk accepts (index, term, pos, size, channel, chain/body CRC, body
+    length) with the message it carries, and where each data file's entries end."""
+    from rmqtool.ops.dledger import entry_rows
+    check_choice(fmt, FORMATS, "--format")
+    rows = _limited(entry_rows(open_store(target, commitlog_dirs)), limit)
+    emit(rows, fmt, ENTRY_TABLE + ["kind", "end"] if fmt == "table" else None)
+
+
+@dump_app.command("dledger-index")
+def dump_dledger_index(
+    target: str = typer.Argument(..., help="store root of a DLedger-mode broker"),
+    fmt: str = FormatOpt,
+    limit: Optional[int] = LimitOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """The member's entry index (dledger-<selfId>/index/): one unit per entry index (magic, pos,
+    size, index, term), up to the first unit without the entry magic."""
+    from rmqtool.ops.dledger import index_rows
+    check_choice(fmt, FORMATS, "--format")
+    rows = _limited(index_rows(open_store(target, commitlog_dirs)), limit)
+    emit(rows, fmt, ["unit", "magic", "pos", "size", "index", "term", "file"] if fmt == "table" else None)

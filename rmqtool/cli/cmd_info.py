@@ -53,8 +53,24 @@ def info_command(
                      f"  confirm {cp['confirm_phy_offset']}")
     if "controller" in info:
         _controller_lines(info["controller"])
+    if "dledger" in info:
+        _dledger_lines(info["dledger"])
     emit(info["queues"], "table", ["topic", "queue_id", "files", "min_offset", "max_offset",
                                    "max_phy_offset"], title="consume queues")
+
+
+def _dledger_lines(d: dict) -> None:
+    """The DLedger member's view: entries, terms, checkpoint, currterm, files, where the data ends."""
+    cp, ct = d["checkpoint"] or {}, d["currterm"] or {}
+    span = "no entries" if d["first_index"] is None else f"entries {d['first_index']} - {d['last_index']}"
+    stdout.print("[bold]dledger[/bold] " + escape(escape_control(
+        f"member {d['self_id']}: {span} ({d['entries']} walked), terms {d['terms']}; "
+        f"checkpoint committedIndex {cp.get('committedIndex', '-')} endIndex {cp.get('endIndex', '-')}; "
+        f"currTerm {ct.get('currTerm', '-')} voteLeader {ct.get('voteLeader', '-')}")))
+    end = d["data_end"]
+    where = "" if end is None else f"; the entries end at {end['offset']} ({end['kind']}{': ' + end['detail'] if end['detail'] else ''})"
+    stdout.print(escape_control(f"  {d['data_files']} data files of {d['data_file_size']} bytes, {d['index_files']} index "
+                                f"file(s) with {d['index_units']} units{where}"), markup=False)
 
 
 def _controller_lines(ctl: dict) -> None:

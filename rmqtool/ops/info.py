@@ -90,4 +90,7 @@ def store_info(store, count_all: bool = False) -> dict:
     controller = controller_info(store, end)
     if controller is not None:           # only controller-mode stores have the key
         info["controller"] = controller
+    if store.dledger:                    # only DLedger-mode stores have the key
+        from rmqtool.ops.dledger import group_view
+        info["dledger"] = group_view(store)
     return info
