@@ -150,6 +150,23 @@ def run_dledger(data: bytes, seed, scratch: Path) -> int:
         check(1 <= hit < size, "resync position outside the file")
         h = dl.EntryHeader.parse(data[hit:hit + dl.ENTRY_HEADER_SIZE])
         check(h.magic == dl.ENTRY_MAGIC and h.pos == seed.base + hit, "resync landed off an entry header")
+    # the same bytes as the member's entry index and as its checkpoint / currterm text
+    from rmqtool.io.dledger_layout import read_properties
+    from rmqtool.ops.dledger import index_units
+    member = scratch / "dledger-n0"
+    (member / "index").mkdir(exist_ok=True)
+    _write(member / "index" / f"{0:020d}", data)
+
+    def units():
+        n = 0
+        for _, first, u in index_units(member):
+            check(first == n and bool((u["magic"] == dl.ENTRY_MAGIC).all()), "index units out of order or unmarked")
+            n += len(u)
+        check(n <= size // dl.INDEX_UNIT_SIZE, "more index units than the file holds")
+    steps(units)
+    _write(member / "checkpoint", data)
+    props = steps(read_properties, member / "checkpoint")
+    check(props is None or isinstance(props, dict), "checkpoint text not read as properties")
     return steps.refused
 
 
