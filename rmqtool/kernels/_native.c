@@ -299,6 +299,21 @@ static uint32_t be32(const unsigned char *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+/* Take a read-only window and an int64 output with room for one start per ``step`` bytes of it
+ * (plus one); 0 on success, -1 with an exception set and nothing held. */
+static int window_and_starts(PyObject *window, PyObject *out, long long step, Py_buffer *w, Py_buffer *o)
+{
+    if (PyObject_GetBuffer(window, w, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (out_get(out, o, 0, 0) < 0) { PyBuffer_Release(w); return -1; }
+    if (o->len / 8 < w->len / step + 1) {
+        PyBuffer_Release(o);
+        PyBuffer_Release(w);
+        PyErr_SetString(PyExc_ValueError, "out_starts has too little room");
+        return -1;
+    }
+    return 0;
+}
+
 /* message_run(window, limit, min_message, magic_v1, magic_v2, out_starts) -> (count, stop):
  * from position 0, follow TOTALSIZE while a MESSAGE magic sits at a position below ``limit``
  * (with room for the 8-byte prefix) whose TOTALSIZE is at least ``min_message`` and whose
@@ -316,15 +331,7 @@ static PyObject *message_run(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_buffer w, o;
-    if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (out_get(out, &o, 0, 0) < 0) { PyBuffer_Release(&w); return NULL; }
-    Py_ssize_t room = o.len / 8;
-    if (room < w.len / min_message + 1) {
-        PyBuffer_Release(&o);
-        PyBuffer_Release(&w);
-        PyErr_SetString(PyExc_ValueError, "out_starts has too little room");
-        return NULL;
-    }
+    if (window_and_starts(window, out, min_message, &w, &o) < 0) return NULL;
     const unsigned char *b = w.buf;
     int64_t n = w.len, count = 0, p = 0;
     int64_t last = n - 8 + 1;                 /* the prefix must fit */
@@ -373,14 +380,7 @@ static PyObject *entry_run(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_buffer w, o;
-    if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (out_get(out, &o, 0, 0) < 0) { PyBuffer_Release(&w); return NULL; }
-    if (o.len / 8 < w.len / (body_offset + min_message) + 1) {
-        PyBuffer_Release(&o);
-        PyBuffer_Release(&w);
-        PyErr_SetString(PyExc_ValueError, "out_starts has too little room");
-        return NULL;
-    }
+    if (window_and_starts(window, out, body_offset + min_message, &w, &o) < 0) return NULL;
     const unsigned char *b = w.buf;
     int64_t n = w.len, count = 0, p = 0;
     int64_t *starts = o.buf;
