@@ -225,3 +225,13 @@ def test_entry_index_file_disagreement_and_checkpoint_ahead(tmp_path):
     (root / "dledger-n0" / "checkpoint").write_text("committedIndex=500\nendIndex=500\n")
     ahead = _findings(root, "dledger.checkpoint")
     assert len(ahead) == 1 and "500" in ahead[0]["message"] and ahead[0]["severity"] == "warning"
+
+
+def test_several_members_are_named_and_one_can_be_picked(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    import subprocess
+    subprocess.run(["cp", "-a", "--sparse=always", str(root / "dledger-n0"), str(root / "dledger-n1")], check=True)
+    r = run_cli("verify", root)
+    assert r.code == 2 and "several DLedger members (dledger-n0, dledger-n1)" in r.err
+    r = run_cli("verify", root, "--commitlog-dirs", root / "dledger-n1" / "data", "-f", "json")
+    assert r.code == 0 and json.loads(r.out)["summary"]["commitlog"]["records"] == 400
