@@ -44,8 +44,8 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "dledger.torn-tail": (ERROR, "shallow", "a DLedger entry runs past the end of its data file"),
     "dledger.index-gap": (ERROR, "shallow", "a DLedger entry index that is not the previous entry's + 1"),
     "dledger.term": (ERROR, "shallow", "a DLedger entry whose term is lower than the previous entry's"),
-    "dledger.index-file": (ERROR, "shallow", "the member's entry index unit disagrees with the entry "
-                           "(magic, pos, size, index or term)"),
+    "dledger.index-file": (WARNING, "shallow", "the member's entry index unit disagrees with the entry "
+                           "(magic, pos, size, index or term): DLedger's recovery rewrites the index from there"),
     "dledger.checkpoint": (WARNING, "shallow", "the member checkpoint's committedIndex is past the last entry"),
     "dispatch.stop": (ERROR, "shallow", "a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int: the broker's record "
                       "check fails there, its recovery ends the CommitLog there and nothing after it is dispatched"),
