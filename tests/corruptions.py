@@ -73,3 +73,51 @@ def corrupt(root, case: str) -> str:
 
 CASES = ("body-flip", "bad-magic", "total-size", "phy-offset", "blank-size", "after-blank",
          "missing-file", "short-file", "zeroed-middle", "torn-tail")
+
+
+def _dledger_entry(i: int) -> dict:
+    return load_answers("dledger")["dledger"]["entries"][i]
+
+
+def _dledger_data(root, pos: int):
+    base = pos // FILE_SIZE * FILE_SIZE
+    return root / "dledger-n0" / "data" / f"{base:020d}", pos - base
+
+
+def _entry_field(root, i: int, field: str, fmt: str, value: int) -> None:
+    from formats import dledger as dl
+    path, at = _dledger_data(root, _dledger_entry(i)["pos"])
+    patch(path, at + dl.ENTRY_HEADER_OFFSETS[field], struct.pack(fmt, value))
+
+
+def corrupt_dledger(root, case: str) -> None:
+    """Apply ``case`` to a copy of the DLedger reference store (``conftest.dledger_copy``)."""
+    from formats import dledger as dl
+    if case == "entry-magic":
+        _entry_field(root, 150, "magic", ">i", 7)
+    elif case == "entry-pos":
+        _entry_field(root, 160, "pos", ">q", 12345)
+    elif case == "entry-size":
+        _entry_field(root, 170, "size", ">i", 20)
+    elif case == "body-length":
+        _entry_field(root, 180, "body_length", ">i", 5)
+    elif case == "index-gap":
+        _entry_field(root, 200, "index", ">q", 7777)
+    elif case == "term-falls":
+        _entry_field(root, 299, "term", ">q", 5)
+    elif case == "index-unit":
+        offset = dict(zip(dl.INDEX_UNIT_DTYPE.names, (dl.INDEX_UNIT_DTYPE.fields[n][1] for n in dl.INDEX_UNIT_DTYPE.names)))
+        patch(root / "dledger-n0" / "index" / f"{0:020d}", 250 * dl.INDEX_UNIT_SIZE + offset["pos"],
+              struct.pack(">q", 12345))
+    elif case == "zeroed-entry":
+        path, at = _dledger_data(root, _dledger_entry(190)["pos"])
+        patch(path, at, bytes(dl.ENTRY_HEADER_SIZE))
+    elif case == "short-data-file":
+        path, at = _dledger_data(root, _dledger_entry(390)["pos"])
+        os.truncate(path, at + 30)
+    else:
+        raise ValueError(case)
+
+
+DLEDGER_CASES = ("entry-magic", "entry-pos", "entry-size", "body-length", "index-gap", "term-falls",
+                 "index-unit", "zeroed-entry", "short-data-file")

@@ -235,3 +235,78 @@ def test_several_members_are_named_and_one_can_be_picked(tmp_path):
     assert r.code == 2 and "several DLedger members (dledger-n0, dledger-n1)" in r.err
     r = run_cli("verify", root, "--commitlog-dirs", root / "dledger-n1" / "data", "-f", "json")
     assert r.code == 0 and json.loads(r.out)["summary"]["commitlog"]["records"] == 400
+
+
+def _info(root) -> dict:
+    r = run_cli("info", root, "-f", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)[0]
+
+
+def _forecast(root) -> dict:
+    return json.loads(run_cli("verify", root, "-f", "json").out)["forecast"]
+
+
+def test_recovery_of_the_reference_member_ends_where_upstreams_did():
+    """Upstream's answers were taken after a fresh member recovered this store."""
+    rec = _info(dledger_store())["dledger"]["recovery"]
+    d = answers()["dledger"]
+    assert (rec["end"], rec["last_entry"], rec["last_term"]) == (d["writePos"], d["ledgerEndIndex"], d["ledgerEndTerm"])
+    assert (rec["first_entry"], rec["index_rewritten_from"], rec["exits"]) == (d["ledgerBeginIndex"], None, False)
+
+
+def _synthetic_member(root, messages=2500):
+    from test_dledger_write import GEOMETRY
+    r = run_cli("write", root, "--synthetic", messages, "--layout", "dledger", "--body-size", "100-3000", *GEOMETRY)
+    assert r.code == 0, r.err
+    return Store(root).commitlog.files
+
+
+def _first_header(seg) -> dict:
+    return dict(dl.EntryHeader.parse(open(seg.path, "rb").read(dl.ENTRY_HEADER_SIZE)))
+
+
+def test_recovery_starts_at_the_third_to_last_file_or_the_newest_older_one_that_matches_its_index(tmp_path):
+    root = tmp_path / "s"
+    files = _synthetic_member(root)
+    assert len(files) > 5
+    starts = lambda: (_info(root)["recovery"]["start_file"], _forecast(root)["start_file"])  # noqa: E731
+    assert starts() == (files[-3].name, files[-3].name)
+    for back in (3, 4):                       # the file's first entry disagrees with its index unit
+        _plant_unit(root, _first_header(files[-back])["index"], "term", 9)
+        assert starts() == (files[-back - 1].name, files[-back - 1].name)
+    rec = _info(root)["dledger"]["recovery"]
+    assert rec["first_entry"] == _first_header(files[-5])["index"]
+    assert rec["index_rewritten_from"] == _first_header(files[-4])["index"]     # the first unit that disagrees
+    assert rec["end"] == _info(root)["commitlog"]["valid_end"] and not rec["exits"]
+
+
+def test_recovery_ends_at_an_index_gap_or_a_falling_term(tmp_path):
+    root = dledger_copy(tmp_path / "s")
+    path, position = _plant(root, _entry(200), "index", 7777)
+    fc = _forecast(root)
+    assert fc["valid_end"] == _entry(200)["pos"] and fc["end_file"] == path and fc["end_position"] == position
+    assert "7777 follows 199" in fc["end_detail"]
+    assert fc["dledger_recovery"]["last_entry"] == 199 and fc["dledger_recovery"]["entries"] == 200
+    truncated = sum(t["units"] for t in fc["consume_queues_truncated"])
+    assert truncated == 200                 # every unit of entries 200-399 is cut from its queue
+    root2 = dledger_copy(tmp_path / "t")
+    _plant(root2, _entry(299), "term", 5)
+    fc = _forecast(root2)
+    assert fc["valid_end"] == _entry(300)["pos"] and "term 0 after term 5" in fc["end_detail"]
+    assert fc["dledger_recovery"]["index_rewritten_from"] == 299      # its unit still says term 0
+
+
+def test_a_member_whose_walk_ends_more_than_a_file_before_the_last_exits(tmp_path):
+    root = tmp_path / "s"
+    files = _synthetic_member(root)
+    head = _first_header(files[-3])
+    second = head["pos"] + head["size"]     # the second entry of the third-to-last file
+    with open(files[-3].path, "r+b") as fh:
+        fh.seek(second - files[-3].start)
+        fh.write(struct.pack(">i", 7))
+    fc = _forecast(root)
+    assert fc["valid_end"] == second and fc["dledger_recovery"]["exits"]
+    assert fc["commitlog_files_deleted"] == [] and fc["consume_queues_truncated"] == []
+    r = run_cli("verify", root)
+    assert "the member EXITS instead of truncating" in r.out

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from corruptions import CASES, corrupt
+from conftest import dledger_copy
+from corruptions import CASES, DLEDGER_CASES, corrupt, corrupt_dledger
 from rmqtool.io.store import Store
 from rmqtool.ops.verify import VerifyOptions, verify
 from rmqtool.ops.verify import index as verify_index
@@ -57,6 +58,17 @@ def test_chunked_report_equals_one_chunk_on_corrupt_commitlogs(store_copy, case,
     name = "crashed" if case == "torn-tail" else "basic"
     root = store_copy(name)
     corrupt(root, case)
+    whole = report(root)
+    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 5)
+    assert report(root, chunk_records=7) == whole
+    assert report(root, chunk_records=7, level="shallow") == report(root, level="shallow", chunk_records=10 ** 9)
+    assert not list(spill_root.iterdir())
+
+
+@pytest.mark.parametrize("case", DLEDGER_CASES)
+def test_chunked_report_equals_one_chunk_on_corrupt_dledger_members(tmp_path, case, spill_root, monkeypatch):
+    root = dledger_copy(tmp_path / "s")
+    corrupt_dledger(root, case)
     whole = report(root)
     monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 5)
     assert report(root, chunk_records=7) == whole

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from conftest import STORE_NAMES, reference_store, run_cli
-from corruptions import CASES, corrupt
+from conftest import STORE_NAMES, dledger_copy, reference_store, run_cli
+from corruptions import CASES, DLEDGER_CASES, corrupt, corrupt_dledger
 from rmqtool.engines import get_engine
 from rmqtool.io.store import Store
 from rmqtool.ops.verify import VerifyOptions, verify
@@ -41,6 +41,15 @@ def test_corrupted_store_same_findings(case, store_copy, pool):
     root = store_copy("crashed" if case == "torn-tail" else "basic")
     corrupt(root, case)
     seq, par = both(root, "deep", pool, 5000)
+    assert seq["summary"]["findings"]["error"] + seq["summary"]["findings"]["warning"] > 0, case
+    assert seq == par, case
+
+
+@pytest.mark.parametrize("case", DLEDGER_CASES)
+def test_corrupted_dledger_store_same_findings(case, tmp_path, pool):
+    root = dledger_copy(tmp_path / "s")
+    corrupt_dledger(root, case)
+    seq, par = both(root, "deep", pool, 20000)
     assert seq["summary"]["findings"]["error"] + seq["summary"]["findings"]["warning"] > 0, case
     assert seq == par, case
 

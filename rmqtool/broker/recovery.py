@@ -1,4 +1,5 @@
-"""Where the broker's recovery would start and end (format.md §3.2, §3.3).
+"""Where the broker's recovery would start and end (format.md §3.2, §3.3; a DLedger member's
+data files: ``dledger_recovery``).
 
 The rules are upstream 5.3.3's (the reference stores' version); 4.9.7's normal rule
 (third-last file) is reported beside it.
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from formats import commitlog as cl
 from rmqtool.io.consumequeue import read_units
+from rmqtool.broker.dledger_recovery import START_RULE, DLedgerRecovery, dledger_recovery
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, delay_stop_text, schedule_delays
 from rmqtool.errors import RmqError
 from rmqtool.records.scan import END_BLANK, FileEnd, FileScan, RecordBatch, walk_store
@@ -66,6 +68,8 @@ def recovery_start(store, mode: str | None = None, max_phy: int | None = None) -
     v49 = files[max(0, len(files) - 3)].name if files else None
     if not files:
         return RecoveryStart("abnormal" if abnormal else "normal", 0, None, 0, "no commitlog files", v49)
+    if store.dledger:         # the member recovers its data files alike in both modes
+        return dledger_start(dledger_recovery(store), "abnormal" if abnormal else "normal")
     if not abnormal:
         if max_phy is None:
             max_phy = max_cq_phy_offset(store)
@@ -95,6 +99,22 @@ def recovery_start(store, mode: str | None = None, max_phy: int | None = None) -
                          "recovery starts at the first file", v49)
 
 
+def dledger_start(rec: DLedgerRecovery, mode: str) -> RecoveryStart:
+    """The start a DLedger member's recovery takes (``dledger_recovery``), as a ``RecoveryStart``."""
+    return RecoveryStart(mode, rec.start_index, rec.start_file, rec.start_offset, START_RULE, None)
+
+
+def start_and_end(store, mode: str | None = None, max_phy: int | None = None):
+    """``recovery_start`` and its ``valid_end`` at once: (start, (end, stop, messages), the DLedger
+    member's recovery or None). A DLedger store's member walk runs once for both."""
+    if store.dledger and store.commitlog.files:
+        rec = dledger_recovery(store)
+        abnormal = store.abort_present() if mode is None else mode == "abnormal"
+        return dledger_start(rec, "abnormal" if abnormal else "normal"), (rec.end, rec.stop, rec.entries), rec
+    start = recovery_start(store, mode, max_phy)
+    return start, valid_end(store, start), None
+
+
 def delay_stop_end(batch: RecordBatch, row: int, file_size: int) -> FileEnd:
     """The walk's end at a record whose DELAY fails the broker's record check."""
     pos = int(batch.position[row])
@@ -110,6 +130,9 @@ def valid_end(store, start: RecoveryStart) -> tuple[int, FileEnd | None, int]:
     files = store.commitlog.files
     if not files:
         return 0, None, 0
+    if store.dledger:         # DLedger's entry walk decides; the records inside are dispatch's business
+        rec = dledger_recovery(store)
+        return rec.end, rec.stop, rec.entries
     count, last_end = 0, None
     for item in walk_store(store, check_crc=True, files=files[start.file_index:], stop_at_break=True):
         if isinstance(item, RecordBatch):

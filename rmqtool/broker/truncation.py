@@ -156,9 +156,8 @@ def restart_forecast(store, max_cq_phy: int, data_end: int) -> RestartForecast:
     """The broker's recovery with ConsumeQueues whose largest offset+size is ``max_cq_phy``:
     its start file (format.md §3.2), its walk's valid end (§3.3), and what it then truncates
     of the CommitLog data up to ``data_end``."""
-    from rmqtool.broker.recovery import recovery_start, valid_end
-    start = recovery_start(store, None, max_phy=max_cq_phy)
-    end, _, _ = valid_end(store, start)
+    from rmqtool.broker.recovery import start_and_end
+    start, (end, _, _), _ = start_and_end(store, None, max_phy=max_cq_phy)
     deleted = [seg.name for seg in store.commitlog.files if seg.start > end and seg.start < data_end]
     return RestartForecast(start.mode, start.file_name, end, data_end, deleted)
 

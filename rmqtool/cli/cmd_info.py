@@ -71,6 +71,22 @@ def _dledger_lines(d: dict) -> None:
     where = "" if end is None else f"; the entries end at {end['offset']} ({end['kind']}{': ' + end['detail'] if end['detail'] else ''})"
     stdout.print(escape_control(f"  {d['data_files']} data files of {d['data_file_size']} bytes, {d['index_files']} index "
                                 f"file(s) with {d['index_units']} units{where}"), markup=False)
+    if d.get("recovery"):
+        stdout.print(escape_control("  " + dledger_recovery_text(d["recovery"])), markup=False)
+
+
+def dledger_recovery_text(r: dict) -> str:
+    """One line for what the DLedger member's recovery would do (``broker.dledger_recovery``)."""
+    first = "no file passes the start pre-check" if r["first_entry"] is None else f"entry {r['first_entry']}"
+    text = (f"DLedger recovery: from {r['start_file']} ({first}), {r['entries']} entries to {r['end']} "
+            f"({r['stop_kind']}{': ' + r['stop_detail'] if r['stop_detail'] else ''}); last entry "
+            f"{r['last_entry']} term {r['last_term']}")
+    if r["index_rewritten_from"] is not None:
+        text += f"; the entry index is rewritten from entry {r['index_rewritten_from']}"
+    if r["exits"]:
+        text += ("; the end lies more than one file before the last file: the member EXITS instead of "
+                 "truncating (check the data by hand before restarting)")
+    return text
 
 
 def _controller_lines(ctl: dict) -> None:

@@ -13,6 +13,7 @@ from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkC
                                 check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
                                 real_console,
                                 stderr, stdout)
+from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.errors import MissingDependencyError, UsageError
 from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
 
@@ -177,6 +178,8 @@ def _render_table(report, code: int) -> None:
                  f"{fc['normal_start_file']}, abnormal {fc['abnormal_start_file']}")
     stdout.print(f"  valid end of the CommitLog: {fc['valid_end']} ({fc['end_kind']} at {fc['end_file']}"
                  f"@{fc['end_position']}{': ' + fc['end_detail'] if fc['end_detail'] else ''})")
+    if fc.get("dledger_recovery"):
+        stdout.print(escape_control("  " + dledger_recovery_text(fc["dledger_recovery"])), markup=False)
     stdout.print(f"  commitlog files deleted: {', '.join(fc['commitlog_files_deleted']) or 'none'}")
     stdout.print(f"  index files deleted: {', '.join(fc['index_files_deleted']) or 'none'}"
                  + ("" if fc["mode"] == "abnormal" or not fc["index_files_deleted_on_abnormal_start"]

@@ -10,7 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
+from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
+from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.segments import SegmentQueue
 
 DATA_DIR = "data"
 INDEX_DIR = "index"
@@ -58,3 +63,29 @@ def committed_index(member: Path) -> int | None:
         return int(values["committedIndex"]) if values else None
     except (KeyError, ValueError):
         return None
+
+
+def index_queue(member: Path) -> SegmentQueue:
+    """The member's entry index files (``index/``: one ``formats.dledger.IndexUnit`` per entry index)."""
+    return SegmentQueue.discover([member / INDEX_DIR], "dledger-index", None, dl.INDEX_UNIT_SIZE)
+
+
+def read_index_units(queue: SegmentQueue, first: int, count: int) -> np.ndarray:
+    """Index units for entry indexes [first, first + count); zeros where no file holds one
+    (as DLedger reads a unit past an index file's data: the mapped file is zero-filled)."""
+    out = np.zeros(count, dtype=dl.INDEX_UNIT_DTYPE)
+    if first < 0 or not queue.files:
+        return out
+    raw = out.view(np.uint8)
+    lo, hi = first * dl.INDEX_UNIT_SIZE, (first + count) * dl.INDEX_UNIT_SIZE
+    pos = lo
+    while pos < hi:
+        hit = queue.locate(pos)
+        end = min(hi, (pos // queue.file_size + 1) * queue.file_size)
+        if hit is not None:
+            seg, at = hit
+            with ReadOnlyFile(seg.path) as fh:
+                data = fh.read(at, min(end - pos, max(0, fh.size() - at)), exact=False)
+            raw[pos - lo:pos - lo + len(data)] = np.frombuffer(data, np.uint8)
+        pos = end
+    return out

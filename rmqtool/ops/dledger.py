@@ -12,9 +12,8 @@ from typing import Iterator
 import numpy as np
 
 from formats import dledger as dl
-from rmqtool.io.dledger_layout import INDEX_DIR, read_properties
+from rmqtool.io.dledger_layout import INDEX_DIR, index_queue, read_properties
 from rmqtool.io.fileio import ReadOnlyFile
-from rmqtool.io.segments import SegmentQueue
 from rmqtool.kernels.gather import strided_view
 from rmqtool.ops.dump import end_row
 from rmqtool.records.scan import RecordBatch, walk_store
@@ -56,7 +55,7 @@ def entry_rows(store, with_message: bool = True) -> Iterator[dict]:
 def index_units(member) -> Iterator[tuple[str, int, np.ndarray]]:
     """(file, first unit number, units) of the member's entry index, up to the first unit
     without the entry magic."""
-    queue = SegmentQueue.discover([member / INDEX_DIR], "dledger-index", None, dl.INDEX_UNIT_SIZE)
+    queue = index_queue(member)
     number = 0
     for seg in queue.files:
         with ReadOnlyFile(seg.path) as fh:

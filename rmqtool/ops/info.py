@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from rmqtool.broker.epochs import epoch_ranges
-from rmqtool.broker.recovery import recovery_start, valid_end
+from rmqtool.broker.recovery import start_and_end
 from rmqtool.io.consumequeue import read_units
 from rmqtool.io.controller import read_broker_identity, read_epochs
 
@@ -50,8 +50,7 @@ def store_info(store, count_all: bool = False) -> dict:
     """``count_all``: count every message (a walk of every file); otherwise only the recovery
     walk's own count, from its start file (fast on a store of hundreds of GB)."""
     cl = store.commitlog
-    start = recovery_start(store)
-    end, stop, messages = valid_end(store, start)
+    start, (end, stop, messages), dledger_rec = start_and_end(store)
     cp = store.checkpoint()
     index_files = store.index_files()
     owner = store.lock_owner()
@@ -93,4 +92,5 @@ def store_info(store, count_all: bool = False) -> dict:
     if store.dledger:                    # only DLedger-mode stores have the key
         from rmqtool.ops.dledger import group_view
         info["dledger"] = group_view(store)
+        info["dledger"]["recovery"] = dledger_rec.as_dict() if dledger_rec else None
     return info

@@ -100,13 +100,13 @@ class CommitLogVerifier:
         return self.chunks.finish()
 
     def _consume(self, idx: int, batch) -> None:
-        if self.dledger is not None and not batch.carved:
-            self.dledger.feed(batch)
         for f in check_batch(batch, deep=self.deep):
             self._note(idx, f, batch.carved)
             if self.report_records:
                 self.sink.put(f)
         cols = batch_columns(batch, self.topics, self.deep)
+        if self.dledger is not None:
+            self.dledger.feed(batch.path, cols)
         cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)
         self.chunks.append(cols)
         self.records += len(batch)
@@ -135,6 +135,8 @@ class CommitLogVerifier:
                 self._note(idx, f, False)
                 if self.report_records:
                     self.sink.put(f)
+            if self.dledger is not None:
+                self.dledger.feed(path, cols)
             self.chunks.append(cols)
             self.records += len(cols["phy"])
         _, pos = prepared.ends.get(path, (END_EOF, 0))
@@ -162,6 +164,8 @@ class CommitLogVerifier:
                          f"{n} record(s) carved at [{first_carved}, {end.position}) after resync; "
                          "the broker would not reach them")
             self.bytes += end.position - lo
+            if self.dledger is not None and not end.clean:
+                self.dledger.break_chain()
             resume = self._handle_end(idx, seg, end, carved, last_file)
             if resume is None:
                 return

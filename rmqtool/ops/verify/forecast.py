@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rmqtool.broker.recovery import RecoveryStart, recovery_start, valid_end
+from rmqtool.broker.dledger_recovery import dledger_recovery
+from rmqtool.broker.recovery import RecoveryStart, dledger_start, recovery_start, valid_end
 from rmqtool.ops.verify.records import RecordTable
 
 LIST_LIMIT = 10_000
@@ -40,6 +41,11 @@ def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
     otherwise the broker's walk runs again from the start file.
     """
     mode = "abnormal" if store.abort_present() else "normal"
+    if store.dledger and store.commitlog.files:     # the member's own walk decides (docs/format-dledger.md)
+        rec = dledger_recovery(store)
+        start = dledger_start(rec, mode)
+        return {"mode": mode, "starts": {"normal": start, "abnormal": start}, "start": start,
+                "valid_end": rec.end, "stop": rec.stop, "messages_walked": rec.entries, "dledger": rec}
     starts: dict[str, RecoveryStart] = {
         "normal": recovery_start(store, "normal", max_phy=dispatch_from),
         "abnormal": recovery_start(store, "abnormal"),
@@ -65,7 +71,11 @@ def forecast(store, walk: dict, truncated: list[dict], index_states: list, check
     end = walk["valid_end"]
     stop = walk["stop"]
     files = store.commitlog.files
-    deleted_cl = [seg.name for seg in files if seg.start > end]
+    rec = walk.get("dledger")
+    exits = rec is not None and rec.exits
+    deleted_cl = [] if exits else [seg.name for seg in files if seg.start > end]
+    if exits:               # the member refuses to start: nothing is truncated
+        truncated = []
     index_deleted = []
     if checkpoint is not None:
         limit = checkpoint["index_msg_timestamp"]
@@ -96,4 +106,5 @@ def forecast(store, walk: dict, truncated: list[dict], index_states: list, check
         "index_frontier": index_frontier,
         "not_indexed_count": not_indexed.count,
         "not_indexed": not_indexed.listing,
+        **({"dledger_recovery": rec.as_dict()} if rec is not None else {}),
     }

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from formats import commitlog as cl
+from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
 from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
                                      schedule_delays)
 from rmqtool.kernels.javahash import span_hashes
+from rmqtool.ops.verify.dledger import entry_columns
 from rmqtool.ops.verify.findings import Finding, ERROR
 
 CRC_MASK = cl.BODY_CRC_MASK
@@ -159,6 +161,8 @@ def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
     if deep:             # what the dispatcher computes, by the dispatcher's own functions
         cols["tags_code"] = record_tags_codes(batch)
         cols["key_rec"], cols["key_hash"] = record_index_keys(batch)
+    if is_entry_file(batch.path) and not batch.carved:   # for ``dledger.EntryChecks``, taken out before storing
+        cols.update(entry_columns(batch))
     return cols
 
 
