@@ -310,3 +310,22 @@ def test_a_member_whose_walk_ends_more_than_a_file_before_the_last_exits(tmp_pat
     assert fc["commitlog_files_deleted"] == [] and fc["consume_queues_truncated"] == []
     r = run_cli("verify", root)
     assert "the member EXITS instead of truncating" in r.out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(min_size=0, max_size=700), min_size=1, max_size=3), st.integers(0, 399))
+def test_recovery_model_never_raises_and_ends_inside_the_data(tmp_path_factory, pieces, entry):
+    """Real entries with arbitrary bytes spliced over them (several data files): the model of the
+    member's recovery returns an end inside the files, at an entry boundary it walked."""
+    from rmqtool.broker.dledger_recovery import dledger_recovery
+    root = dledger_copy(tmp_path_factory.mktemp("d") / "s")
+    files = Store(root).commitlog.files
+    for k, piece in enumerate(pieces):
+        seg = files[k % len(files)]
+        at = (_entry(entry)["pos"] + 97 * k) % seg.size
+        with open(seg.path, "r+b") as fh:
+            fh.seek(at)
+            fh.write(piece[:max(0, seg.size - at)])
+    rec = dledger_recovery(Store(root))
+    assert files[0].start <= rec.start_offset <= rec.end <= files[-1].start + Store(root).commitlog.file_size
+    assert rec.entries >= 0 and (rec.last_entry is None) == (rec.entries == 0)
