@@ -16,9 +16,9 @@ from rmqtool.simplified import use_simplified
 def locate_command(
     store: str = typer.Argument(..., help="store root"),
     offset: Optional[int] = typer.Argument(None, help="commitlog (physical) offset"),
-    topic: Optional[str] = typer.Option(None, "--topic"),
-    queue: Optional[int] = typer.Option(None, "--queue"),
-    queue_offset: Optional[int] = typer.Option(None, "--queue-offset"),
+    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
+    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
+    queue_offset: Optional[int] = typer.Option(None, "--queue-offset", help="a queue offset of --topic/--queue to locate"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),

@@ -1,7 +1,7 @@
 """Findings: what verify reports instead of raising, and the registry of stable check names.
 
 Every check name ``verify`` can emit is declared once in ``CHECKS`` with its usual
-severity and meaning; the README table is generated from it and a test proves that
+severity and meaning; docs/checks.md is generated from it (``rmqtool.cli.reference``) and a test proves that
 nothing outside it is ever emitted.
 """
 from __future__ import annotations
