@@ -1,7 +1,7 @@
 """StoreCheckpoint: the 4096-byte ``checkpoint`` file (format.md §6)."""
 import construct as cs
 
-from formats.derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, lazy_dtypes
 
 CHECKPOINT_FILE_SIZE = 4096  # OS_PAGE_SIZE; unused bytes are zero
 
@@ -14,10 +14,12 @@ Checkpoint = cs.Struct(
     "master_flushed_offset" / cs.Int64sb,
     "confirm_phy_offset" / cs.Int64sb,
 )
-CHECKPOINT_DTYPE = numpy_dtype(Checkpoint)
 CHECKPOINT_OFFSETS = field_offsets(Checkpoint)
 CHECKPOINT_FIELDS_V4_9 = 3
 CHECKPOINT_FIELDS_V5_0 = 4
 CHECKPOINT_FIELDS_V5_1_1 = 5
 #: upstream's getMinTimestamp() backs off this many milliseconds
 MIN_TIMESTAMP_SLACK_MS = 3000
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), CHECKPOINT_DTYPE=Checkpoint)

@@ -7,7 +7,7 @@ strings these pieces together; bulk readers compute positions from the same piec
 """
 import construct as cs
 
-from formats.derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, lazy_dtypes
 
 # --- magic codes (format.md §2.1) -----------------------------------------------
 MESSAGE_MAGIC_V1 = 0xDAA320A7
@@ -86,7 +86,6 @@ MessageHead = cs.Struct(
     "born_timestamp" / cs.Int64sb,
 )
 MESSAGE_HEAD_SIZE = MessageHead.sizeof()
-MESSAGE_HEAD_DTYPE = numpy_dtype(MessageHead)
 MESSAGE_HEAD_OFFSETS = field_offsets(MessageHead)
 
 HostV4 = cs.Struct("address" / cs.Bytes(4), "port" / cs.Int32sb)
@@ -211,3 +210,6 @@ def transaction_type(sys_flag: int) -> int:
 
 def compression_type(sys_flag: int) -> int:
     return (sys_flag & COMPRESSION_TYPE_MASK) >> COMPRESSION_TYPE_SHIFT
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), MESSAGE_HEAD_DTYPE=MessageHead)

@@ -1,7 +1,7 @@
 """ConsumeQueue (20-byte unit) and 5.x BatchConsumeQueue (46-byte unit), format.md §4."""
 import construct as cs
 
-from formats.derive import numpy_dtype, field_offsets
+from formats.derive import lazy_dtypes, field_offsets
 
 ConsumeQueueUnit = cs.Struct(
     "commitlog_offset" / cs.Int64sb,
@@ -9,7 +9,6 @@ ConsumeQueueUnit = cs.Struct(
     "tags_code" / cs.Int64sb,
 )
 CQ_UNIT_SIZE = ConsumeQueueUnit.sizeof()
-CQ_UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
 CQ_UNIT_OFFSETS = field_offsets(ConsumeQueueUnit)
 
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_UNIT_SIZE
@@ -35,5 +34,7 @@ BatchConsumeQueueUnit = cs.Struct(
     "reserved" / cs.Int32sb,
 )
 BCQ_UNIT_SIZE = BatchConsumeQueueUnit.sizeof()
-BCQ_UNIT_DTYPE = numpy_dtype(BatchConsumeQueueUnit)
 DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), CQ_UNIT_DTYPE=ConsumeQueueUnit, BCQ_UNIT_DTYPE=BatchConsumeQueueUnit)

@@ -1,9 +1,12 @@
-"""Derive numpy dtypes and byte offsets from fixed-size construct structs."""
+"""Derive numpy dtypes, structs and byte offsets from fixed-size construct structs.
+
+numpy is imported only when a dtype is first asked for (``lazy_dtypes``): a query that reads a
+few records with ``struct`` never pays for it.
+"""
 from __future__ import annotations
 
 import struct as _struct
 
-import numpy as np
 import construct as cs
 
 _STRUCT_CODE_TO_NUMPY = {
@@ -19,8 +22,9 @@ def leaf_field(subcon):
     return subcon
 
 
-def field_dtype(subcon) -> np.dtype:
+def field_dtype(subcon):
     """numpy dtype of one fixed-size field (integer FormatField or Bytes)."""
+    import numpy as np
     leaf = leaf_field(subcon)
     if isinstance(leaf, cs.FormatField):
         order, code = leaf.fmtstr[0], leaf.fmtstr[1:]
@@ -31,9 +35,21 @@ def field_dtype(subcon) -> np.dtype:
     raise TypeError(f"field {subcon!r} has no fixed numpy equivalent")
 
 
-def numpy_dtype(struct: cs.Struct) -> np.dtype:
+def numpy_dtype(struct: cs.Struct):
     """Packed numpy record dtype equal to a fixed-size construct Struct."""
+    import numpy as np
     return np.dtype([(sc.name, field_dtype(sc)) for sc in struct.subcons])
+
+
+def lazy_dtypes(namespace: dict, **structs: cs.Struct):
+    """A module ``__getattr__`` that builds ``NAME = numpy_dtype(struct)`` on first use, for the
+    ``NAME=struct`` pairs given; assign it to the module's ``__getattr__``."""
+    def __getattr__(name: str):
+        if name in structs:
+            namespace[name] = numpy_dtype(structs[name])
+            return namespace[name]
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+    return __getattr__
 
 
 def field_offsets(struct: cs.Struct) -> dict[str, int]:

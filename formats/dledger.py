@@ -8,7 +8,7 @@ properties files, ``checkpoint`` and ``currterm``.
 """
 import construct as cs
 
-from formats.derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, lazy_dtypes
 
 #: every entry and index unit written by DLedger carries this magic
 ENTRY_MAGIC = 1
@@ -27,7 +27,6 @@ EntryHeader = cs.Struct(
     "body_length" / cs.Int32sb,
 )
 ENTRY_HEADER_SIZE = EntryHeader.sizeof()
-ENTRY_HEADER_DTYPE = numpy_dtype(EntryHeader)
 ENTRY_HEADER_OFFSETS = field_offsets(EntryHeader)
 #: where the body starts: the RocketMQ record's physical offset is the entry's pos plus this
 ENTRY_BODY_OFFSET = ENTRY_HEADER_SIZE
@@ -49,7 +48,6 @@ IndexUnit = cs.Struct(
     "term" / cs.Int64sb,
 )
 INDEX_UNIT_SIZE = IndexUnit.sizeof()
-INDEX_UNIT_DTYPE = numpy_dtype(IndexUnit)
 
 #: DLedgerConfig defaults: data files of 1 GiB, index files of 5,242,880 units
 DEFAULT_DATA_FILE_SIZE = 1 << 30
@@ -60,3 +58,6 @@ CHECKPOINT_KEYS = ("committedIndex", "endIndex")
 CURRTERM_KEYS = ("currTerm", "voteLeader")
 #: the directory of one group member under the store root
 MEMBER_DIR_PREFIX = "dledger-"
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), ENTRY_HEADER_DTYPE=EntryHeader, INDEX_UNIT_DTYPE=IndexUnit)

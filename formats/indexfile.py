@@ -1,7 +1,7 @@
 """IndexFile: 40-byte header, 4-byte hash slots, 20-byte entries (format.md §5)."""
 import construct as cs
 
-from formats.derive import numpy_dtype, field_offsets
+from formats.derive import lazy_dtypes, field_offsets
 
 IndexHeader = cs.Struct(
     "begin_timestamp" / cs.Int64sb,
@@ -12,7 +12,6 @@ IndexHeader = cs.Struct(
     "index_count" / cs.Int32sb,
 )
 INDEX_HEADER_SIZE = IndexHeader.sizeof()
-INDEX_HEADER_DTYPE = numpy_dtype(IndexHeader)
 INDEX_HEADER_OFFSETS = field_offsets(IndexHeader)
 
 IndexSlot = cs.Int32sb           # entry number of the newest entry in the bucket; 0 = empty
@@ -26,7 +25,6 @@ IndexEntry = cs.Struct(
     "prev_index" / cs.Int32sb,   # previous entry in the same bucket; 0 = end of chain
 )
 INDEX_ENTRY_SIZE = IndexEntry.sizeof()
-INDEX_ENTRY_DTYPE = numpy_dtype(IndexEntry)
 
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_INDEX_ENTRIES = 20_000_000
@@ -46,3 +44,6 @@ def slot_position(hash_slots: int, slot: int) -> int:
 
 def entry_position(hash_slots: int, entry: int) -> int:
     return INDEX_HEADER_SIZE + hash_slots * INDEX_SLOT_SIZE + entry * INDEX_ENTRY_SIZE
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), INDEX_HEADER_DTYPE=IndexHeader, INDEX_ENTRY_DTYPE=IndexEntry)

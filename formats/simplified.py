@@ -30,7 +30,7 @@ Declarations only; no I/O, no logic beyond position arithmetic.
 """
 import construct as cs
 
-from formats.derive import field_offsets, numpy_dtype
+from formats.derive import field_offsets, lazy_dtypes
 from formats.indexfile import IndexHeader as _RocketMQIndexHeader
 
 # --- file names and pre-sizes ------------------------------------------------------------
@@ -59,7 +59,6 @@ RecordHead = cs.Struct(
     "body_size" / cs.Int64sb,
 )
 RECORD_HEAD_SIZE = RecordHead.sizeof()
-RECORD_HEAD_DTYPE = numpy_dtype(RecordHead)
 RECORD_HEAD_OFFSETS = field_offsets(RecordHead)
 
 RecordTail = cs.Struct(
@@ -67,7 +66,6 @@ RecordTail = cs.Struct(
     "commit_log_offset" / cs.Int64sb,     # the record's own start offset
 )
 RECORD_TAIL_SIZE = RecordTail.sizeof()
-RECORD_TAIL_DTYPE = numpy_dtype(RecordTail)
 RECORD_TAIL_OFFSETS = field_offsets(RecordTail)
 
 #: bytes a record needs for its fields (body excluded); msgTotalLen below this is corrupt
@@ -100,13 +98,11 @@ ConsumerQueueUnit = cs.Struct(
     "tag_code" / cs.Int64sb,
 )
 CQ_UNIT_SIZE = ConsumerQueueUnit.sizeof()
-CQ_UNIT_DTYPE = numpy_dtype(ConsumerQueueUnit)
 ARTICLE_TAG_CODE = 100          # the article writes this constant for every unit
 
 # --- index.txt ---------------------------------------------------------------------------------
 IndexHeader = _RocketMQIndexHeader     # same 40 bytes; counts are entries written (see above)
 INDEX_HEADER_SIZE = IndexHeader.sizeof()
-INDEX_HEADER_DTYPE = numpy_dtype(IndexHeader)
 INDEX_HEADER_OFFSETS = field_offsets(IndexHeader)
 
 IndexSlot = cs.Int32sb                  # entry number of the last key hashed here (0 also = empty)
@@ -121,7 +117,6 @@ IndexEntry = cs.Struct(
     "prev_index" / cs.Int32sb,          # always 0: no chaining
 )
 INDEX_ENTRY_SIZE = IndexEntry.sizeof()
-INDEX_ENTRY_DTYPE = numpy_dtype(IndexEntry)
 FIRST_ENTRY = 0
 
 
@@ -136,3 +131,6 @@ def entry_position(entry: int, hash_slots: int = HASH_SLOTS) -> int:
 def index_capacity(file_size: int, hash_slots: int = HASH_SLOTS) -> int:
     """Whole entries that fit in an index file of this size."""
     return max(0, (file_size - entry_position(0, hash_slots)) // INDEX_ENTRY_SIZE)
+
+#: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)
+__getattr__ = lazy_dtypes(globals(), RECORD_HEAD_DTYPE=RecordHead, RECORD_TAIL_DTYPE=RecordTail, CQ_UNIT_DTYPE=ConsumerQueueUnit, INDEX_HEADER_DTYPE=IndexHeader, INDEX_ENTRY_DTYPE=IndexEntry)

@@ -393,3 +393,56 @@ def test_mutated_index_files_never_hang_or_lie(tmp_path):
             assert len(raw.raw) <= 5 * 350
 
     check()
+
+
+def _hits(store, key, **kw):
+    res = query_key(store, key, **kw)
+    return ([(h.phy_offset, h.match, h.indexed, json.dumps(h.record(body="base64"), sort_keys=True)) for h in res.hits],
+            res.scanned_bytes)
+
+
+def _some_keys(name, n=25):
+    msgs = load_answers(name)["messages"]
+    keys = [m["uniqKey"] for m in msgs[::max(1, len(msgs) // n)] if m.get("uniqKey")]
+    keys += [k for m in msgs[::max(1, len(msgs) // n)] for k in split_keys(m.get("keys"))]
+    return keys[:2 * n] + ["no-such-key"]
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])
+@pytest.mark.parametrize("window", [1 << 16, 5000, 300])
+def test_struct_walk_of_gaps_equals_the_bulk_scan(name, window, monkeypatch):
+    """The first window of every scanned range is walked with struct (no numpy); with it off the
+    bulk scan does all of it: the same hits and the same bytes scanned, whatever the window."""
+    from rmqtool.ops.query import bykey
+    store = Store(reference_store(name))
+    monkeypatch.setattr(bykey, "GAP_CHUNK_MIN", window)
+    fast = {k: _hits(store, k, scan=True) for k in _some_keys(name)}
+    monkeypatch.setattr(bykey, "_chain_walk", lambda seg, start, *a: (0, start, False))
+    assert fast == {k: _hits(store, k, scan=True) for k in _some_keys(name)}
+
+
+@pytest.mark.parametrize("case", ["bad-magic", "total-size", "zeroed-middle", "blank-size", "torn-tail"])
+def test_struct_walk_hands_damage_to_the_bulk_scan(case, store_copy, monkeypatch):
+    from corruptions import corrupt
+    from rmqtool.ops.query import bykey
+    root = store_copy("crashed" if case == "torn-tail" else "basic")
+    corrupt(root, case)
+    store = Store(root)
+    name = "crashed" if case == "torn-tail" else "basic"
+    monkeypatch.setattr(bykey, "GAP_CHUNK_MIN", 3000)
+    fast = {k: _hits(store, k, scan=True) for k in _some_keys(name, 10)}
+    monkeypatch.setattr(bykey, "_chain_walk", lambda seg, start, *a: (0, start, False))
+    assert fast == {k: _hits(store, k, scan=True) for k in _some_keys(name, 10)}
+
+
+def test_query_key_imports_no_numpy_for_an_index_walk_and_a_few_records():
+    """issue 14: a key query that needs one index walk and a few records starts without numpy,
+    rich or pyspark (the geometry given, so nothing has to be inferred from the files)."""
+    code = ("import runpy, sys; sys.argv = ['rmqtool', 'query-key', sys.argv[1], 'key-0011', '--topic', 'OrderTopic',"
+            " '--index-slots', '61', '--index-entries', '350', '-f', 'jsonl']\n"
+            "try:\n    runpy.run_module('rmqtool', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'rich', 'pyspark', 'pyarrow'))\n"
+            "print('HEAVY', heavy, 'EXIT', code, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, str(reference_store("basic"))], capture_output=True, text=True)
+    assert "HEAVY [] EXIT 0" in r.stderr, r.stderr[-2000:]
+    assert '"key-0011"' in r.stdout or "key-0011" in r.stdout

@@ -28,6 +28,7 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYP
                                INDEX_SLOT_DTYPE, INVALID_INDEX, KEY_JOINER, entry_position,
                                index_file_size, slot_position)
 from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
+from rmqtool.broker.transactions import goes_to_consumequeue, goes_to_index  # noqa: F401 (the rules' home)
 from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.install import pwrite_all
@@ -271,18 +272,6 @@ def _keys_tokens_flat(buf, k_start, k_len):
     ends = np.flatnonzero(~space & next_space)
     rec = owner[begins]
     return rec, at[begins], ends - begins + 1, _ordinals(rec, n)
-
-
-def goes_to_consumequeue(tx):
-    """The dispatcher's rule: NOT_TYPE and COMMIT_TYPE records get a ConsumeQueue unit
-    (prepared and rollback halves of a transaction do not). ``tx``: the transaction type
-    (``sys_flag & TRANSACTION_MASK``), an int or an array."""
-    return (tx == cl.TRANSACTION_NOT_TYPE) | (tx == cl.TRANSACTION_COMMIT_TYPE)
-
-
-def goes_to_index(tx):
-    """The index service's rule: every record but a ROLLBACK is indexed."""
-    return tx != cl.TRANSACTION_ROLLBACK_TYPE
 
 
 @dataclass

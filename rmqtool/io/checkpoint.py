@@ -4,11 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
-import numpy as np
-
-from formats.checkpoint import CHECKPOINT_DTYPE, CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS, MIN_TIMESTAMP_SLACK_MS
+from formats.checkpoint import Checkpoint, CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS, MIN_TIMESTAMP_SLACK_MS
+from formats.derive import struct_of
 from rmqtool.errors import CorruptDataError
 from rmqtool.io.fileio import read_file
+
+
+_FIELDS = struct_of(Checkpoint)
+_NAMES = tuple(sc.name for sc in Checkpoint.subcons)
 
 
 @dataclass
@@ -39,14 +42,13 @@ class CheckpointValues:
 
 def read_checkpoint(path: Path) -> CheckpointValues:
     data = read_file(path, exact=False)
-    if len(data) < CHECKPOINT_DTYPE.itemsize:
+    if len(data) < _FIELDS.size:
         raise CorruptDataError(
-            f"checkpoint is {len(data)} bytes, needs at least {CHECKPOINT_DTYPE.itemsize} "
+            f"checkpoint is {len(data)} bytes, needs at least {_FIELDS.size} "
             f"(normally {CHECKPOINT_FILE_SIZE})", path, len(data))
-    rec = np.frombuffer(data, dtype=CHECKPOINT_DTYPE, count=1)[0]
-    tail = np.frombuffer(data[CHECKPOINT_DTYPE.itemsize:], dtype=np.uint8)
-    return CheckpointValues(*(int(rec[name]) for name in CHECKPOINT_DTYPE.names),
-                            file_size=len(data), nonzero_bytes_after_fields=int(np.count_nonzero(tail)))
+    tail = data[_FIELDS.size:]
+    return CheckpointValues(*_FIELDS.unpack_from(data), file_size=len(data),
+                            nonzero_bytes_after_fields=len(tail) - tail.count(0))
 
 
 def require_checkpoint(values: CheckpointValues, path: Path) -> CheckpointValues:
@@ -57,9 +59,9 @@ def require_checkpoint(values: CheckpointValues, path: Path) -> CheckpointValues
                                f"{CHECKPOINT_FILE_SIZE}", path, 0)
     if values.nonzero_bytes_after_fields:
         raise CorruptDataError(f"not a checkpoint: {values.nonzero_bytes_after_fields} non-zero bytes after "
-                               f"the {CHECKPOINT_DTYPE.itemsize}-byte fields, where the broker leaves zeros",
-                               path, CHECKPOINT_DTYPE.itemsize)
-    for name in CHECKPOINT_DTYPE.names:
+                               f"the {_FIELDS.size}-byte fields, where the broker leaves zeros",
+                               path, _FIELDS.size)
+    for name in _NAMES:
         if getattr(values, name) < 0:
             raise CorruptDataError(f"not a checkpoint: {name} is negative ({getattr(values, name)})",
                                    path, CHECKPOINT_OFFSETS[name])

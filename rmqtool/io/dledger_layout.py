@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
 from rmqtool.io.fileio import ReadOnlyFile
@@ -70,9 +68,10 @@ def index_queue(member: Path) -> SegmentQueue:
     return SegmentQueue.discover([member / INDEX_DIR], "dledger-index", None, dl.INDEX_UNIT_SIZE)
 
 
-def read_index_units(queue: SegmentQueue, first: int, count: int) -> np.ndarray:
+def read_index_units(queue: SegmentQueue, first: int, count: int):
     """Index units for entry indexes [first, first + count); zeros where no file holds one
     (as DLedger reads a unit past an index file's data: the mapped file is zero-filled)."""
+    import numpy as np
     out = np.zeros(count, dtype=dl.INDEX_UNIT_DTYPE)
     if first < 0 or not queue.files:
         return out

@@ -10,7 +10,6 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 
 from rmqtool.errors import FileChangedError, StoreLayoutError, UnreadableError
 
@@ -70,7 +69,8 @@ class ReadOnlyFile:
                 self.path, pos + len(data))
         return data
 
-    def read_array(self, pos: int, length: int, exact: bool = True) -> np.ndarray:
+    def read_array(self, pos: int, length: int, exact: bool = True) -> "np.ndarray":
+        import numpy as np
         return np.frombuffer(self.read(pos, length, exact), dtype=np.uint8)
 
     def close(self) -> None:
@@ -143,6 +143,7 @@ def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
             if chunk == (_zero_chunk() if len(chunk) == CHUNK_SIZE else bytes(len(chunk))):   # memcmp speed
                 pos += len(chunk)
                 continue
+            import numpy as np
             raw = np.frombuffer(chunk, np.uint8)
             nz = np.flatnonzero(raw)
             if len(nz):

@@ -4,12 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from formats import indexfile as layout
+from formats.derive import struct_of
 from formats.indexfile import (
-    DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES, INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE,
-    INDEX_HEADER_DTYPE, INDEX_HEADER_SIZE, INDEX_SLOT_DTYPE, INDEX_SLOT_SIZE,
-    entry_position, index_file_size, slot_position)
+    DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT_DTYPE,
+    INDEX_SLOT_SIZE, IndexHeader, entry_position, index_file_size, slot_position)
 from rmqtool.errors import CorruptDataError, StoreLayoutError
 from rmqtool.io.fileio import ReadOnlyFile
 
@@ -40,12 +39,14 @@ class IndexHeaderValues:
         return dict(self.__dict__)
 
 
+_HEADER = struct_of(IndexHeader)
+
+
 def parse_header(raw: bytes) -> IndexHeaderValues:
-    rec = np.frombuffer(raw[:INDEX_HEADER_SIZE], dtype=INDEX_HEADER_DTYPE, count=1)[0]
-    return IndexHeaderValues(*(int(rec[n]) for n in INDEX_HEADER_DTYPE.names))
+    return IndexHeaderValues(*_HEADER.unpack_from(raw))
 
 
-def infer_geometry(path: Path, size: int, data: np.ndarray | None = None) -> IndexGeometry | None:
+def infer_geometry(path: Path, size: int, data=None) -> IndexGeometry | None:
     """Find (slots, entries) from a file's content when its size is not the expected one.
 
     The header says how many buckets are used (h) and entries written; the slot area holds
@@ -53,6 +54,7 @@ def infer_geometry(path: Path, size: int, data: np.ndarray | None = None) -> Ind
     and the first non-zero int of entry 1. Candidates must satisfy the size equation and
     every sampled bucket must hold an entry whose hash lands in it.
     """
+    import numpy as np
     if size < INDEX_HEADER_SIZE or (size - INDEX_HEADER_SIZE) % INDEX_SLOT_SIZE:
         return None
     if data is None:
@@ -140,27 +142,31 @@ class IndexFileReader:
         return parse_header(self.file.read(0, INDEX_HEADER_SIZE))
 
     def slot(self, slot: int) -> int:
+        import numpy as np
         pos = slot_position(self.geometry.hash_slots, slot)
         return int(np.frombuffer(self.file.read(pos, INDEX_SLOT_SIZE), INDEX_SLOT_DTYPE)[0])
 
-    def entry(self, number: int) -> np.void:
+    def entry(self, number: int):
+        import numpy as np
         pos = entry_position(self.geometry.hash_slots, number)
-        return np.frombuffer(self.file.read(pos, INDEX_ENTRY_SIZE), INDEX_ENTRY_DTYPE)[0]
+        return np.frombuffer(self.file.read(pos, INDEX_ENTRY_SIZE), layout.INDEX_ENTRY_DTYPE)[0]
 
     def entry_offset(self, number: int) -> int:
         return entry_position(self.geometry.hash_slots, number)
 
-    def slots(self) -> np.ndarray:
+    def slots(self):
+        import numpy as np
         n = self.geometry.hash_slots
         raw = self.file.read(slot_position(n, 0), n * INDEX_SLOT_SIZE, exact=False)
         return np.frombuffer(raw[:len(raw) // INDEX_SLOT_SIZE * INDEX_SLOT_SIZE], INDEX_SLOT_DTYPE)
 
-    def entries(self, count: int | None = None) -> np.ndarray:
+    def entries(self, count: int | None = None):
         """Entries 0..count-1 (default: up to the header's indexCount)."""
+        import numpy as np
         if count is None:
             count = max(self.header().index_count, 1)
         count = min(count, self.geometry.index_entries)
         raw = self.file.read(entry_position(self.geometry.hash_slots, 0), count * INDEX_ENTRY_SIZE,
                              exact=False)
         usable = len(raw) // INDEX_ENTRY_SIZE * INDEX_ENTRY_SIZE
-        return np.frombuffer(raw[:usable], INDEX_ENTRY_DTYPE)
+        return np.frombuffer(raw[:usable], layout.INDEX_ENTRY_DTYPE)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from formats import commitlog as cl
 from rmqtool.broker.delay import deliver_timestamp, parse_level
 from rmqtool.records.ids import decode_uniq_key, format_host, offset_msg_id
-from rmqtool.kernels.javahash import tags_code
+from rmqtool.kernels.javastring import tags_code
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,10 @@
 """Read single CommitLog records by offset and test them against a key (format.md §2, §5.3)."""
 from __future__ import annotations
 
-
-import numpy as np
-
 from formats import commitlog as cl
 from rmqtool.records.layout import (HEAD, PORT, PREFIX, PROPERTIES_LEN, STORE_TIMESTAMP, TAIL,
                                     TOPIC_LEN_V1, TOPIC_LEN_V2)
-from rmqtool.broker.dispatch import goes_to_index
+from rmqtool.broker.transactions import goes_to_index
 from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.io.fileio import ReadOnlyFile
 
@@ -196,6 +193,7 @@ def scan_batch(batch, key: str, topic: str | None, begin: int, end: int,
     Vectorized prefilter on bytes (UNIQ_KEY equal, or the key as a space-delimited token
     inside KEYS), then the exact string test of ``match_kind`` on the few survivors.
     """
+    import numpy as np
     n = len(batch)
     if n == 0 or not key:
         return []
@@ -222,7 +220,8 @@ def scan_batch(batch, key: str, topic: str | None, begin: int, end: int,
     return out
 
 
-def _spans_equal(buf: np.ndarray, start: np.ndarray, length: np.ndarray, needle: bytes) -> np.ndarray:
+def _spans_equal(buf, start, length, needle: bytes):
+    import numpy as np
     same = length == len(needle)
     rows = np.flatnonzero(same)
     if len(rows) and len(needle):
@@ -231,8 +230,9 @@ def _spans_equal(buf: np.ndarray, start: np.ndarray, length: np.ndarray, needle:
     return same
 
 
-def _token_rows(batch, kb: bytes) -> np.ndarray:
+def _token_rows(batch, kb: bytes):
     """Rows whose KEYS span holds ``kb`` delimited by its ends or spaces."""
+    import numpy as np
     rows = np.zeros(len(batch), dtype=bool)
     has = np.flatnonzero(batch.keys_len > 0)
     if not len(has):

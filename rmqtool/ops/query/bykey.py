@@ -16,9 +16,13 @@ from dataclasses import dataclass, field
 
 from formats.indexfile import KEY_JOINER
 from rmqtool.errors import RmqError, UnreadableError, UsageError
-from rmqtool.kernels.javahash import index_key_hash
+from rmqtool.kernels.javastring import index_key_hash
 from rmqtool.ops.query.indexwalk import IndexSet
-from rmqtool.records.single import RecordReader, match_kind, scan_batch
+from formats import commitlog as cl
+from rmqtool.io.dledger_layout import is_entry_file
+from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.records.layout import PREFIX
+from rmqtool.records.single import RecordReader, decode_record, match_kind, scan_batch
 
 LONG_MAX = (1 << 63) - 1
 GAP_CHUNK_MIN, GAP_CHUNK_MAX = 1 << 16, 8 << 20   # scan windows: small gaps read little
@@ -178,7 +182,6 @@ def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
 
 
 def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
-    from rmqtool.records.scan import END_CORRUPT, find_record_start
     scanned = 0
     cl = store.commitlog
     for seg in cl.files:
@@ -189,6 +192,8 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
         try:
             n, last = _walk(seg, start, stop, key, topic, begin, end, how, found)
             scanned += n
+            if last is not None:                 # the bulk scan ran (it imported numpy already)
+                from rmqtool.records.scan import END_CORRUPT, find_record_start
             if last is not None and last.kind == END_CORRUPT and last.position == start:
                 again = find_record_start(seg.path, seg.start, start + 1, stop)
                 if again is not None:
@@ -203,9 +208,16 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
 
 def _walk(seg, start, stop, key, topic, begin, end, how, found):
     """Scan [start, stop) of one file: a small first window (gaps are usually a few
-    records, and the live tail is followed by zeros), then large windows if it goes on."""
+    records, and the live tail is followed by zeros), then large windows if it goes on.
+
+    The first window's chain of whole MESSAGE records is taken one record at a time with
+    ``struct`` (``_chain_walk``), which needs no numpy; the bulk scan takes over wherever
+    that walk stops short of a clean end (tests/test_query.py proves the two equal)."""
+    scanned, pos, done = _chain_walk(seg, start, stop, key, topic, begin, end, how, found)
+    if done:
+        return scanned, None
     from rmqtool.records.scan import END_RANGE, FileScan
-    scanned, pos, chunk = 0, start, GAP_CHUNK_MIN
+    chunk = GAP_CHUNK_MIN
     while True:
         upto = stop if chunk == GAP_CHUNK_MAX else min(stop, pos + chunk)
         scan = FileScan(seg.path, seg.start, lo=pos, hi=upto, chunk_size=chunk)
@@ -214,6 +226,40 @@ def _walk(seg, start, stop, key, topic, begin, end, how, found):
         if last is None or last.kind != END_RANGE or last.position >= stop or chunk == GAP_CHUNK_MAX:
             return scanned, last
         pos, chunk = last.position, GAP_CHUNK_MAX
+
+
+def _chain_walk(seg, start, stop, key, topic, begin, end, how, found) -> tuple[int, int, bool]:
+    """Follow TOTALSIZE from ``start`` through at most ``GAP_CHUNK_MIN`` bytes below ``stop``,
+    decoding each MESSAGE with ``struct`` and confirming it like an index hit; (bytes of the
+    records taken, where it stopped, whether it reached a clean end: ``stop``, a BLANK or the
+    zeros after the data). Anything else (a DLedger data file, a record past the window,
+    bytes that are not a record) is left to the bulk scan from where it stopped."""
+    if is_entry_file(seg.path):
+        return 0, start, False
+    uniq_only, rollback = how
+    with ReadOnlyFile(seg.path) as fh:
+        size = fh.size()
+        window = fh.read(start, max(0, min(stop, start + GAP_CHUNK_MIN, size) - start), exact=False)
+    limit = min(stop, size) - start
+    p = scanned = 0
+    while p < limit:
+        if p + PREFIX.size > len(window):
+            return scanned, start + p, False
+        total, magic = PREFIX.unpack_from(window, p)
+        if magic == cl.BLANK_MAGIC or magic == 0:
+            return scanned, start + p, True
+        rec = decode_record(window[p:p + total], start + p, str(seg.path), seg.start) \
+            if magic in cl.MESSAGE_MAGICS and p + total <= len(window) else None
+        if rec is None:
+            return scanned, start + p, False
+        phy = seg.start + start + p
+        if begin <= int(rec.store_timestamp[0]) <= end and phy not in found:
+            kind = match_kind(rec, 0, key, topic, uniq_only, rollback)
+            if kind:
+                found[phy] = Hit(rec, 0, phy, kind, False)
+        scanned += total
+        p += total
+    return scanned, start + p, start + p >= stop
 
 
 def _consume(scan, key, topic, begin, end, how, found) -> int:
