@@ -119,6 +119,10 @@ def engine(request) -> EngineWay:
     return ENGINE_WAYS[request.param]
 
 
+#: the temporary directory as the session starts (tests that redirect ``tempfile`` do not move it)
+_SESSION_TMP = __import__("tempfile").gettempdir()
+
+
 @lru_cache(maxsize=None)
 def dledger_store() -> Path:
     """The upstream-written DLedger-mode store (fixtures/reference/dledger.tar.gz), unpacked once
@@ -127,7 +131,7 @@ def dledger_store() -> Path:
     import atexit
     import tarfile
     import tempfile
-    tmp = Path(tempfile.mkdtemp(prefix="rmqtool-dledger-"))
+    tmp = Path(tempfile.mkdtemp(prefix="rmqtool-dledger-", dir=_SESSION_TMP))
     atexit.register(shutil.rmtree, tmp, True)
     with tarfile.open(REFERENCE / "dledger.tar.gz") as tar:
         tar.extractall(tmp, filter="data")

@@ -53,22 +53,20 @@ def _mutate_queues_and_index(root: Path, seed: int) -> None:
                 fh.write(rng.choice([b"\0\0\0\0", b"\xff\xff\xff\xff", rng.randbytes(4)]))
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_chunked_report_equals_one_chunk_on_corrupt_commitlogs(store_copy, case, spill_root, monkeypatch):
-    name = "crashed" if case == "torn-tail" else "basic"
-    root = store_copy(name)
-    corrupt(root, case)
-    whole = report(root)
-    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 5)
-    assert report(root, chunk_records=7) == whole
-    assert report(root, chunk_records=7, level="shallow") == report(root, level="shallow", chunk_records=10 ** 9)
-    assert not list(spill_root.iterdir())
+def corrupted_copy(store_copy, tmp_path, case: str):
+    """A reference store copy with a named corruption (``corruptions``): classic or DLedger."""
+    if case in DLEDGER_CASES:
+        root = dledger_copy(tmp_path / "dledger")
+        corrupt_dledger(root, case)
+    else:
+        root = store_copy("crashed" if case == "torn-tail" else "basic")
+        corrupt(root, case)
+    return root
 
 
-@pytest.mark.parametrize("case", DLEDGER_CASES)
-def test_chunked_report_equals_one_chunk_on_corrupt_dledger_members(tmp_path, case, spill_root, monkeypatch):
-    root = dledger_copy(tmp_path / "s")
-    corrupt_dledger(root, case)
+@pytest.mark.parametrize("case", CASES + DLEDGER_CASES)
+def test_chunked_report_equals_one_chunk_on_corrupt_commitlogs(store_copy, tmp_path, case, spill_root, monkeypatch):
+    root = corrupted_copy(store_copy, tmp_path, case)
     whole = report(root)
     monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 5)
     assert report(root, chunk_records=7) == whole
