@@ -8,6 +8,7 @@ records in the bodies are judged later by dispatch, as in the classic store.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from dataclasses import dataclass
 
 from formats import dledger as dl
@@ -109,7 +110,7 @@ def dledger_recovery(store) -> DLedgerRecovery | None:
     if not files:
         return None
     size = store.commitlog.file_size
-    units = _Units(store.commitlog_dirs[0].parent)
+    units = _Units(Path(files[0].path).parent.parent)     # the member: data/ is its child
     start, first = 0, None
     for i in range(max(0, len(files) - 3), -1, -1):
         start = i

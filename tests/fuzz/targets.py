@@ -117,7 +117,8 @@ def run_commitlog(data: bytes, seed, scratch: Path) -> int:
 def run_dledger(data: bytes, seed, scratch: Path) -> int:
     """The input as a DLedger member's data file: the real FileScan walks its entries into
     record batches (records inside the file, each behind an entry header naming its own pos),
-    one file end; the entries taken in C equal the scalar walk; the resync lands on an entry."""
+    one file end; the entries taken in C equal the scalar walk; the resync lands on an entry; the
+    member's recovery model (over the same bytes as data and entry index) ends inside the file."""
     from formats import dledger as dl
     from rmqtool.kernels import native
     from rmqtool.records.scan import RecordBatch, _walk_entries, find_record_start, walk_store
@@ -164,6 +165,16 @@ def run_dledger(data: bytes, seed, scratch: Path) -> int:
             n += len(u)
         check(n <= size // dl.INDEX_UNIT_SIZE, "more index units than the file holds")
     steps(units)
+
+    def recovery():         # the member's recovery over the same bytes as data file and entry index
+        from rmqtool.broker.dledger_recovery import dledger_recovery
+        rec = dledger_recovery(store)
+        file_end = seed.base + store.commitlog.file_size
+        check(seed.base <= rec.start_offset <= rec.end <= file_end, f"recovery end {rec.end} outside the file")
+        check((rec.last_entry is None) == (rec.entries == 0), "entries walked without a last entry")
+        check(rec.stop.path == str(path) and 0 <= rec.stop.position <= store.commitlog.file_size,
+              "recovery stop outside the file")
+    steps(recovery)
     _write(member / "checkpoint", data)
     props = steps(read_properties, member / "checkpoint")
     check(props is None or isinstance(props, dict), "checkpoint text not read as properties")
