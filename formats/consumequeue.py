@@ -34,6 +34,7 @@ BatchConsumeQueueUnit = cs.Struct(
     "reserved" / cs.Int32sb,
 )
 BCQ_UNIT_SIZE = BatchConsumeQueueUnit.sizeof()
+BCQ_UNIT_OFFSETS = field_offsets(BatchConsumeQueueUnit)
 DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE
 
 #: numpy dtypes of the layouts above, built on first use (``derive.lazy_dtypes``)

@@ -18,19 +18,40 @@ def _tree(root):
 
 @pytest.mark.parametrize("args", [
     ["rebuild", "consumequeue", "{s}", "--yes"],
-    ["rebuild", "consumequeue", "{s}", "--dry-run"],
     ["rebuild", "consumequeue", "{s}", "--topic", "%LMQ%room-1", "--yes"],
     ["rebuild", "consumequeue", "{s}", "--topic", "BatchCqTopic", "--yes"],
     ["rebuild", "all", "{s}", "--yes"],
 ])
-def test_refused_where_queues_would_be_lost(tmp_path, args):
+def test_light_queues_rebuild_as_upstream_wrote_them_and_batch_queues_are_kept(tmp_path, args):
+    """Multi-dispatch is on for a store holding light queues: every %LMQ% queue comes back
+    byte for byte (fillers and out-of-order appends included); BatchCQ topics are never
+    written into consumequeue/, and batchconsumequeue/ stays as it was."""
     root = tmp_path / "s"
     shutil.copytree(reference_store(STORE), root)
     before = _tree(root)
+    for rel in [r for r in before if r.startswith("consumequeue/%LMQ%room-2/") or r.startswith("consumequeue/LmqParent/")]:
+        (root / rel).unlink()                                  # damaged queues
     r = run_cli(*[a.format(s=root) for a in args])
-    assert r.code == 3, r.out + r.err
-    assert "rebuild does not regenerate yet" in r.err and str(root / "consumequeue") in r.err
-    assert _tree(root) == before
+    assert r.code == 0, r.out + r.err
+    after = _tree(root)
+    for rel, data in before.items():
+        if rel.startswith(("consumequeue/", "batchconsumequeue/")):         # (index names are creation times)
+            if "--topic" in args and not rel.startswith(f"consumequeue/{args[args.index('--topic') + 1]}/") \
+                    and rel.startswith(("consumequeue/%LMQ%room-2/", "consumequeue/LmqParent/")):
+                continue                                      # not selected: stays deleted
+            assert after.get(rel) == data, rel
+    assert not any(r.startswith("consumequeue/BatchCqTopic") for r in after)
+
+
+def test_multi_dispatch_off_refuses_to_drop_light_queues(tmp_path):
+    from rmqtool.broker.dispatch import DispatchConfig
+    from rmqtool.errors import RefusedError
+    from rmqtool.io.store import Store
+    from rmqtool.ops.rebuild import rebuild_consumequeue
+    root = tmp_path / "s"
+    shutil.copytree(reference_store(STORE), root)
+    with pytest.raises(RefusedError, match="light queue topic"):
+        rebuild_consumequeue(Store(root), output=tmp_path / "out", config=DispatchConfig())
 
 
 def test_other_topics_rebuild_identically_and_the_rest_is_kept(tmp_path):

@@ -28,6 +28,8 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYP
                                INDEX_SLOT_DTYPE, INVALID_INDEX, KEY_JOINER, entry_position,
                                index_file_size, slot_position)
 from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_level
+from rmqtool.broker.queuekinds import (PROPERTY_INNER_MULTI_DISPATCH, QueueKinds, batch_position,
+                                       goes_to_batch_queue, lmq_units)
 from rmqtool.broker.transactions import goes_to_consumequeue, goes_to_index  # noqa: F401 (the rules' home)
 from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
@@ -122,6 +124,7 @@ DISPATCH_STOP_CHECK = "dispatch.stop"
 class DispatchConfig:
     delay_levels_ms: list[int] = field(default_factory=lambda: list(DEFAULT_LEVELS_MS))
     index_enabled: bool = True
+    kinds: QueueKinds = field(default_factory=QueueKinds)     # multi-dispatch, LMQ, BatchCQ topics
 
 
 @dataclass
@@ -142,6 +145,7 @@ class BatchDispatch:
     record_phy_offset: np.ndarray          # commitlog offset of every dispatched record
     stop: str | None = None                # why dispatch stopped early (broker would stop)
     stop_at: int = -1                      # commitlog offset of the record it stopped at
+    bcq: "BatchUnits | None" = None         # BatchConsumeQueue units (topics of queue type BatchCQ)
 
     def compact(self) -> "BatchDispatch":
         """What the CQ and index builders read, in fewer bytes (to ship between processes):
@@ -153,7 +157,24 @@ class BatchDispatch:
             self.topics, self.cq_topic, _narrow(self.cq_queue_id), self.cq_queue_offset, self.cq_phy_offset,
             _narrow(self.cq_size), self.cq_tags_code, self.key_hash, self.key_phy_offset,
             self.key_store_timestamp, np.zeros(0, np.int32), self.records,
-            rp[rp.argmax()][None] if len(rp) else rp, self.stop, self.stop_at)
+            rp[rp.argmax()][None] if len(rp) else rp, self.stop, self.stop_at, self.bcq)
+
+
+@dataclass
+class BatchUnits:
+    """A batch's BatchConsumeQueue units (``queuekinds``), in dispatch order; ``topic`` indexes
+    ``BatchDispatch.topics``."""
+    topic: np.ndarray
+    queue_id: np.ndarray
+    phy_offset: np.ndarray
+    size: np.ndarray
+    tags_code: np.ndarray
+    store_timestamp: np.ndarray
+    base_offset: np.ndarray
+    batch_size: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.topic)
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
@@ -388,12 +409,89 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         key_rec, key_hash = record_index_keys(batch, n, topic_hash)
     else:
         key_rec, key_hash = np.zeros(0, np.int64), np.zeros(0, np.int32)
+    cq = (groups[cq_rows], qid[cq_rows], qoff[cq_rows], phy[cq_rows], size[cq_rows], tags_code[cq_rows])
+    bcq = None
+    kinds = config.kinds
+    if kinds.batch_cq_topics or kinds.multi_dispatch:
+        cq, bcq = _queue_kinds(batch, kinds, topics, groups, cq_rows, cq, ts, n)
     return BatchDispatch(
-        topics=topics, cq_topic=groups[cq_rows], cq_queue_id=qid[cq_rows],
-        cq_queue_offset=qoff[cq_rows], cq_phy_offset=phy[cq_rows], cq_size=size[cq_rows],
-        cq_tags_code=tags_code[cq_rows], key_hash=key_hash, key_phy_offset=phy[key_rec],
+        topics=topics, cq_topic=cq[0], cq_queue_id=cq[1], cq_queue_offset=cq[2], cq_phy_offset=cq[3],
+        cq_size=cq[4], cq_tags_code=cq[5], key_hash=key_hash, key_phy_offset=phy[key_rec],
         key_store_timestamp=ts[key_rec], key_record=key_rec, records=n,
-        record_phy_offset=phy, stop=stop, stop_at=stop_at)
+        record_phy_offset=phy, stop=stop, stop_at=stop_at, bcq=bcq)
+
+
+def _record_properties(batch, row: int) -> dict[str, str]:
+    """The properties map of one record (empty when the columns carry no properties span)."""
+    start, length = getattr(batch, "props_start", None), getattr(batch, "props_len", None)
+    if start is None or length is None or int(length[row]) <= 0:
+        return {}
+    at = int(start[row])
+    return cl.decode_properties(np.asarray(batch.buf[at:at + int(length[row])], dtype=np.uint8).tobytes())
+
+
+def _has_property(batch, rows: np.ndarray, name: str) -> np.ndarray:
+    """Per record row of ``rows``: do its properties bytes hold ``name`` followed by the
+    name/value separator (a superset of the records whose parsed map has it)."""
+    none = np.zeros(len(rows), dtype=bool)
+    start, length = getattr(batch, "props_start", None), getattr(batch, "props_len", None)
+    if start is None or length is None or not len(rows):
+        return none
+    data = np.asarray(batch.buf, dtype=np.uint8).tobytes()
+    needle = (name + cl.NAME_VALUE_SEPARATOR).encode("ascii")
+    hits, at = [], data.find(needle)
+    while at >= 0:
+        hits.append(at)
+        at = data.find(needle, at + 1)
+    if not hits:
+        return none
+    lo = np.asarray(start, dtype=np.int64)[rows]
+    hi = lo + np.maximum(np.asarray(length, dtype=np.int64)[rows], 0)
+    hits = np.asarray(hits, dtype=np.int64)
+    return np.searchsorted(hits, lo, side="left") < np.searchsorted(hits, hi - len(needle) + 1, side="left")
+
+
+def _queue_kinds(batch, kinds: QueueKinds, topics: list[str], groups, cq_rows, cq, ts, n):
+    """Move the units of BatchCQ topics to BatchConsumeQueue units and add the light-queue
+    units of multi-dispatch records (``queuekinds``), in the broker's order per queue."""
+    g, q, o, p, sz, tg = cq
+    bcq = None
+    if kinds.batch_cq_topics:
+        batch_groups = [i for i, t in enumerate(topics) if t in kinds.batch_cq_topics]
+        is_batch = np.isin(g, batch_groups)
+        rows = cq_rows[is_batch]
+        keep, base, num = [], [], []
+        qoff = np.asarray(batch.queue_offset, dtype=np.int64)
+        for k, r in enumerate(rows.tolist()):
+            pos = batch_position(_record_properties(batch, r), int(qoff[r]))
+            if pos is not None and goes_to_batch_queue(*pos):
+                keep.append(k)
+                base.append(pos[0])
+                num.append(pos[1])
+        keep = np.asarray(keep, dtype=np.int64)
+        sel = np.flatnonzero(is_batch)[keep]
+        bcq = BatchUnits(g[sel], q[sel], p[sel], sz[sel], tg[sel], ts[rows[keep]],
+                         np.asarray(base, dtype=np.int64), np.asarray(num, dtype=np.int64))
+        g, q, o, p, sz, tg = (a[~is_batch] for a in (g, q, o, p, sz, tg))
+        cq_rows = cq_rows[~is_batch]
+    if kinds.multi_dispatch:
+        extra = []
+        for k in np.flatnonzero(_has_property(batch, cq_rows, PROPERTY_INNER_MULTI_DISPATCH)).tolist():
+            r = int(cq_rows[k])
+            for name, qid, offset in lmq_units(kinds, topics[int(g[k])], int(q[k]),
+                                               _record_properties(batch, r)):
+                extra.append((name, qid, offset, int(p[k]), int(sz[k]), int(tg[k])))
+        if extra:
+            index = {t: i for i, t in enumerate(topics)}
+            for name, *_ in extra:
+                if name not in index:
+                    index[name] = len(topics)
+                    topics.append(name)
+            cols = list(zip(*extra))
+            g = np.concatenate([g, np.asarray([index[t] for t in cols[0]], dtype=g.dtype)])
+            q, o, p, sz, tg = (np.concatenate([a, np.asarray(c, dtype=a.dtype)])
+                               for a, c in zip((q, o, p, sz, tg), cols[1:]))
+    return (g, q, o, p, sz, tg), bcq
 
 
 # --- ConsumeQueue ----------------------------------------------------------------------------

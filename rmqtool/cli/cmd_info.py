@@ -55,6 +55,12 @@ def info_command(
         _controller_lines(info["controller"])
     if "dledger" in info:
         _dledger_lines(info["dledger"])
+    if "queue_kinds" in info:
+        k = info["queue_kinds"]
+        stdout.print(escape_control(
+            f"queue kinds: multi-dispatch {'on' if k['multi_dispatch'] else 'off'}"
+            f"{' (LMQ)' if k['lmq'] else ''}; BatchCQ topics: {', '.join(k['batch_cq_topics']) or 'none'} "
+            f"({len(k['batch_queues'])} BatchConsumeQueue(s)); from {k['source']}"), markup=False)
     emit(info["queues"], "table", ["topic", "queue_id", "files", "min_offset", "max_offset",
                                    "max_phy_offset"], title="consume queues")
 

@@ -362,9 +362,9 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
     import tempfile
     import time
     from pathlib import Path
-    from rmqtool.broker.dispatch import DispatchConfig, build_index_image
-    from rmqtool.ops.rebuild import index_file_name
-    config = config or DispatchConfig()
+    from rmqtool.broker.dispatch import build_index_image
+    from rmqtool.ops.rebuild import dispatch_config, index_file_name
+    config = dispatch_config(store, config)
     outs = [Path(p) for p in (cq_out, index_out) if p is not None]
     for p in outs:
         p.mkdir(parents=True, exist_ok=True)
@@ -516,9 +516,9 @@ def rebuild_with_engine(kind: str, store, engine_name: str, master=None, remote=
     write the files); a selective rebuild (``--topic``/``--queue``/``--from-offset``/
     ``--dry-run``) runs ``local_call(walker)``, i.e. rmqtool.ops.rebuild with the scan and
     dispatch on the executors and the layout on the driver."""
-    from rmqtool.broker.dispatch import DispatchConfig
     from rmqtool.engines import get_engine
     with get_engine(engine_name, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
         if selective:
-            return local_call(engine_walker(eng, store, check_crc, DispatchConfig(), progress=progress))
+            from rmqtool.ops.rebuild import dispatch_config
+            return local_call(engine_walker(eng, store, check_crc, dispatch_config(store), progress=progress))
         return engine_rebuild(kind, store, eng, check_crc=check_crc, **options)

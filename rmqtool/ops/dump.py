@@ -8,7 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
-from formats.consumequeue import CQ_UNIT_SIZE
+from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
 from rmqtool.io.checkpoint import read_checkpoint, require_checkpoint
 from rmqtool.io.consumequeue import read_units
@@ -128,6 +128,21 @@ def consumequeue_rows(store, topic: str | None, queue: int | None,
         q = store.queue(ref.topic, ref.queue_id)
         _size_problems(q, problems)
         yield from _queue_rows(ref.topic, ref.queue_id, q)
+    for ref in store.queues(batch=True):
+        if (topic is None or ref.topic == topic) and (queue is None or ref.queue_id == queue):
+            yield from batch_queue_rows(store, ref)
+
+
+def batch_queue_rows(store, ref) -> Iterator[dict]:
+    """A BatchConsumeQueue's 46-byte units (``kind`` BATCH_UNIT; docs/format-lmq-batchcq.md)."""
+    from rmqtool.ops.verify.queuekinds import read_batch_queue
+    for path, start, units in read_batch_queue(store, ref):
+        for k, u in enumerate(units):
+            yield {"file": path, "position": k * BCQ_UNIT_SIZE, "kind": "BATCH_UNIT", "topic": ref.topic,
+                   "queue_id": ref.queue_id, "queue_offset": int(u["msg_base_offset"]),
+                   "commitlog_offset": int(u["commitlog_offset"]), "size": int(u["size"]),
+                   "tags_code": int(u["tags_code"]), "store_timestamp": int(u["store_timestamp"]),
+                   "batch_size": int(u["batch_size"]), "compacted_offset": int(u["compacted_offset"])}
 
 
 def _size_problems(queue: SegmentQueue, problems: list | None) -> None:

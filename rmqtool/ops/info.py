@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from rmqtool.broker.epochs import epoch_ranges
+from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.broker.recovery import start_and_end
 from rmqtool.io.consumequeue import read_units
 from rmqtool.io.controller import read_broker_identity, read_epochs
@@ -86,6 +87,12 @@ def store_info(store, count_all: bool = False) -> dict:
         "queues": [queue_summary(store, ref) for ref in store.queues()],
         "config_files": sorted(store.config().keys()),
     }
+    kinds = detect_queue_kinds(store)
+    if kinds.multi_dispatch or kinds.batch_cq_topics:      # only 5.x stores using them have the key
+        info["queue_kinds"] = {"multi_dispatch": kinds.multi_dispatch, "lmq": kinds.lmq,
+                               "batch_cq_topics": sorted(kinds.batch_cq_topics), "source": kinds.source,
+                               "batch_queues": [{"topic": r.topic, "queue_id": r.queue_id}
+                                                for r in store.queues(batch=True)]}
     controller = controller_info(store, end)
     if controller is not None:           # only controller-mode stores have the key
         info["controller"] = controller

@@ -24,6 +24,7 @@ from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
 from rmqtool.io import install as inst
 from rmqtool.broker.cqbuild import CqBuilder
+from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch)
 from rmqtool.errors import RefusedError, UsageError
@@ -455,27 +456,25 @@ def check_rebuild_target(store, output: Path | None) -> None:
                            store.lock_path)
 
 
-def check_queue_kinds(store, topics: list[str] | None) -> None:
-    """Refuse a ConsumeQueue rebuild that would lose queues it cannot regenerate: light
-    queues (``%LMQ%…``, filled by the broker's multi-dispatch) and BatchConsumeQueue topics
-    (``batchconsumequeue/``), which ``rebuild`` does not write yet. A rebuild of other topics
-    (``--topic``) keeps them."""
-    refs = store.queues()
-    lmq = sorted({r.topic for r in refs if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
-    batch = sorted({r.topic for r in store.queues(batch=True)})
-    wanted = (lambda t: True) if topics is None else (lambda t: t in topics)
-    lost_lmq = [t for t in lmq if wanted(t)]
-    lost_batch = [t for t in batch if wanted(t)]
-    if lost_lmq or lost_batch:
-        what = []
-        if lost_lmq:
-            what.append(f"{len(lost_lmq)} light queue topic(s) ({', '.join(lost_lmq[:3])}"
-                        f"{', …' if len(lost_lmq) > 3 else ''}) filled by multi-dispatch")
-        if lost_batch:
-            what.append(f"BatchConsumeQueue topic(s) {', '.join(lost_batch[:3])}")
-        raise RefusedError(f"the store holds {' and '.join(what)}, which rebuild does not regenerate yet: "
-                           f"rebuilding them would drop or mis-write them; rebuild the other topics with "
-                           f"--topic (these are kept)", store.consumequeue_dir)
+def dispatch_config(store, config: DispatchConfig | None = None, multi_dispatch: bool | None = None) -> DispatchConfig:
+    """The dispatch settings of the broker that wrote ``store`` (``queuekinds.detect``:
+    multi-dispatch when it holds light queues, its BatchCQ topics), unless ``config`` is given."""
+    return config if config is not None else DispatchConfig(kinds=detect_queue_kinds(store, multi_dispatch))
+
+
+def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -> None:
+    """Refuse a ConsumeQueue rebuild that would drop light queues (``%LMQ%…``) because
+    multi-dispatch was turned off for it; a rebuild of other topics (``--topic``) keeps them.
+    BatchCQ topics are never written to ``consumequeue/`` (their ``batchconsumequeue/`` stays)."""
+    if config.kinds.multi_dispatch:
+        return
+    lmq = sorted({r.topic for r in store.queues() if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
+    lost = [t for t in lmq if topics is None or t in topics]
+    if lost:
+        raise RefusedError(f"the store holds {len(lost)} light queue topic(s) ({', '.join(lost[:3])}"
+                           f"{', …' if len(lost) > 3 else ''}) filled by multi-dispatch, which is off for this "
+                           "rebuild: it would drop them; drop --no-multi-dispatch, or rebuild the other topics "
+                           "with --topic (these are kept)", store.consumequeue_dir)
 
 
 # --- one walk, any number of builds --------------------------------------------------------------
@@ -638,10 +637,11 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     ``allow_truncate``; a dry run only reports it."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
-    check_queue_kinds(store, topics)
+    config = dispatch_config(store, config)
+    check_queue_kinds(store, topics, config)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
     _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
-             config or DispatchConfig(), workers, walker, skip_corrupt)
+             config, workers, walker, skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -788,7 +788,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
     job = _IndexJob(store, geometry, from_offset, to_offset, output, dry_run)
-    _rebuild(store, [job], job.start, to_offset, check_crc, progress, config or DispatchConfig(), workers,
+    _rebuild(store, [job], job.start, to_offset, check_crc, progress, dispatch_config(store, config), workers,
              walker, skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
@@ -846,7 +846,8 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
-    check_queue_kinds(store, None)
+    config = dispatch_config(store, config)
+    check_queue_kinds(store, None, config)
     cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
     try:
         ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
@@ -855,7 +856,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         raise
     jobs = [cq, ix]
     outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
-                       config or DispatchConfig(), workers, None, skip_corrupt)
+                       config, workers, None, skip_corrupt)
     try:
         if outcome.damage and not outcome.skipped and not allow_truncate and not dry_run:
             refuse_truncation([cq.result, ix.result])      # the plans, then the refusal

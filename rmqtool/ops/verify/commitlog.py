@@ -315,8 +315,10 @@ class QueueOffsetCheck:
     """
 
     def __init__(self, sink: FindingSink, topic_id: int | None = None, queue_id: int | None = None,
-                 damaged: list[tuple[int, int]] = ()):
+                 damaged: list[tuple[int, int]] = (), skip_topics=()):
         self.sink, self.topic_id, self.queue_id = sink, topic_id, queue_id
+        #: BatchCQ topics: their queue offsets step by the inner count (checked on their units)
+        self.skip_topics = np.asarray(skip_topics, dtype=np.int64)
         self.damage_starts = np.sort(np.asarray([a for a, _ in damaged], dtype=np.int64))
         self._last: dict[tuple[int, int], tuple[int, int]] = {}     # queue -> (QUEUEOFFSET, phy) of its last record
 
@@ -325,6 +327,8 @@ class QueueOffsetCheck:
         if not len(table):
             return
         sel = goes_to_consumequeue(c["tx"])
+        if len(self.skip_topics):
+            sel &= ~np.isin(c["topic_id"], self.skip_topics)
         if self.topic_id is not None:
             sel &= c["topic_id"] == self.topic_id
         if self.queue_id is not None:

@@ -69,6 +69,10 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "cq.unit-record": (ERROR, "deep", "unit's record is in another topic/queue, has another QUEUEOFFSET, or is never dispatched"),
     "cq.tags-code": (ERROR, "deep", "unit tagsCode != the dispatcher's tagsCode of its record"),
     "cq.missing": (ERROR, "deep", "dispatchable record below the dispatch frontier has no unit in its queue"),
+    "lmq.unit-record": (ERROR, "deep", "a light queue's (%LMQ%) unit points at a record that does not name this queue in INNER_MULTI_DISPATCH, or whose size or tagsCode differ"),
+    "bcq.unit-record": (ERROR, "deep", "a BatchConsumeQueue unit does not point at a record of its topic and queue with the unit's size, store time, base offset, inner count and tagsCode"),
+    "bcq.base-offset": (ERROR, "deep", "a BatchConsumeQueue unit's base offset is not the previous unit's base + inner count"),
+    "bcq.missing": (ERROR, "deep", "record of a BatchCQ topic below the dispatch frontier has no BatchConsumeQueue unit"),
     "cq.not-dispatched": (INFO, "deep", "record past the dispatch frontier: the broker dispatches it at restart"),
     # index
     "index.file-size": (ERROR, "shallow", "index file size != 40 + 4*slots + 20*entries (truncated file)"),

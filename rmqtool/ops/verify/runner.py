@@ -21,6 +21,9 @@ from rmqtool.ops.verify.commitlog import CommitLogVerifier, QueueOffsetCheck, va
 from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, deep_unit_checks, missing_units, not_dispatched_finding,
                                          queue_part, read_queue, shallow_unit_checks, unit_rows)
 from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.broker.queuekinds import detect as detect_queue_kinds
+from rmqtool.ops.verify.queuekinds import (batch_dispatched, batch_unit_checks, is_light_queue, lmq_unit_checks,
+                                           missing_batch_units)
 from rmqtool.ops.verify.forecast import Pending, forecast, recovery_walk, truncated_units
 from rmqtool.ops.verify.index import (ENTRY_ROW, PastEnd, check_index_file, deep_index_checks, entry_rows, missing_keys,
                                   not_indexed_finding)
@@ -182,6 +185,8 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     end = walk["valid_end"]
 
     # 4. ConsumeQueue checks, one queue at a time; deep: units routed to their records' chunk
+    #    (a light queue's units are checked against the records that name it, one by one)
+    kinds = detect_queue_kinds(store)
     units = expired = 0
     cq_sink = out("consumequeue")
     checked_queues: list[QueueUnits] = []
@@ -198,11 +203,20 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
             continue
         units += len(qu.offset)
         expired += shallow_unit_checks(qu, store, end, cq_sink, live)
-        if deep:
+        if deep and is_light_queue(kinds, qu.topic):
+            lmq_unit_checks(qu, store, kinds, end, cq_sink)
+        elif deep:
             live_units = qu.offset >= store.commitlog.min_offset
             routed_units.add(unit_rows(qu, len(checked_queues))[live_units], qu.offset[live_units])
             checked_queues.append(_queue_header(qu))
     truncated.sort(key=lambda t: (t["topic"], t["queue_id"]))
+    batch_offsets = np.zeros(0, np.int64)
+    batch_tids = np.asarray([t for t in (records.topics.lookup(n) for n in kinds.batch_cq_topics)
+                             if t is not None and t >= 0], dtype=np.int32)
+    if deep:                     # BatchConsumeQueues: each unit against its record
+        parts = [batch_unit_checks(store, ref, end, cq_sink) for ref in store.queues(batch=True)
+                 if (options.topic is None or ref.topic == options.topic)]
+        batch_offsets = np.sort(np.concatenate(parts)) if parts else batch_offsets
 
     # 5. index files: shallow checks one file at a time; deep: entries routed to their records' chunk
     ix_sink = out("index")
@@ -225,7 +239,8 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     # 6. the joins, one chunk of records (one CommitLog range) at a time
     queue_offsets = None
     if deep and "commitlog" in want:
-        queue_offsets = QueueOffsetCheck(sink, tid, options.queue_id if tid is not None else None, clv.damaged)
+        queue_offsets = QueueOffsetCheck(sink, tid, options.queue_id if tid is not None else None, clv.damaged,
+                                         skip_topics=batch_tids)
     physic_ts = checkpoint.physic_msg_timestamp if isinstance(checkpoint, CheckpointValues) else None
     times = RecordTimes(end, physic_ts)
     not_dispatched, not_indexed = Pending(), Pending()
@@ -238,6 +253,10 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
             queue_offsets.feed(table)
         if deep:
             found = np.zeros(len(table), dtype=bool)
+            if len(batch_tids):       # BatchCQ topics are dispatched to their BatchConsumeQueue
+                found |= np.isin(table.cols["topic_id"], batch_tids)
+                missing_batch_units(table, batch_dispatched(table, batch_tids, batch_offsets), batch_tids,
+                                    dispatch_from, end, cq_sink, chosen)
             rows = _by(routed_units.take(k), "queue")
             for q, part in _groups(rows, "queue"):
                 deep_unit_checks(queue_part(checked_queues[q], part), table, store, end, cq_sink, found)
