@@ -3,6 +3,7 @@ upstream (fixtures/reference/propcrc-lmq-batchcq): rebuild refuses to drop or mi
 queues it cannot regenerate yet, rebuilds the other topics byte-identically and keeps them."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -70,3 +71,24 @@ def test_index_rebuild_equals_upstream(tmp_path):
     assert run_cli("rebuild", "index", root, "--output", tmp_path / "ix").code == 0
     assert [p.read_bytes() for p in sorted((tmp_path / "ix").iterdir())] == \
            [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+def test_batch_queues_rebuild_byte_identical_in_place_and_to_an_output(tmp_path):
+    root = tmp_path / "s"
+    shutil.copytree(reference_store(STORE), root)
+    want = _tree(root / "batchconsumequeue")
+    r = run_cli("rebuild", "batchconsumequeue", root, "--output", tmp_path / "out", "-f", "json")
+    assert r.code == 0, r.err
+    assert _tree(tmp_path / "out") == want
+    assert json.loads(r.out)[0]["units"] == 52
+    lost = root / "batchconsumequeue" / "BatchCqTopic" / "1" / f"{736:020d}"
+    lost.unlink()                                              # a damaged queue
+    r = run_cli("rebuild", "batchconsumequeue", root, "--yes")
+    assert r.code == 0, r.err
+    assert _tree(root / "batchconsumequeue") == want
+    assert any(p.name.startswith("batchconsumequeue.backup-") for p in root.iterdir())
+
+
+def test_batch_queue_rebuild_needs_a_batch_topic(tmp_path):
+    r = run_cli("rebuild", "batchconsumequeue", reference_store("basic"), "--output", tmp_path / "out")
+    assert r.code == 2 and "no BatchCQ topic" in r.err

@@ -134,3 +134,83 @@ class CqBuilder:
             out += [{"path": f"{topic}/{qid}/{start:020d}", "size": self.file_size}
                     for start in range(layout.first_file, layout.first_file + span, self.file_size)]
         return out
+
+
+class BcqBuilder:
+    """Dispatch results -> BatchConsumeQueue files in ``build`` (None: count only), placed as
+    ``BatchConsumeQueue.putBatchMessagePositionInfo`` does (docs/format-lmq-batchcq.md): units
+    appended one after the other from file 0, a unit at or below the last CommitLog offset
+    written skipped as a repeat. Units are written as each batch arrives (a unit is 46 bytes;
+    a batch holds few of them)."""
+
+    def __init__(self, file_size: int, only: set | None = None, build: Path | None = None):
+        from formats.consumequeue import BCQ_UNIT_SIZE
+        if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
+            raise ValueError(f"BatchConsumeQueue file size {file_size} is not a multiple of {BCQ_UNIT_SIZE}")
+        self.file_size, self.only, self.build = file_size, only, build
+        self._queues: dict[tuple[str, int], dict] = {}
+        self.repeats = 0
+
+    def add(self, d: BatchDispatch) -> None:
+        from formats.consumequeue import BCQ_UNIT_DTYPE
+        from rmqtool.io.topicpath import queue_selected
+        b = d.bcq
+        if b is None or not len(b):
+            return
+        for k in range(len(b)):
+            qk = (d.topics[int(b.topic[k])], int(b.queue_id[k]))
+            if not queue_selected(self.only, *qk):
+                continue
+            q = self._queues.setdefault(qk, {"max_phy": -1, "units": 0, "problem": topic_path_problem(qk[0])})
+            phy = int(b.phy_offset[k])
+            if phy <= q["max_phy"]:
+                self.repeats += 1
+                continue
+            unit = np.zeros(1, BCQ_UNIT_DTYPE)
+            unit["commitlog_offset"], unit["size"], unit["tags_code"] = phy, b.size[k], b.tags_code[k]
+            unit["store_timestamp"], unit["msg_base_offset"] = b.store_timestamp[k], b.base_offset[k]
+            unit["batch_size"], unit["compacted_offset"] = b.batch_size[k], -1
+            if self.build is not None and q["problem"] is None:
+                self._write(qk, q["units"] * unit.itemsize, unit.tobytes())
+            q["max_phy"] = phy
+            q["units"] += 1
+
+    def _write(self, qk, at: int, data: bytes) -> None:
+        qdir = queue_dir(self.build, *qk)
+        qdir.mkdir(parents=True, exist_ok=True)
+        start = at - at % self.file_size
+        path = qdir / f"{start:020d}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            if at == start:
+                os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
+            inst.pwrite_all(fd, memoryview(data), at - start, start_writeback=True)
+        finally:
+            os.close(fd)
+        inst.crash_point("build")
+
+    def finish(self) -> None:
+        """Nothing is held back: units are written as they arrive."""
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return sorted(k for k, q in self._queues.items() if q["problem"] is None)
+
+    @property
+    def units(self) -> int:
+        return sum(q["units"] for q in self._queues.values() if q["problem"] is None)
+
+    def warnings(self) -> list[str]:
+        out = [f"{q['problem']}: batch queue {describe(t)}/{qid} skipped ({q['units']} units not written)"
+               for (t, qid), q in sorted(self._queues.items()) if q["problem"] is not None]
+        if self.repeats:
+            out.append(f"{self.repeats} repeated BatchConsumeQueue unit(s) skipped")
+        return out
+
+    def files_written(self) -> list[dict]:
+        from formats.consumequeue import BCQ_UNIT_SIZE
+        out = []
+        for (topic, qid) in self.queue_keys():
+            span = self._queues[(topic, qid)]["units"] * BCQ_UNIT_SIZE
+            out += [{"path": f"{topic}/{qid}/{start:020d}", "size": self.file_size}
+                    for start in range(0, max(span, 1), self.file_size)]
+        return out

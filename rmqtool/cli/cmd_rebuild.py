@@ -92,7 +92,7 @@ def damage_lines(r) -> list[str]:
     """What a walk that stopped before the CommitLog's last data means for this rebuild."""
     if not r.damage:
         return []
-    what = "units" if r.kind == "consumequeue" else "index entries"
+    what = "units" if r.kind in ("consumequeue", "batchconsumequeue") else "index entries"
     first = r.damage[0]
     out = [f"  the CommitLog walk stops at {first['file']}@{first['position']} (offset {first['offset']}, "
            f"{first['check']}: {first['detail']}); the resync finds {r.tail_records} records after it"]
@@ -125,7 +125,7 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     stdout.print(f"  commitlog read [{r.range_start}, {r.range_end}) ({r.end_kind}), "
                  f"{r.records} records", markup=False)
     written = sum(f["size"] for f in r.files_written)
-    what = f"{r.units} units" if r.kind == "consumequeue" else f"{r.entries} entries"
+    what = f"{r.units} units" if r.kind in ("consumequeue", "batchconsumequeue") else f"{r.entries} entries"
     stdout.print(f"  {'would write' if dry_run else 'wrote'} {len(r.files_written)} files "
                  f"({written} bytes), {what}; replaced {len(r.files_replaced)}, kept {len(r.files_kept)}",
                  markup=False)
@@ -240,6 +240,35 @@ def rebuild_consumequeue_command(
         bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
         cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=confirm,
         allow_truncate=allow_truncate))
+
+
+@rebuild_app.command("batchconsumequeue")
+def rebuild_batchconsumequeue_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this BatchCQ topic (repeatable)"),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
+    bcq_file_size: Optional[int] = typer.Option(None, "--bcq-file-size",
+                                                help="mapperFileSizeBatchConsumeQueue (default: from existing files, "
+                                                     "else 13,800,000)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="build the new batchconsumequeue tree here instead"),
+    dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt,
+    no_crc: bool = NoCrcOpt,
+    skip_corrupt: bool = SkipCorruptOpt,
+    allow_truncate: bool = AllowTruncateOpt,
+    workers: Optional[int] = RebuildJobsOpt,
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """Rebuild the BatchConsumeQueue files of BatchCQ topics (5.x) from the CommitLog, byte-identical to the broker's."""
+    from rmqtool.ops.rebuild import rebuild_batchconsumequeue
+    check_choice(fmt, REPORT_FORMATS, "--format")
+    s = _open(store, commitlog_dirs)
+    confirm = _confirm_factory(yes, dry_run, output)
+    return _run("rmqtool rebuild batchconsumequeue", "rebuild batchconsumequeue", s, fmt, dry_run, output,
+                lambda bar: rebuild_batchconsumequeue(s, topic or None, bcq_file_size, to_offset, output, dry_run,
+                                                      not no_crc, progress=bar, confirm=confirm, workers=workers,
+                                                      skip_corrupt=skip_corrupt, allow_truncate=allow_truncate))
 
 
 @rebuild_app.command("index")

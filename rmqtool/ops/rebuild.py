@@ -13,7 +13,7 @@ import mmap
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -21,10 +21,11 @@ from typing import Callable
 import numpy as np
 
 from formats import commitlog as cl
-from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 from rmqtool.io import install as inst
-from rmqtool.broker.cqbuild import CqBuilder
+from rmqtool.broker.cqbuild import BcqBuilder, CqBuilder
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
+from rmqtool.ops.verify.queuekinds import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch)
 from rmqtool.errors import RefusedError, UsageError
@@ -73,7 +74,7 @@ class RebuildResult:
     @property
     def after(self) -> int:
         """Units (consumequeue) or entries (index) the rebuilt files hold."""
-        return self.units if self.kind == "consumequeue" else self.entries
+        return self.units if self.kind in ("consumequeue", "batchconsumequeue") else self.entries
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -189,7 +190,7 @@ def _ship(parts: list):
                 views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
                 end = pos + a.nbytes
             pos += -(-a.nbytes // 64) * 64
-        meta.append((d.topics, d.records, d.stop, d.stop_at, cols))
+        meta.append((d.topics, d.records, d.stop, d.stop_at, cols, d.bcq))     # bcq: few units, pickled
     try:
         for at, view in views:
             inst.pwrite_all(fd, view, at)
@@ -209,10 +210,10 @@ def _unship(shipped, fds: list[int]) -> list[BatchDispatch]:
         mem = mmap.mmap(fds[shipped.slot], shipped.length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                         prot=mmap.PROT_READ, offset=shipped.offset)
     out = []
-    for topics, records, stop, stop_at, cols in shipped.batches:
+    for topics, records, stop, stop_at, cols, bcq in shipped.batches:
         arrays = [np.frombuffer(mem, dtype=np.dtype(dt), count=count, offset=at) if count else
                   np.zeros(0, np.dtype(dt)) for dt, count, at in cols]
-        out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop, stop_at))
+        out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop, stop_at, bcq))
     return out
 
 
@@ -642,6 +643,86 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
     _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
              config, workers, walker, skip_corrupt)
+    job.result.seconds = time.perf_counter() - t0
+    job.install(confirm, allow_truncate)
+    job.result.seconds = time.perf_counter() - t0
+    return job.result
+
+
+# --- batchconsumequeue ----------------------------------------------------------------------
+class _BcqJob(_Job):
+    """The BatchConsumeQueues of the store's BatchCQ topics (``queuekinds``), rebuilt into
+    ``batchconsumequeue/``; the queues of topics not selected are carried over."""
+
+    def __init__(self, store, topics, file_size, output, dry_run: bool):
+        self.store, self.output, self.target = store, output, store.batchconsumequeue_dir
+        file_size = file_size or _batch_file_size(store) or DEFAULT_BCQ_FILE_SIZE
+        if file_size % BCQ_UNIT_SIZE:
+            raise UsageError(f"--bcq-file-size {file_size} is not a multiple of {BCQ_UNIT_SIZE}")
+        self.result = RebuildResult("batchconsumequeue", str(store.root), str(self.target),
+                                    str(output) if output else None, dry_run,
+                                    store.commitlog.min_offset, 0, "", geometry={"bcq_file_size": file_size})
+        self.only = {(t, None) for t in topics} if topics else None
+        inst.refuse_linked_topics(self.target, self.only)
+        self._open_build(dry_run)
+        self.builder = BcqBuilder(file_size, self.only, self.build)
+        self.carried: list[str] = []
+        self.links: list[str] = []
+
+    def on_dispatch(self, d) -> None:
+        self.builder.add(d)
+
+    def on_tail(self, d) -> None:
+        self.result.tail_items += len(d.bcq) if d.bcq is not None else 0
+
+    def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
+        r = self.result
+        self.builder.finish()
+        r.records, r.range_end, r.end_kind = outcome.as_tuple()
+        r.warnings += stops + self.builder.warnings()
+        r.units = self.builder.units
+        r.files_written = self.builder.files_written()
+        if outcome.damage:
+            _note_damage(r, outcome, sum(len(u) for ref in self.store.queues(batch=True)
+                                         for _, _, u in read_batch_queue(self.store, ref)))
+        if self.target.is_dir():
+            c = inst.carried_files(self.target, self.only, rebuilt=set(self.builder.queue_keys()))
+            r.files_replaced += c.replaced
+            self.carried, self.links = c.files, c.links
+        r.files_kept = self.carried + self.links
+
+    def carry(self) -> None:
+        for rel in self.carried:
+            inst.link_or_copy(self.target / rel, self.build / rel)
+        for rel in self.links:
+            inst.copy_link(self.target / rel, self.build / rel)
+
+
+def _batch_file_size(store) -> int | None:
+    """The size of the store's BatchConsumeQueue files (the broker maps each at full size)."""
+    sizes = {seg.size for ref in store.queues(batch=True) for seg in store.queue(ref.topic, ref.queue_id, batch=True).files}
+    return max(sizes) if sizes else None
+
+
+def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_size: int | None = None,
+                              to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
+                              check_crc: bool = True, config: DispatchConfig | None = None,
+                              progress: Progress | None = None, confirm=None, workers: int | None = None,
+                              skip_corrupt: bool = False, allow_truncate: bool = False) -> RebuildResult:
+    """Rebuild the BatchConsumeQueues (all BatchCQ topics, or ``topics``) from the CommitLog, as
+    ``rebuild_consumequeue`` rebuilds ConsumeQueues (same walk, refusals and install)."""
+    t0 = time.perf_counter()
+    check_rebuild_target(store, output)
+    config = dispatch_config(store, config)
+    if topics:
+        config = DispatchConfig(config.delay_levels_ms, config.index_enabled,
+                                replace(config.kinds, batch_cq_topics=config.kinds.batch_cq_topics | set(topics)))
+    if not config.kinds.batch_cq_topics:
+        raise UsageError("no BatchCQ topic: the store has no batchconsumequeue/ queues and config/topics.json "
+                         "names none (pass --topic for a topic of queue type BatchCQ)", store.root)
+    job = _BcqJob(store, topics, bcq_file_size, output, dry_run)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config, workers, None,
+             skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
