@@ -70,6 +70,8 @@ class RecordColumns:
     uniq_len: np.ndarray
     delay_start: np.ndarray
     delay_len: np.ndarray
+    props_start: np.ndarray | None = None   # the whole properties (multi-dispatch, BatchCQ), when given
+    props_len: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.phy_offset)
@@ -77,13 +79,16 @@ class RecordColumns:
     @classmethod
     def from_records(cls, records: Iterable[dict]) -> "RecordColumns":
         """Records as dicts: phy_offset, size, store_timestamp, sys_flag, queue_id,
-        queue_offset, topic, and optional tags, keys, uniq_key, delay (str or None)."""
+        queue_offset, topic, and optional tags, keys, uniq_key, delay (str or None) and props
+        (the properties bytes)."""
         records = list(records)
         cols = {k: np.fromiter(((r.get(k) or 0) for r in records), dtype=np.int64, count=len(records))
                 for k in ("phy_offset", "size", "store_timestamp", "sys_flag", "queue_id", "queue_offset")}
-        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key", "delay": "delay"}
+        source = {"topic": "topic", "tags": "tags", "keys": "keys", "uniq": "uniq_key", "delay": "delay",
+                  "props": "props"}
+        names = _SPAN_NAMES + (("props",) if any(r.get("props") is not None for r in records) else ())
         parts, base = [], 0
-        for name in _SPAN_NAMES:
+        for name in names:
             values = [r.get(source[name]) for r in records]
             raw = [b"" if v is None else (v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
                    for v in values]

@@ -94,6 +94,11 @@ def write_command(
     cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue (default 6,000,000)"),
     index_slots: Optional[int] = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000)"),
     index_entries: Optional[int] = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000)"),
+    multi_dispatch: bool = typer.Option(False, "--multi-dispatch", help="dispatch records naming light queues "
+                                        "(INNER_MULTI_DISPATCH) to them, as a broker with enableMultiDispatch and "
+                                        "enableLmq (on by itself for a store holding %LMQ% queues)"),
+    prop_crc: bool = typer.Option(False, "--prop-crc", help="end every record's properties with the __CRC32# "
+                                  "property, as a broker with enabledAppendPropCRC=true"),
     fmt: str = FormatOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | dledger (a new DLedger-mode store: "
                                                          "member n0's entries) | simplified (the article's *.txt files)"),
@@ -134,9 +139,10 @@ def write_command(
             if synthetic is not None:
                 spec = SyntheticSpec(synthetic, topics, queues, key_cardinality, lo_i, hi_i,
                                      tuple(t for t in tags.split(",") if t), seed)
-                s = write_synthetic(store, spec, geometry, progress=bar, dledger_id=dledger_id)
+                s = write_synthetic(store, spec, geometry, progress=bar, dledger_id=dledger_id, prop_crc=prop_crc)
             else:
-                s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar, dledger_id=dledger_id)
+                s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar, dledger_id=dledger_id,
+                               prop_crc=prop_crc, multi_dispatch=multi_dispatch)
     finally:
         bar.close()
     if fmt == "json":

@@ -29,7 +29,7 @@ import os
 import random
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -42,9 +42,11 @@ from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
                               RecordColumns, dispatch_batch, layout_cq, read_index_image)
-from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, magic_for, needs_blank,
+from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
+                                    reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool.io import install as inst
+from rmqtool.broker.queuekinds import QueueKinds, detect as detect_queue_kinds
 from rmqtool.errors import RefusedError, UsageError
 from formats import dledger as dl
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, INDEX_DIR as DLEDGER_INDEX_DIR
@@ -494,8 +496,9 @@ class StoreWriter:
 
     def __init__(self, root: Path, geometry: Geometry | None = None, config: DispatchConfig | None = None,
                  progress: Callable[[int, int], None] | None = None, command: str = "rmqtool write",
-                 dledger_id: str | None = None):
+                 dledger_id: str | None = None, prop_crc: bool = False):
         self.t0 = time.perf_counter()
+        self.prop_crc = prop_crc          # enabledAppendPropCRC: every record ends in a __CRC32# property
         self.dledger_id = dledger_id      # make a new DLedger-mode store: this member's entries
         self.command = command            # named by refusals of other runs while this one holds the lock
         self.given = Path(root)
@@ -572,6 +575,14 @@ class StoreWriter:
             raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
                              f"not {g.commitlog_file_size}")
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
+        if not created:                   # dispatch as the broker that wrote the store did
+            kinds = detect_queue_kinds(self.store, self.config.kinds.multi_dispatch or None)
+            self.config = replace(self.config, kinds=replace(
+                kinds, batch_cq_topics=kinds.batch_cq_topics | self.config.kinds.batch_cq_topics))
+        if self.config.kinds.batch_cq_topics:
+            raise RefusedError(f"BatchCQ topic(s) {', '.join(sorted(self.config.kinds.batch_cq_topics))}: write does "
+                               "not append BatchConsumeQueues yet (it would leave them without units)",
+                               self.root / "batchconsumequeue")
         self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
                                     geometry=dict(g.__dict__), recovered=list(self.recovered))
         if self.dledger_id is None:
@@ -646,6 +657,10 @@ class StoreWriter:
                 if f.queue_offset < 0:
                     f.queue_offset = self.next_offset.get(key, 0)
                 self.next_offset[key] = max(self.next_offset.get(key, 0), f.queue_offset + 1)
+        if self.prop_crc:
+            for f in batch:
+                f.properties = reserve_property_crc(f.properties)
+                f.parsed_properties = None
         raws = [bytearray(encode(f)) for f in batch]
         lengths = [len(r) for r in raws]
         self.appender.place(sum(lengths))
@@ -653,12 +668,15 @@ class StoreWriter:
         for f, raw, length in zip(batch, raws, lengths):
             f.phy_offset = self.appender.record_offset(length)
             patch_phy_offset(raw, f.phy_offset)
+            if self.prop_crc:
+                fill_property_crc(raw)
             self.appender.write(bytes(raw))
             offsets.append(f.phy_offset)
             if not self._dispatch_stopped:    # the broker dispatches nothing after a failed record
                 props = f.parsed_properties if f.parsed_properties is not None else (
                     cl.decode_properties(f.properties) if f.properties else {})
                 self._rows.append({
+                    "props": f.properties if self.config.kinds.multi_dispatch else None,
                     "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
                     "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
                     "topic": f.topic, "tags": props.get(cl.PROPERTY_TAGS), "keys": props.get(cl.PROPERTY_KEYS),
@@ -852,12 +870,19 @@ def group_batches(rows: Iterable[tuple[str, dict]], detect: bool = True) -> Iter
         yield group
 
 
+def _multi_dispatch_config(on: bool) -> DispatchConfig | None:
+    return DispatchConfig(kinds=QueueKinds(multi_dispatch=True, lmq=True, source="--multi-dispatch")) if on else None
+
+
 def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry | None = None,
                generate_uniq_key: bool = True, progress=None, detect_batches: bool = True,
-               dledger_id: str | None = None) -> WriteSummary:
+               dledger_id: str | None = None, prop_crc: bool = False, multi_dispatch: bool = False) -> WriteSummary:
     """Append JSONL rows (``(where, row)`` pairs); non-MESSAGE rows (BLANK, ends) are skipped.
-    ``dledger_id``: make a new DLedger-mode store (that member's entries) instead."""
-    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id)
+    ``dledger_id``: make a new DLedger-mode store (that member's entries) instead; ``prop_crc``:
+    append the ``__CRC32#`` property as a broker with ``enabledAppendPropCRC``; ``multi_dispatch``:
+    dispatch to the light queues records name (on by itself for a store holding light queues)."""
+    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id, prop_crc=prop_crc,
+                    config=_multi_dispatch_config(multi_dispatch))
     uniq = UniqKeyGenerator() if generate_uniq_key else None
     now = int(time.time() * 1000)
     try:
@@ -870,8 +895,8 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
 
 
 def write_synthetic(root: Path, spec: SyntheticSpec, geometry: Geometry | None = None,
-                    progress=None, dledger_id: str | None = None) -> WriteSummary:
-    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id)
+                    progress=None, dledger_id: str | None = None, prop_crc: bool = False) -> WriteSummary:
+    w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id, prop_crc=prop_crc)
     w.expected = spec.count
     try:
         w.append_all(synthetic_fields(spec))

@@ -86,6 +86,34 @@ def patch_phy_offset(raw: bytearray, phy_offset: int) -> None:
     PHYSICAL_OFFSET.pack_into(raw, PHYSICAL_OFFSET_POSITION, phy_offset)
 
 
+#: the property the broker appends with ``enabledAppendPropCRC`` (format.md §2.5): name, separator,
+#: 10 digits, separator; it covers the record without these last bytes
+_CRC_PROPERTY = (cl.PROPERTY_CRC32 + cl.NAME_VALUE_SEPARATOR).encode("ascii")
+
+
+def reserve_property_crc(properties: bytes) -> bytes:
+    """The properties as a broker with ``enabledAppendPropCRC`` stores them
+    (``CommitLog.MessageExtEncoder``): a trailing ``__CRC32#`` property of an earlier write
+    removed (the broker deletes the property), a property separator appended when the last byte
+    is not one, then ``CRC32_RESERVED_LENGTH`` bytes that ``fill_property_crc`` writes."""
+    n = cl.CRC32_RESERVED_LENGTH
+    if len(properties) >= n and properties[-n:-n + len(_CRC_PROPERTY)] == _CRC_PROPERTY \
+            and properties[-n - 1:-n] in (b"", cl.PROPERTY_SEPARATOR.encode("ascii")):
+        properties = properties[:-n]
+    if properties and not properties.endswith(cl.PROPERTY_SEPARATOR.encode("ascii")):
+        properties += cl.PROPERTY_SEPARATOR.encode("ascii")
+    return properties + bytes(n)
+
+
+def fill_property_crc(raw: bytearray) -> None:
+    """Write the ``__CRC32#`` property into the reserved tail of a finished record (every other
+    field final: the CRC covers the record up to the property)."""
+    n = cl.CRC32_RESERVED_LENGTH
+    crc = zlib.crc32(memoryview(raw)[:len(raw) - n]) & cl.BODY_CRC_MASK
+    raw[len(raw) - n:] = (_CRC_PROPERTY + cl.crc32_property_digits(crc).encode("ascii")
+                          + cl.PROPERTY_SEPARATOR.encode("ascii"))
+
+
 def body_crc(body: bytes) -> int:
     return zlib.crc32(body) & cl.BODY_CRC_MASK if body else 0
 
