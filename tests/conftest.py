@@ -138,6 +138,26 @@ def dledger_store() -> Path:
     return tmp / "dledger"
 
 
+@lru_cache(maxsize=None)
+def timer_store_root() -> Path:
+    """The upstream-written 5.x timer store (fixtures/reference/timer.tar.gz; its 38.7 MB wheel
+    stays sparse), unpacked once per session. Tests that change it work on ``timer_copy``."""
+    import atexit
+    import tarfile
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="rmqtool-timer-", dir=_SESSION_TMP))
+    atexit.register(shutil.rmtree, tmp, True)
+    with tarfile.open(REFERENCE / "timer.tar.gz") as tar:
+        tar.extractall(tmp, filter="data")
+    return tmp / "timer"
+
+
+def timer_copy(dest: Path) -> Path:
+    import subprocess
+    subprocess.run(["cp", "-a", "--sparse=always", str(timer_store_root()), str(dest)], check=True)
+    return dest
+
+
 def dledger_copy(dest: Path) -> Path:
     """A writable copy of the DLedger reference store (sparse files copied with their holes)."""
     import subprocess

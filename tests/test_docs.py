@@ -58,10 +58,13 @@ def test_the_readme_has_examples():
 
 
 def test_every_readme_example_runs_as_documented(tmp_path):
-    """Run in a scratch directory holding a copy of the fixtures; `/tmp/` paths go to it too."""
+    """Run in a scratch directory holding a copy of the fixtures; `/tmp/` paths go to it too, with the
+    tarball fixtures unpacked there (as `tar --sparse -xzf fixtures/reference/timer.tar.gz -C /tmp`)."""
     shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures", symlinks=True)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    for tarball in (ROOT / "fixtures" / "reference").glob("*.tar.gz"):
+        subprocess.run(["tar", "--sparse", "-xzf", str(tarball), "-C", str(scratch)], check=True)
     failures = []
     for line, code in readme_examples():
         argv = [a.replace("/tmp/", f"{scratch}/") for a in shlex.split(line)]

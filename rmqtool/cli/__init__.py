@@ -24,6 +24,7 @@ COMMAND_MODULES = {
     "export": "rmqtool.cli.cmd_export",
     "convert": "rmqtool.cli.cmd_convert",
     "compare": "rmqtool.cli.cmd_compare",
+    "query-timer": "rmqtool.cli.cmd_timer",
 }
 
 

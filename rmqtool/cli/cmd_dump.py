@@ -201,3 +201,49 @@ def dump_dledger_index(
     check_choice(fmt, FORMATS, "--format")
     rows = _limited(index_rows(open_store(target, commitlog_dirs)), limit)
     emit(rows, fmt, ["unit", "magic", "pos", "size", "index", "term", "file"] if fmt == "table" else None)
+
+
+TimerPrecisionOpt = typer.Option(None, "--timer-precision-ms",
+                                 help="timerPrecisionMs (default: found from the wheel, else 1000)")
+
+
+@dump_app.command("timerlog")
+def dump_timerlog(
+    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
+    fmt: str = FormatOpt,
+    limit: Optional[int] = LimitOpt,
+    precision_ms: Optional[int] = TimerPrecisionOpt,
+):
+    """Every timer log unit (timerlog/: prev pos, magic, enqueue time, slot time, the parked message's
+    offset and size) and where each file's units end."""
+    from rmqtool.ops.timer import timer_store, timerlog_rows
+    check_choice(fmt, FORMATS, "--format")
+    rows = _limited(timerlog_rows(timer_store(open_store(target), precision_ms)), limit)
+    emit(rows, fmt, ["kind", "pos", "prev_pos", "magic", "enqueue_time_ms", "slot_time_ms", "offset_py", "size_py",
+                     "end", "detail"] if fmt == "table" else None)
+
+
+@dump_app.command("timerwheel")
+def dump_timerwheel(
+    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
+    fmt: str = FormatOpt,
+    limit: Optional[int] = LimitOpt,
+    precision_ms: Optional[int] = TimerPrecisionOpt,
+):
+    """Every wheel slot that holds something: its index, time, first and last unit, count."""
+    from rmqtool.ops.timer import timer_store, timerwheel_rows
+    check_choice(fmt, FORMATS, "--format")
+    rows = _limited(timerwheel_rows(timer_store(open_store(target), precision_ms)), limit)
+    emit(rows, fmt, ["index", "time_ms", "first_pos", "last_pos", "num", "magic"] if fmt == "table" else None)
+
+
+@dump_app.command("timercheck")
+def dump_timercheck(
+    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
+    fmt: str = FormatOpt,
+    precision_ms: Optional[int] = TimerPrecisionOpt,
+):
+    """The timer checkpoint (config/timercheck): read time, timer log flush position, timer queue offsets."""
+    from rmqtool.ops.timer import timer_store, timercheck_rows
+    check_choice(fmt, FORMATS, "--format")
+    emit(timercheck_rows(timer_store(open_store(target), precision_ms)), fmt)

@@ -55,6 +55,15 @@ def info_command(
         _controller_lines(info["controller"])
     if "dledger" in info:
         _dledger_lines(info["dledger"])
+    if "timer" in info:
+        t = info["timer"]
+        due = ("" if t["first_due_ms"] is None else
+               f", due {format_time(t['first_due_ms'])} .. {format_time(t['last_due_ms'])}")
+        stdout.print(escape_control(
+            f"timer: {t['pending']} pending ({t['rolling']} rolling){due}; precision {t['precision_ms']} ms, "
+            f"{t['timer_log_files']} timer log file(s) to {t['timer_log_end']}"
+            + (f"; DAMAGED at {t['timer_log_damage'][0]['file']}@{t['timer_log_damage'][0]['position']}"
+               if t["timer_log_damage"] else "")), markup=False)
     if "queue_kinds" in info:
         k = info["queue_kinds"]
         stdout.print(escape_control(

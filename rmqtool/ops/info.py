@@ -87,6 +87,11 @@ def store_info(store, count_all: bool = False) -> dict:
         "queues": [queue_summary(store, ref) for ref in store.queues()],
         "config_files": sorted(store.config().keys()),
     }
+    from rmqtool.io.timerstore import TimerStore
+    ts = TimerStore.of(store)
+    if ts is not None:                                     # only timer stores have the key
+        from rmqtool.ops.timer import timer_summary
+        info["timer"] = timer_summary(store, ts)
     kinds = detect_queue_kinds(store)
     if kinds.multi_dispatch or kinds.batch_cq_topics:      # only 5.x stores using them have the key
         info["queue_kinds"] = {"multi_dispatch": kinds.multi_dispatch, "lmq": kinds.lmq,

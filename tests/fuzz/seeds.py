@@ -420,3 +420,21 @@ def dledger_seeds() -> list[Seed]:
             cut = [(h - lo, w) for h, w in hints if lo <= h < lo + 12288]
             seeds.append(Seed(data[lo:lo + 12288], cut, f"{p.name}@{lo}", int(p.name) + lo))
     return seeds
+
+
+def timer_seeds() -> list[Seed]:
+    """The upstream-written timer log files (fixtures/reference/timer.tar.gz), hints on every
+    unit field and on the filler, and the wheel's used slots (``extra['slot']``: the slot index of
+    the 32 bytes given with each seed)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import timer_store_root
+    from formats import timer as tf
+    seeds = []
+    for p in sorted((timer_store_root() / "timerlog").iterdir()):
+        data = p.read_bytes()
+        hints = [(at + off, 8 if name in ("prev_pos", "enqueue_time_ms", "offset_py", "reserved") else 4)
+                 for at in range(0, len(data) - tf.UNIT_SIZE + 1, tf.UNIT_SIZE)
+                 for name, off in tf.UNIT_OFFSETS.items()]
+        seeds.append(Seed(data, hints, p.name, int(p.name)))
+    return seeds

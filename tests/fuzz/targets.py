@@ -181,6 +181,45 @@ def run_dledger(data: bytes, seed, scratch: Path) -> int:
     return steps.refused
 
 
+def run_timer(data: bytes, seed, scratch: Path) -> int:
+    """The input as a timer log file, as the wheel (its bytes at a used slot of the reference
+    wheel layout) and as the timer checkpoint: the log walk yields whole units inside the file and
+    one end; every slot's chain walk ends (bounded, loop-safe) with units inside the log; the
+    pending-timer listing and verify's timer checks finish with findings, never an exception."""
+    from formats import timer as tf
+    from rmqtool.io.timerstore import LogEnd, TimerStore, Unit
+    root = scratch / "timer-store"
+    (root / "timerlog").mkdir(parents=True, exist_ok=True)
+    (root / "config").mkdir(exist_ok=True)
+    for old in (root / "timerlog").iterdir():
+        old.unlink()
+    _write(root / "timerlog" / f"{0:020d}", data)
+    wheel = bytearray(tf.SLOT_SIZE * 64)
+    wheel[:min(len(data), len(wheel))] = data[:len(wheel)]
+    _write(root / "timerwheel", bytes(wheel))
+    _write(root / "config" / "timercheck", data[:tf.CHECKPOINT_STRUCT.size + 7])
+    steps = Steps()
+    ts = TimerStore(root, precision_ms=1000)
+
+    def walk():
+        items = list(ts.walk_log())
+        check(sum(isinstance(i, LogEnd) for i in items) == 1, "one end per timer log file")
+        for u in items:
+            if isinstance(u, Unit):
+                check(u.position + tf.UNIT_SIZE <= len(data) and u.size == tf.UNIT_SIZE, "unit outside the file")
+    steps(walk)
+
+    def chains():
+        end = ts.log_end()
+        for slot in ts.slots():
+            chain = ts.chain(slot)
+            check(len(chain.units) <= end // tf.UNIT_SIZE + 1, "a chain longer than the log")
+            check(all(0 <= u.pos < max(end, len(data)) for u in chain.units), "a chain unit outside the log")
+    steps(chains)
+    steps(ts.checkpoint)
+    return steps.refused
+
+
 # --- consume queue ---------------------------------------------------------------------------
 def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.io.consumequeue import read_units
@@ -867,6 +906,7 @@ TARGETS = {
     "commitlog": Target("commitlog", sd.commitlog_seeds, run_commitlog),
     "native": Target("native", sd.commitlog_seeds, run_native),
     "dledger": Target("dledger", sd.dledger_seeds, run_dledger),
+    "timer": Target("timer", sd.timer_seeds, run_timer),
     "consumequeue": Target("consumequeue", sd.consumequeue_seeds, run_consumequeue),
     "index": Target("index", sd.index_seeds, run_index),
     "checkpoint": Target("checkpoint", sd.checkpoint_seeds, run_checkpoint),

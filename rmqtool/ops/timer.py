@@ -1,0 +1,126 @@
+"""The timer store as rows (dump), the pending timers (query-timer, info) and its checks (verify).
+
+Pending: the units of every wheel slot at or after the checkpoint's read time (the dequeue
+pointer), each slot's chain walked from its last unit back; a delete unit (magic DELETE, its
+message carrying ``TIMER_DEL_UNIQKEY``) cancels the message of that UNIQ_KEY in its slot, as the
+dequeue does. docs/format-timer.md.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from formats import commitlog as cl
+from formats import timer as tf
+from rmqtool.errors import UsageError
+from rmqtool.io.timerstore import Chain, LogEnd, TimerStore, Unit
+from rmqtool.records.single import RecordReader
+
+
+def timer_store(store, precision_ms: int | None = None) -> TimerStore:
+    ts = TimerStore.of(store, precision_ms)
+    if ts is None:
+        raise UsageError("not a timer store: no timerwheel or timerlog/ (the broker's timerWheelEnable=false?)",
+                         store.root)
+    return ts
+
+
+def timerlog_rows(ts: TimerStore) -> Iterator[dict]:
+    for item in ts.walk_log():
+        if isinstance(item, Unit):
+            yield {"kind": "UNIT", "file": item.path, **item.as_dict()}
+        else:
+            yield {"kind": "END", "file": item.path, "position": item.position, "end": item.kind,
+                   "detail": item.detail or None}
+
+
+def timerwheel_rows(ts: TimerStore) -> Iterator[dict]:
+    for s in ts.slots():
+        yield {"kind": "SLOT", "file": str(ts.wheel_path), "position": s.index * tf.SLOT_SIZE, **s.as_dict()}
+
+
+def timercheck_rows(ts: TimerStore) -> Iterator[dict]:
+    cp = ts.checkpoint()
+    if cp is None:
+        raise UsageError("no config/timercheck", ts.root)
+    yield {"file": str(ts.checkpoint_path), "precision_ms": ts.precision_ms(), **cp}
+
+
+def _message(reader: RecordReader, unit: Unit) -> dict:
+    rec = reader.read(unit.offset_py)
+    if rec is None:
+        return {"record": None}
+    props = rec.properties()
+    return {"record": rec, "topic": rec.topic(), "props": props,
+            "uniq_key": props.get(cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}
+
+
+def is_delete(unit: Unit) -> bool:
+    """The dequeue's delete request: a DELETE unit that is not rolling (a rolling one is re-enqueued)."""
+    return bool(unit.magic & tf.MAGIC_DELETE) and not unit.magic & tf.MAGIC_ROLL
+
+
+def _pending_in_slot(slot, chain: Chain, reader: RecordReader) -> list[dict]:
+    msgs = [(u, _message(reader, u)) for u in chain.units]
+    cancelled = {m["props"].get(tf.PROPERTY_TIMER_DEL_UNIQKEY) for u, m in msgs
+                 if is_delete(u) and m["record"] is not None}
+    out = []
+    for u, m in reversed(msgs):                         # oldest first, as enqueued
+        if is_delete(u):
+            continue
+        rec, props = m["record"], m.get("props", {})
+        if rec is not None and m["uniq_key"] in cancelled:
+            continue
+        out.append({
+            "slot_index": slot.index, "due_ms": slot.time_ms, "roll": bool(u.magic & tf.MAGIC_ROLL),
+            "timer_out_ms": _int(props.get(tf.PROPERTY_TIMER_OUT_MS)),
+            "roll_times": _int(props.get(tf.PROPERTY_TIMER_ROLL_TIMES)) or 0,
+            "real_topic": props.get(cl.PROPERTY_REAL_TOPIC), "real_queue_id": _int(props.get(cl.PROPERTY_REAL_QUEUE_ID)),
+            "uniq_key": m.get("uniq_key"), "keys": props.get(cl.PROPERTY_KEYS), "tags": props.get(cl.PROPERTY_TAGS),
+            "enqueue_time_ms": u.enqueue_time_ms, "timer_log_pos": u.pos,
+            "phy_offset": u.offset_py, "size": u.size_py,
+            "store_timestamp": int(rec.store_timestamp[0]) if rec is not None else None,
+            "note": None if rec is not None else "no record at the unit's CommitLog offset",
+        })
+    return out
+
+
+def _int(text) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def pending_timers(store, ts: TimerStore, due_before: int | None = None, topic: str | None = None,
+                   key: str | None = None) -> Iterator[dict]:
+    """Every timer message still waiting: its slot, due time, roll, the record that carries it."""
+    cp = ts.checkpoint()
+    read_from = cp["last_read_time_ms"] if cp else 0
+    reader = RecordReader(store)
+    try:
+        for slot in sorted(ts.slots(), key=lambda s: s.time_ms):
+            if slot.time_ms < read_from or (due_before is not None and slot.time_ms >= due_before):
+                continue
+            for row in _pending_in_slot(slot, ts.chain(slot), reader):
+                if topic is not None and row["real_topic"] != topic:
+                    continue
+                if key is not None and key != row["uniq_key"] and key not in cl.split_keys(row["keys"]):
+                    continue
+                yield row
+    finally:
+        reader.close()
+
+
+def timer_summary(store, ts: TimerStore) -> dict:
+    """``info``'s timer section: the checkpoint, precision, log and the pending timers by due time."""
+    rows = list(pending_timers(store, ts))
+    ends = [e for e in ts.walk_log() if isinstance(e, LogEnd)]
+    return {
+        "precision_ms": ts.precision_ms(), "checkpoint": ts.checkpoint(),
+        "timer_log_files": len(ts.log_files()), "timer_log_end": ts.log_end(),
+        "timer_log_damage": [{"file": e.path, "position": e.position, "detail": e.detail}
+                             for e in ends if e.kind == "corrupt"],
+        "pending": len(rows), "rolling": sum(1 for r in rows if r["roll"]),
+        "first_due_ms": min((r["due_ms"] for r in rows), default=None),
+        "last_due_ms": max((r["due_ms"] for r in rows), default=None),
+    }
