@@ -121,7 +121,9 @@ def topics_json_batch_topics(topics_json) -> set[str]:
     (``QueueTypeUtils.getCQType``)."""
     table = topics_json.get("topicConfigTable") if isinstance(topics_json, dict) else None
     out = set()
-    for name, conf in (table or {}).items():
+    if not isinstance(table, dict):        # a damaged or foreign file names no BatchCQ topic
+        return out
+    for name, conf in table.items():
         attrs = conf.get("attributes") if isinstance(conf, dict) else None
         if isinstance(attrs, dict) and attrs.get(QUEUE_TYPE_ATTRIBUTE) == BATCH_CQ:
             out.add(name)
