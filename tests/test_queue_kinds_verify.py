@@ -91,3 +91,18 @@ def test_dump_shows_batch_units_as_upstream_reads_them():
             [row["queue_offset"], row["commitlog_offset"], row["size"], row["tags_code"], row["batch_size"],
              row["compacted_offset"]])
     assert got == want and sum(map(len, got.values())) == 52
+
+
+def test_batch_topics_come_from_topics_json_too(tmp_path):
+    from rmqtool.broker.queuekinds import detect
+    from rmqtool.io.store import Store
+    root = tmp_path / "s"
+    shutil.copytree(reference_store("basic"), root)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": {
+        "OrderTopic": {"topicName": "OrderTopic", "attributes": {"queue.type": "BatchCQ"}},
+        "TopicTest": {"topicName": "TopicTest", "attributes": {"queue.type": "SimpleCQ"}},
+        "odd": 5}}))
+    kinds = detect(Store(root))
+    assert kinds.batch_cq_topics == {"OrderTopic"} and "topics.json" in kinds.source
+    assert not detect(Store(reference_store("basic"))).batch_cq_topics
