@@ -55,6 +55,12 @@ def info_command(
         _controller_lines(info["controller"])
     if "dledger" in info:
         _dledger_lines(info["dledger"])
+    if "rocksdb_consumequeue" in info:
+        r = info["rocksdb_consumequeue"]
+        stdout.print(escape_control(
+            f"consumequeue: RocksDB (read-only) at {r['path']}: {r['units']} units in {r['queues']} queues, "
+            f"dispatched to {r['max_phy_offset_checkpoint']}"
+            + (f"; {r['bad_entries']} entries that are not units" if r["bad_entries"] else "")), markup=False)
     if "timer" in info:
         t = info["timer"]
         due = ("" if t["first_due_ms"] is None else

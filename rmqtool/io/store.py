@@ -82,7 +82,30 @@ class Store:
     # --- paths -------------------------------------------------------------------------
     @property
     def consumequeue_dir(self) -> Path:
+        """Where the ConsumeQueue files are: ``consumequeue/``, or for a RocksDB ConsumeQueue the
+        read-only view of its units as files (``rocksdb_cq``)."""
+        if self.rocksdb_cq:
+            return self.rocksdb_view()
         return self.root / "consumequeue"
+
+    @cached_property
+    def rocksdb_cq(self) -> bool:
+        """``consumequeue/`` is a RocksDB database (5.x ``storeType=defaultRocksDB``), read-only to rmqtool."""
+        from rmqtool.io.rocksdb_cq import is_rocksdb_dir
+        return is_rocksdb_dir(self.root / "consumequeue")
+
+    @cached_property
+    def rocksdb_units(self):
+        """The RocksDB ConsumeQueue's units and offset table (``io.rocksdb_cq.RocksUnits``)."""
+        from rmqtool.io.rocksdb_cq import read_rocksdb_units
+        return read_rocksdb_units(self.root / "consumequeue")
+
+    def rocksdb_view(self) -> Path:
+        if not hasattr(self, "_rocksdb_view"):
+            from formats.consumequeue import DEFAULT_CQ_FILE_SIZE
+            from rmqtool.io.rocksdb_cq import materialize
+            self._rocksdb_view = materialize(self.rocksdb_units, self._cq_file_size or DEFAULT_CQ_FILE_SIZE)
+        return self._rocksdb_view
 
     @property
     def batchconsumequeue_dir(self) -> Path:
@@ -151,7 +174,7 @@ class Store:
                                  f"{', '.join(map(str, ids))})", self.consumequeue_dir / topic)
 
     def looks_like_store(self) -> bool:
-        return (any(d.is_dir() for d in self.commitlog_dirs) or self.consumequeue_dir.is_dir()
+        return (any(d.is_dir() for d in self.commitlog_dirs) or (self.root / "consumequeue").is_dir()
                 or self.index_dir.is_dir() or self.checkpoint_path.is_file())
 
     # --- commitlog ---------------------------------------------------------------------------

@@ -92,6 +92,12 @@ def store_info(store, count_all: bool = False) -> dict:
     if ts is not None:                                     # only timer stores have the key
         from rmqtool.ops.timer import timer_summary
         info["timer"] = timer_summary(store, ts)
+    if store.rocksdb_cq:                                   # only RocksDB ConsumeQueue stores have the key
+        r = store.rocksdb_units
+        info["rocksdb_consumequeue"] = {
+            "path": str(store.root / "consumequeue"), "read_only": True, "queues": len(r.queues),
+            "units": sum(len(u) for u in r.queues.values()), "max_phy_offset_checkpoint": r.checkpoint_phy,
+            "bad_entries": len(r.problems), "view": str(store.consumequeue_dir)}
     kinds = detect_queue_kinds(store)
     if kinds.multi_dispatch or kinds.batch_cq_topics:      # only 5.x stores using them have the key
         info["queue_kinds"] = {"multi_dispatch": kinds.multi_dispatch, "lmq": kinds.lmq,

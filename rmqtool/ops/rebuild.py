@@ -450,6 +450,9 @@ def check_rebuild_target(store, output: Path | None) -> None:
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
                          "--commitlog-dirs?)", store.commitlog_dirs[0])
+    if output is None and store.rocksdb_cq:
+        raise RefusedError("the store keeps its ConsumeQueues in RocksDB (consumequeue/), which rmqtool never "
+                           "writes; build the file-based form elsewhere with --output DIR", store.root / "consumequeue")
     if output is None and store.is_live():
         owner = store.lock_owner()
         who = owner.describe() if owner is not None else f"a running broker (pid {store.lock_holder()})"

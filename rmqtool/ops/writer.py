@@ -538,6 +538,10 @@ class StoreWriter:
                 raise RefusedError(f"the store holds a symlink to {dest!r}{more}; write never writes "
                                    "through links (the backup would share it): replace it by what it "
                                    "points to", path)
+        from rmqtool.io.rocksdb_cq import is_rocksdb_dir
+        if (root / "consumequeue").is_dir() and is_rocksdb_dir(root / "consumequeue"):
+            raise RefusedError("the store keeps its ConsumeQueues in RocksDB, which rmqtool never writes: write "
+                               "appends ConsumeQueue files", root / "consumequeue")
         if root.is_dir() and not (root / "commitlog").is_dir() and dledger_members(root):
             raise RefusedError("a DLedger-mode store (its commit log is "
                                f"{dledger_members(root)[0].name}/data): write appends plain CommitLog "

@@ -69,6 +69,8 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "cq.unit-record": (ERROR, "deep", "unit's record is in another topic/queue, has another QUEUEOFFSET, or is never dispatched"),
     "cq.tags-code": (ERROR, "deep", "unit tagsCode != the dispatcher's tagsCode of its record"),
     "cq.missing": (ERROR, "deep", "dispatchable record below the dispatch frontier has no unit in its queue"),
+    "cq.rocksdb-entry": (ERROR, "shallow", "RocksDB ConsumeQueue entry whose key or value is not a unit's (or an offset entry's) layout"),
+    "cq.rocksdb-offset": (ERROR, "shallow", "RocksDB ConsumeQueue offset table's max for a queue differs from its last unit"),
     "timer.unit": (ERROR, "shallow", "timer log: a unit of the wrong size where a unit should be, or a file filler that does not cover the file's tail"),
     "timer.unit-record": (ERROR, "shallow", "timer log unit whose CommitLog offset is not the start of a rmq_sys_wheel_timer record of the unit's size"),
     "timer.slot": (ERROR, "shallow", "timer wheel slot whose time belongs in another slot, or whose first/last unit lies outside the timer log"),

@@ -25,6 +25,7 @@ from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.ops.verify.queuekinds import (batch_dispatched, batch_unit_checks, is_light_queue, lmq_unit_checks,
                                            missing_batch_units)
 from rmqtool.ops.verify.timer import check_timer_store
+from rmqtool.ops.verify.rocksdb_cq import check_rocksdb_cq
 from rmqtool.ops.verify.forecast import Pending, forecast, recovery_walk, truncated_units
 from rmqtool.ops.verify.index import (ENTRY_ROW, PastEnd, check_index_file, deep_index_checks, entry_rows, missing_keys,
                                   not_indexed_finding)
@@ -285,6 +286,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     # 7. checkpoint
     index_end_ts = max((s.header.end_timestamp for s in usable), default=None)
     cp = check_checkpoint(store, checkpoint, times, end, index_end_ts, out("checkpoint"))
+    rocks = check_rocksdb_cq(store, out("consumequeue"))     # a RocksDB ConsumeQueue's own tables
     timer = check_timer_store(store, out("commitlog"), end)      # a 5.x timer store, when there is one
 
     # 8. forecast and summary
@@ -300,6 +302,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
         "index": {"files": len(states), "entries": entries},
         "checkpoint": {"present": cp is not None},
         **({"timer": timer} if timer is not None else {}),
+        **({"rocksdb_consumequeue": rocks} if rocks is not None else {}),
     }
     _count_findings(summary, sink)
     return VerifyReport(str(store.root), options, sink, summary, fc)
