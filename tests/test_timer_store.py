@@ -135,3 +135,41 @@ def test_a_store_without_timers_is_named(tmp_path):
     assert r.code == 2 and "not a timer store" in r.err
     assert "timer" not in json.loads(run_cli("info", reference_store("basic"), "-f", "json").out)[0]
     assert Store(reference_store("basic"))                 # untouched
+
+
+def test_rebuild_timerwheel_is_byte_identical_and_repairs_a_damaged_wheel(tmp_path):
+    out = tmp_path / "wheel"
+    assert run_cli("rebuild", "timerwheel", timer_store_root(), "--output", out).code == 0
+    assert out.read_bytes() == (timer_store_root() / "timerwheel").read_bytes()
+    root = timer_copy(tmp_path / "s")
+    ts = TimerStore(root)
+    pending = [s for s in ts.slots() if s.time_ms >= ts.checkpoint()["last_read_time_ms"]]
+    _patch(root / "timerwheel", pending[2].index * tf.SLOT_SIZE, ">q", 0)            # a pending slot lost
+    _patch(root / "timerwheel", pending[2].index * tf.SLOT_SIZE + 16, ">q", 0)
+    assert (str(root / "timerwheel"), pending[2].index * tf.SLOT_SIZE) in _findings(root, "timer.wheel")
+    dry = json.loads(run_cli("rebuild", "timerwheel", root, "--dry-run", "-f", "json").out)[0]
+    assert dry["differing_slots"] == 1
+    r = run_cli("rebuild", "timerwheel", root, "--yes", "-f", "json")
+    assert r.code == 0, r.err
+    assert (root / "timerwheel").read_bytes() == (timer_store_root() / "timerwheel").read_bytes()
+    backup = json.loads(r.out)[0]["backup"]
+    assert backup and (tmp_path / "s" / backup.rsplit("/", 1)[-1]).exists()
+    assert _findings(root, "timer.wheel") == []
+
+
+def test_rebuild_timerwheel_killed_mid_install_leaves_a_whole_wheel(tmp_path):
+    import os
+    import subprocess
+    import sys
+    for step in ("built", "journal", "exchanged", "moved"):
+        root = timer_copy(tmp_path / step)
+        _patch(root / "timerwheel", 0, ">q", 5)                     # something to repair
+        damaged = (root / "timerwheel").read_bytes()
+        env = dict(os.environ, RMQTOOL_CRASH_AT=step)
+        p = subprocess.run([sys.executable, "-m", "rmqtool", "rebuild", "timerwheel", str(root), "--yes"],
+                           env=env, capture_output=True)
+        assert p.returncode != 0, step
+        assert (root / "timerwheel").read_bytes() in (damaged, (timer_store_root() / "timerwheel").read_bytes())
+        assert run_cli("rebuild", "timerwheel", root, "--yes").code == 0, step          # recovers, then rebuilds
+        assert (root / "timerwheel").read_bytes() == (timer_store_root() / "timerwheel").read_bytes(), step
+        assert not [p.name for p in root.iterdir() if "rmqtool-tmp" in p.name or p.name.endswith(".journal")]

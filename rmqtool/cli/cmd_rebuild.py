@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (REPORT_FORMATS, EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, real_console, stderr, stdout)
+                                check_choice, emit, escape_control, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
 from rmqtool.io.storelock import rebuild_lock
@@ -269,6 +269,40 @@ def rebuild_batchconsumequeue_command(
                 lambda bar: rebuild_batchconsumequeue(s, topic or None, bcq_file_size, to_offset, output, dry_run,
                                                       not no_crc, progress=bar, confirm=confirm, workers=workers,
                                                       skip_corrupt=skip_corrupt, allow_truncate=allow_truncate))
+
+
+@rebuild_app.command("timerwheel")
+def rebuild_timerwheel_command(
+    store: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
+    output: Optional[Path] = typer.Option(None, "--output", help="write the new wheel to this (new) file instead"),
+    precision_ms: Optional[int] = typer.Option(None, "--timer-precision-ms",
+                                               help="timerPrecisionMs (default: found from the wheel, else 1000)"),
+    dry_run: bool = DryRunOpt,
+    yes: bool = YesOpt,
+    fmt: str = FormatOpt,
+):
+    """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it."""
+    from rmqtool.ops.timer import rebuild_timerwheel
+    check_choice(fmt, REPORT_FORMATS, "--format")
+    s = _open(store, None)
+
+    def confirm(r):
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
+        return typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?")
+
+    with rebuild_lock(s, "rmqtool rebuild timerwheel", dry_run, output), writing_to(output or s.root):
+        r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
+    if fmt == "json":
+        emit([r.as_dict()], "json")
+        return 0
+    stdout.print(escape_control(
+        f"{'would rebuild' if dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
+        f"{r.units} timer log units, {r.slots} slots, {r.differing_slots} differ from the current wheel "
+        f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
+    return 0
 
 
 @rebuild_app.command("index")

@@ -180,8 +180,8 @@ def recover_leftovers(target: Path) -> list[str]:
         fsync_path(parent)
     prefix = target.name + TMP_MARK
     for entry in sorted(parent.iterdir()):
-        if entry.name.startswith(prefix) and entry.is_dir():
-            shutil.rmtree(entry)
+        if entry.name.startswith(prefix) and (entry.is_dir() or entry.is_file()):
+            _remove(entry)
             notes.append(f"removed an unfinished build left by a crash: {entry.name}")
     if notes:
         fsync_path(parent)
@@ -195,7 +195,7 @@ def _finish_swap(target: Path, tmp: Path, backup: Path, old_ino) -> str:
     if old_ino is not None and target_ino == old_ino:
         # the swap never happened: target is the old tree, tmp an unused new tree
         if tmp.exists():
-            shutil.rmtree(tmp)
+            _remove(tmp)
         return f"interrupted install before the swap: kept the original {target}, removed the unused build {tmp.name}"
     if target_ino is None and tmp.exists():
         # rename fallback died between its two renames: the old tree is at backup
@@ -209,6 +209,17 @@ def _finish_swap(target: Path, tmp: Path, backup: Path, old_ino) -> str:
     return f"interrupted install had completed; originals are in {backup.name}"
 
 
+def _remove(path: Path) -> None:
+    """Remove a build: a tree, or one file."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 def new_build_dir(target: Path) -> Path:
     tmp = target.parent / f"{target.name}{TMP_MARK}{utc_stamp()}"
     tmp.mkdir(parents=False)
@@ -219,10 +230,14 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     """Steps 1 (fsync) to 5 for a tree already built in ``tmp`` (see module docstring).
     ``drop_empty_backup``: an original that was an empty directory is removed, not kept."""
     crash_point("built")
-    fsync_tree(tmp, skip_linked=True)
+    if tmp.is_dir():
+        fsync_tree(tmp, skip_linked=True)
+        files = sum(len(f) for _, _, f in os.walk(tmp))
+        size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(tmp) for f in fs)
+    else:                                   # one file (the timer wheel): the same protocol
+        fsync_path(tmp)
+        files, size = 1, os.lstat(tmp).st_size
     fsync_path(target.parent)
-    files = sum(len(f) for _, _, f in os.walk(tmp))
-    size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(tmp) for f in fs)
     if not target.exists():
         os.rename(tmp, target)
         fsync_path(target.parent)
@@ -233,7 +248,7 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
         _write_synced(journal, json.dumps({"tmp": str(tmp), "backup": str(backup),
                                            "old_ino": target.stat().st_ino}))
     except BaseException:                   # nothing swapped: the build goes, the original stays
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
     fsync_path(target.parent)
     crash_point("journal")
@@ -248,7 +263,7 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
         fsync_path(target.parent)
     crash_point("moved")
     journal.unlink()
-    if drop_empty_backup and not any(backup.iterdir()):
+    if drop_empty_backup and backup.is_dir() and not any(backup.iterdir()):
         backup.rmdir()
         backup = None
     fsync_path(target.parent)

@@ -7,11 +7,14 @@ dequeue does. docs/format-timer.md.
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 from formats import commitlog as cl
 from formats import timer as tf
-from rmqtool.errors import UsageError
+from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.timerstore import Chain, LogEnd, TimerStore, Unit
 from rmqtool.records.single import RecordReader
 
@@ -124,3 +127,67 @@ def timer_summary(store, ts: TimerStore) -> dict:
         "first_due_ms": min((r["due_ms"] for r in rows), default=None),
         "last_due_ms": max((r["due_ms"] for r in rows), default=None),
     }
+
+
+@dataclass
+class WheelRebuild:
+    target: str
+    output: str | None
+    dry_run: bool
+    units: int
+    slots: int
+    differing_slots: int                 # slots whose 32 bytes differ from the current wheel's
+    precision_ms: int
+    backup: str | None = None
+    recovered: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False, precision_ms: int | None = None,
+                       confirm=None) -> WheelRebuild:
+    """Regenerate ``timerwheel`` from the timer log (``broker.timerwheel``): byte-identical to the
+    broker's when the log holds every unit since the wheel was new. Built beside the wheel (or into
+    ``output``), fsynced, swapped in with the old wheel kept as a dated backup (``io.install``)."""
+    from rmqtool.broker.timerwheel import wheel_slots
+    from rmqtool.io import install as inst
+    ts = timer_store(store, precision_ms)
+    if output is None and not dry_run and store.is_live():
+        raise RefusedError("a running broker holds the store lock; stop it, or build elsewhere with --output",
+                           store.lock_path)
+    units = [u for u in ts.walk_log() if isinstance(u, Unit)]
+    precision = ts.precision_ms()
+    slots = wheel_slots(units, precision)
+    current = {s.index: s for s in ts.slots()} if ts.wheel_path.is_file() else {}
+    differing = sum(1 for i, v in slots.items()
+                    if i not in current or (current[i].time_ms // precision, current[i].first_pos, current[i].last_pos,
+                                            current[i].num, current[i].magic) != v)
+    differing += sum(1 for i in current if i not in slots)
+    result = WheelRebuild(str(ts.wheel_path), str(output) if output else None, dry_run, len(units), len(slots),
+                          differing, precision)
+    if dry_run:
+        return result
+    target = Path(output) if output is not None else ts.wheel_path
+    if output is not None and target.exists():
+        raise RefusedError("the output exists; rmqtool writes only new files", target)
+    if output is None:
+        result.recovered = inst.recover_leftovers(target)
+        if confirm is not None and not confirm(result):
+            return result
+    build = target.with_name(f"{target.name}{inst.TMP_MARK}{inst.utc_stamp()}") if output is None else target
+    fd = os.open(build, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.ftruncate(fd, tf.WHEEL_FILE_SIZE)               # the broker's full length, holes where slots are empty
+        for index, slot in sorted(slots.items()):
+            inst.pwrite_all(fd, tf.SLOT_STRUCT.pack(*slot), index * tf.SLOT_SIZE)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(build)
+        raise
+    os.close(fd)
+    if output is None:
+        done = inst.install(target, build)
+        result.backup = done.backup
+    return result

@@ -75,6 +75,7 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "timer.unit-record": (ERROR, "shallow", "timer log unit whose CommitLog offset is not the start of a rmq_sys_wheel_timer record of the unit's size"),
     "timer.slot": (ERROR, "shallow", "timer wheel slot whose time belongs in another slot, or whose first/last unit lies outside the timer log"),
     "timer.slot-chain": (ERROR, "shallow", "timer wheel slot whose chain (last unit back through prev pos) loops, leaves the log or misses its first unit"),
+    "timer.wheel": (ERROR, "shallow", "pending timer wheel slot that differs from what the timer log's units put there (rebuild timerwheel regenerates it)"),
     "timer.checkpoint": (ERROR, "shallow", "timer checkpoint's timer log flush position is past the timer log's end"),
     "lmq.unit-record": (ERROR, "deep", "a light queue's (%LMQ%) unit points at a record that does not name this queue in INNER_MULTI_DISPATCH, or whose size or tagsCode differ"),
     "bcq.unit-record": (ERROR, "deep", "a BatchConsumeQueue unit does not point at a record of its topic and queue with the unit's size, store time, base offset, inner count and tagsCode"),

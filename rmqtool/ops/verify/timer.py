@@ -44,6 +44,7 @@ def check_timer_store(store, sink, valid_end: int) -> dict | None:
             sink.add("timer.slot-chain", ts.wheel_path, at, f"slot {s.index} ({s.time_ms}): {chain.problem}",
                      excerpt_len=tf.SLOT_SIZE)
     cp = ts.checkpoint()
+    _check_against_the_log(ts, slots, cp, sink)
     if cp is not None and cp["last_timer_log_flush_pos"] > log_end:
         sink.add("timer.checkpoint", ts.checkpoint_path, 8, f"lastTimerLogFlushPos {cp['last_timer_log_flush_pos']} "
                  f"is past the timer log's end {log_end}", excerpt_len=8)
@@ -64,3 +65,21 @@ def _check_unit(u: Unit, reader: RecordReader, sink, valid_end: int) -> None:
     if why:
         sink.add("timer.unit-record", u.path, u.position, f"unit at timer log position {u.pos} -> CommitLog offset "
                  f"{u.offset_py}: {why}", excerpt_len=tf.UNIT_SIZE)
+
+
+def _check_against_the_log(ts: TimerStore, slots, cp, sink) -> None:
+    """Every pending slot (at or after the read time) as the enqueue of the timer log's units leaves it
+    (``broker.timerwheel``): a slot lost or changed is a wheel the dequeue would read wrong."""
+    from rmqtool.broker.timerwheel import wheel_slots
+    precision = ts.precision_ms()
+    read_from = cp["last_read_time_ms"] if cp else 0
+    want = {i: v for i, v in wheel_slots((u for u in ts.walk_log() if isinstance(u, Unit)), precision).items()
+            if v[0] * precision >= read_from}
+    have = {s.index: (s.time_ms // precision, s.first_pos, s.last_pos, s.num, s.magic) for s in slots}
+    for index, v in sorted(want.items()):
+        if have.get(index) != v:
+            got = have.get(index)
+            sink.add("timer.wheel", ts.wheel_path, index * tf.SLOT_SIZE,
+                     f"slot {index} ({v[0] * precision}) holds {'nothing' if got is None else got}, the timer log's "
+                     f"units put (time/precision, first, last, num, magic) = {v} there; `rmqtool rebuild timerwheel` "
+                     "regenerates it", excerpt_len=tf.SLOT_SIZE)
