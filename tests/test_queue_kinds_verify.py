@@ -106,3 +106,22 @@ def test_batch_topics_come_from_topics_json_too(tmp_path):
     kinds = detect(Store(root))
     assert kinds.batch_cq_topics == {"OrderTopic"} and "topics.json" in kinds.source
     assert not detect(Store(reference_store("basic"))).batch_cq_topics
+
+
+def test_export_and_dump_carry_the_kind_fields(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    root = reference_store(STORE)
+    dumped = {r["phy_offset"]: r for r in map(json.loads, run_cli("dump", "commitlog", root, "-f", "jsonl").out.splitlines())
+              if r["kind"] == "MESSAGE"}
+    assert run_cli("export", root, "--to", tmp_path / "x").code == 0
+    import pyarrow.dataset as ds
+    table = ds.dataset(tmp_path / "x", format="parquet", partitioning="hive").to_table(
+        columns=["phy_offset", "inner_num", "inner_base", "lmq_queues", "timer_out_ms"])
+    rows = table.to_pylist()
+    assert len(rows) == len(dumped) == 352
+    for r in rows:
+        d = dumped[r["phy_offset"]]
+        assert (r["inner_num"], r["inner_base"], r["lmq_queues"]) == (d["inner_num"], d["inner_base"], d["lmq_queues"])
+    assert sum(r["inner_num"] is not None for r in rows) == 52 and sum(r["lmq_queues"] is not None for r in rows) == 120
+    assert all(d["inner_num"] == int(d["properties"]["INNER_NUM"]) for d in dumped.values() if d["inner_num"] is not None)
+    del pq

@@ -173,3 +173,13 @@ def test_rebuild_timerwheel_killed_mid_install_leaves_a_whole_wheel(tmp_path):
         assert run_cli("rebuild", "timerwheel", root, "--yes").code == 0, step          # recovers, then rebuilds
         assert (root / "timerwheel").read_bytes() == (timer_store_root() / "timerwheel").read_bytes(), step
         assert not [p.name for p in root.iterdir() if "rmqtool-tmp" in p.name or p.name.endswith(".journal")]
+
+
+def test_dump_carries_the_timer_due_time():
+    units = {u["offsetPy"]: u for u in answers()["timerLogUnits"]}
+    rows = [r for r in _jsonl("dump", "commitlog", timer_store_root()) if r["kind"] == "MESSAGE"]
+    parked = [r for r in rows if r["phy_offset"] in units]
+    assert len(parked) == 39
+    for r in parked:
+        want = units[r["phy_offset"]]["msgTimerOutMs"]
+        assert r["timer_out_ms"] == (int(want) if want is not None else None)

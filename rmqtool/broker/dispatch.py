@@ -435,7 +435,7 @@ def _record_properties(batch, row: int) -> dict[str, str]:
     return cl.decode_properties(np.asarray(batch.buf[at:at + int(length[row])], dtype=np.uint8).tobytes())
 
 
-def _has_property(batch, rows: np.ndarray, name: str) -> np.ndarray:
+def rows_with_property(batch, rows: np.ndarray, name: str) -> np.ndarray:
     """Per record row of ``rows``: do its properties bytes hold ``name`` followed by the
     name/value separator (a superset of the records whose parsed map has it)."""
     none = np.zeros(len(rows), dtype=bool)
@@ -481,7 +481,7 @@ def _queue_kinds(batch, kinds: QueueKinds, topics: list[str], groups, cq_rows, c
         cq_rows = cq_rows[~is_batch]
     if kinds.multi_dispatch:
         extra = []
-        for k in np.flatnonzero(_has_property(batch, cq_rows, PROPERTY_INNER_MULTI_DISPATCH)).tolist():
+        for k in np.flatnonzero(rows_with_property(batch, cq_rows, PROPERTY_INNER_MULTI_DISPATCH)).tolist():
             r = int(cq_rows[k])
             for name, qid, offset in lmq_units(kinds, topics[int(g[k])], int(q[k]),
                                                _record_properties(batch, r)):

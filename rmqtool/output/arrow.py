@@ -348,7 +348,25 @@ def batch_to_arrow(batch, store: str | None = None, body: str = "none") -> pa.Re
                                       c["store_timestamp"], uniq)
     raw_body = _binary(mv, c["body_start"], c["body_len"])
     _bodies(out, raw_body, sys_flag, body)
+    out.update(_kind_fields(batch))
     return pa.RecordBatch.from_pydict(out, schema=arrow_schema(body))
+
+
+def _kind_fields(batch) -> dict[str, pa.Array]:
+    """``kinds_fields`` for the rows whose properties bytes name one of its properties (found by a
+    byte search), nulls elsewhere."""
+    from rmqtool.broker.dispatch import rows_with_property
+    from rmqtool.output.kinds_fields import KIND_FIELDS, kind_fields
+    n = len(batch)
+    rows = np.arange(n)
+    hit = np.zeros(n, dtype=bool)
+    for prop, _ in KIND_FIELDS.values():
+        hit |= rows_with_property(batch, rows, prop)
+    values = {name: [None] * n for name in KIND_FIELDS}
+    for i in np.flatnonzero(hit).tolist():
+        for name, v in kind_fields(batch.properties(i)).items():
+            values[name][i] = v
+    return {name: pa.array(v, pa.int64() if KIND_FIELDS[name][1] else pa.string()) for name, v in values.items()}
 
 
 def _tags_codes(batch, tags: pa.Array, topic: pa.Array) -> pa.Array:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from formats import commitlog as cl
 from rmqtool.broker.delay import deliver_timestamp, parse_level
+from rmqtool.output.kinds_fields import kind_fields
 from rmqtool.records.ids import decode_uniq_key, format_host, offset_msg_id
 from rmqtool.kernels.javastring import tags_code
 
@@ -59,6 +60,10 @@ RECORD_FIELDS: tuple[Field, ...] = (
     Field("inflated_body_length", "int", "body length after decompression"),
     Field("body_encoding", "str", "raw (base64 of the stored bytes) / text / hex / base64 / none"),
     Field("body", "str", "the body, rendered per --body (text/hex/base64 inflate compressed bodies)"),
+    Field("inner_num", "int", "INNER_NUM: messages in the record's inner batch (BatchCQ topics)"),
+    Field("inner_base", "int", "INNER_BASE: the inner batch's first queue offset"),
+    Field("lmq_queues", "str", "INNER_MULTI_DISPATCH: the light queues multi-dispatch names, comma-separated"),
+    Field("timer_out_ms", "int", "TIMER_OUT_MS: when a timer message is due (epoch ms)"),
     Field("note", "str", "anything the decoder could not do (e.g. codec missing)"),
 )
 FIELD_NAMES = tuple(f.name for f in RECORD_FIELDS)
@@ -191,5 +196,6 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "inflated_body_length": None if inflated is None else len(inflated),
         "body_encoding": body,
         "body": render_body(shown, body),
+        **kind_fields(props),
         "note": note,
     }
