@@ -25,7 +25,7 @@ from fuzz.targets import TARGETS, Target, run_commitlog, run_consumequeue, run_i
 
 ROOT = Path(__file__).resolve().parent.parent
 MASTER = int(os.environ.get("RMQ_FUZZ_SEED", "20261121"))
-CI_INPUTS = {"commitlog": 600, "native": 600, "dledger": 600, "timer": 600, "consumequeue": 600, "index": 600, "checkpoint": 1500, "properties": 1500,
+CI_INPUTS = {"commitlog": 600, "native": 600, "dledger": 600, "timer": 600, "kinds": 1500, "consumequeue": 600, "index": 600, "checkpoint": 1500, "properties": 1500,
              "jsonl": 600, "simplified-commitlog": 200, "simplified-consumequeue": 250, "simplified-index": 250,
              "simplified-jsonl": 800}
 HYP = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))

@@ -438,3 +438,29 @@ def timer_seeds() -> list[Seed]:
                  for name, off in tf.UNIT_OFFSETS.items()]
         seeds.append(Seed(data, hints, p.name, int(p.name)))
     return seeds
+
+
+def kinds_seeds() -> list[Seed]:
+    """Inputs for the 5.x queue kinds' parsers: BatchConsumeQueue files of the reference store,
+    RocksDB entries (key + value, as the reference database holds them) and properties that name
+    light queues, inner batches and timer times."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from formats import rocksdb_cq as rf
+    seeds = []
+    for qdir in sorted((REFERENCE / "propcrc-lmq-batchcq" / "batchconsumequeue").glob("*/*")):
+        data = b"".join(p.read_bytes() for p in sorted(qdir.iterdir()))
+        hints = [(u * cq.BCQ_UNIT_SIZE + off, 8) for u in range(len(data) // cq.BCQ_UNIT_SIZE)
+                 for off in cq.BCQ_UNIT_OFFSETS.values()]
+        seeds.append(Seed(b"B" + data, hints, f"bcq:{qdir.name}"))
+    key = rf.UnitKey.build(dict(topic_length=10, topic=b"RocksTopic", queue_id=1, queue_offset=7))
+    value = rf.UnitValue.build(dict(commitlog_offset=4096, size=300, tags_code=5, store_timestamp=1))
+    okey = rf.OffsetKey.build(dict(topic_length=10, topic=b"RocksTopic", which=rf.MAX, queue_id=1))
+    ovalue = rf.OffsetValue.build(dict(commitlog_offset=4096, queue_offset=7))
+    seeds.append(Seed(b"R" + bytes([len(key)]) + key + value, [(1, 1), (2, 4), (20, 8)], "rocksdb-unit"))
+    seeds.append(Seed(b"O" + bytes([len(okey)]) + okey + ovalue, [(1, 1), (2, 4)], "rocksdb-offset"))
+    props = cl.encode_properties({"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b,plain", "INNER_MULTI_QUEUE_OFFSET": "3,4,5",
+                                  "INNER_NUM": "7", "INNER_BASE": "14", "TIMER_OUT_MS": "1795482428500",
+                                  "TIMER_DEL_UNIQKEY": "X"})
+    seeds.append(Seed(b"P" + props, [], "properties-kinds"))
+    return seeds

@@ -220,6 +220,53 @@ def run_timer(data: bytes, seed, scratch: Path) -> int:
     return steps.refused
 
 
+def run_kinds(data: bytes, seed, scratch: Path) -> int:
+    """The 5.x queue kinds' parsers on the input, by its first byte: ``B`` a BatchConsumeQueue file
+    (units read up to the first zero unit, whole and inside the file), ``R``/``O`` a RocksDB entry
+    (the next byte the key's length; a unit or offset tuple, or a reason), anything else properties
+    (light-queue units, inner batch position and kind fields: values, never exceptions)."""
+    from formats import commitlog as cl
+    from formats.consumequeue import BCQ_UNIT_SIZE
+    from rmqtool.broker.queuekinds import QueueKinds, batch_position, lmq_units
+    from rmqtool.io.rocksdb_cq import decode_offset, decode_unit
+    from rmqtool.output.kinds_fields import kind_fields
+    steps = Steps()
+    tag, body = data[:1], data[1:]
+    if tag == b"B":
+        qdir = scratch / "bcq-store" / "batchconsumequeue" / "T" / "0"
+        qdir.mkdir(parents=True, exist_ok=True)
+        for old in qdir.iterdir():
+            old.unlink()
+        _write(qdir / f"{0:020d}", body)
+        from rmqtool.io.store import QueueRef
+        from rmqtool.ops.verify.queuekinds import read_batch_queue
+
+        class _Store:
+            def queue(self, topic, qid, batch=False):
+                from rmqtool.io.segments import SegmentQueue
+                return SegmentQueue.discover([qdir], "batchconsumequeue", None, BCQ_UNIT_SIZE)
+
+        def bcq():
+            n = sum(len(u) for _, _, u in read_batch_queue(_Store(), QueueRef("T", 0, qdir)))
+            check(n <= len(body) // BCQ_UNIT_SIZE, "more units than the file holds")
+        steps(bcq)
+    elif tag in (b"R", b"O") and body:
+        n = body[0]
+        key, value = body[1:1 + n], body[1 + n:]
+        for decode in (decode_unit, decode_offset):
+            got = decode(key, value)
+            check(isinstance(got, (str, tuple)), "a decoder returned neither a tuple nor a reason")
+    else:
+        props = cl.decode_properties(body)
+        for kinds in (QueueKinds(True, True), QueueKinds(True, False), QueueKinds()):
+            units = lmq_units(kinds, "T", 3, props)
+            check(all(isinstance(q, int) and isinstance(o, int) for _, q, o in units), "light-queue unit fields")
+        pos = batch_position(props, 9)
+        check(pos is None or (isinstance(pos[0], int) and isinstance(pos[1], int)), "batch position")
+        check(set(kind_fields(props)) == {"inner_num", "inner_base", "lmq_queues", "timer_out_ms"}, "kind fields")
+    return steps.refused
+
+
 # --- consume queue ---------------------------------------------------------------------------
 def run_consumequeue(data: bytes, seed, scratch: Path) -> int:
     from rmqtool.io.consumequeue import read_units
@@ -907,6 +954,7 @@ TARGETS = {
     "native": Target("native", sd.commitlog_seeds, run_native),
     "dledger": Target("dledger", sd.dledger_seeds, run_dledger),
     "timer": Target("timer", sd.timer_seeds, run_timer),
+    "kinds": Target("kinds", sd.kinds_seeds, run_kinds),
     "consumequeue": Target("consumequeue", sd.consumequeue_seeds, run_consumequeue),
     "index": Target("index", sd.index_seeds, run_index),
     "checkpoint": Target("checkpoint", sd.checkpoint_seeds, run_checkpoint),
