@@ -34,6 +34,8 @@ def _epoch_lines(view: dict) -> None:
 def compare_command(
     store_a: str = typer.Argument(..., help="one replica's store root"),
     store_b: str = typer.Argument(..., help="the other replica's store root"),
+    queues: bool = typer.Option(False, "--queues", help="compare the two ConsumeQueue sets unit by unit instead "
+                                "(each side a store, file or RocksDB queues, or a bare consumequeue tree)"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -42,6 +44,8 @@ def compare_command(
     Exit 0 when identical, 1 when they differ."""
     from rmqtool.ops.compare import compare_stores
     check_choice(fmt, REPORT_FORMATS, "--format")
+    if queues:
+        return _compare_queues(store_a, store_b, fmt, commitlog_dirs)
     c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs))
     if fmt == "json":
         emit([c.as_dict()], "json")
@@ -59,3 +63,30 @@ def compare_command(
         if c.epochs is not None:
             _epoch_lines(c.epochs)
     return 0 if c.identical else EXIT_FINDINGS
+
+
+def _queue_side(path: str, commitlog_dirs):
+    """A store root, or a bare consumequeue tree (its queue directories directly below)."""
+    from pathlib import Path
+    p = Path(path)
+    if p.is_dir() and not any((p / n).exists() for n in ("commitlog", "consumequeue", "checkpoint", "index")) \
+            and not any(d.name.startswith("dledger-") for d in p.iterdir()):
+        return p
+    return open_store(path, commitlog_dirs)
+
+
+def _compare_queues(a: str, b: str, fmt: str, commitlog_dirs) -> int:
+    from rmqtool.ops.compare_queues import compare_queues
+    c = compare_queues(_queue_side(a, commitlog_dirs), _queue_side(b, commitlog_dirs), a, b)
+    if fmt == "json":
+        emit([c.as_dict()], "json")
+    else:
+        stdout.print(f"compare queues: {'identical' if c.identical else 'differ'}; {c.same_queues} "
+                     f"queue(s) the same, {c.differing} differ "
+                     f"(a: {c.queues_a} queues, {c.units_a} units; b: {c.queues_b} queues, {c.units_b} units)",
+                     markup=False)
+        for d in c.diffs:
+            where = (f"first difference at queue offset {d.first_queue_offset}: a {d.a}, b {d.b}"
+                     if d.status == "differ" else d.status)
+            stdout.print(f"  {d.topic}/{d.queue_id}: {where} ({d.units_a} / {d.units_b} units)", markup=False)
+    raise typer.Exit(0 if c.identical else EXIT_FINDINGS)
