@@ -47,8 +47,8 @@ def compare_command(
     if queues:
         return _compare_queues(store_a, store_b, fmt, commitlog_dirs)
     c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs))
-    if fmt == "json":
-        emit([c.as_dict()], "json")
+    if fmt != "table":
+        emit([c.as_dict()], fmt)
     else:
         head = {"identical": "identical", "prefix": "one log is a prefix of the other",
                 "diverged": "diverged"}[c.status]
@@ -78,8 +78,8 @@ def _queue_side(path: str, commitlog_dirs):
 def _compare_queues(a: str, b: str, fmt: str, commitlog_dirs) -> int:
     from rmqtool.ops.compare_queues import compare_queues
     c = compare_queues(_queue_side(a, commitlog_dirs), _queue_side(b, commitlog_dirs), a, b)
-    if fmt == "json":
-        emit([c.as_dict()], "json")
+    if fmt != "table":
+        emit([c.as_dict()], fmt)
     else:
         stdout.print(f"compare queues: {'identical' if c.identical else 'differ'}; {c.same_queues} "
                      f"queue(s) the same, {c.differing} differ "

@@ -36,8 +36,8 @@ def convert_command(
             s = convert_to_commitlog(src, output, commitlog_file_size, include_uncommitted, progress=bar)
     finally:
         bar.close()
-    if fmt == "json":
-        emit([s.as_dict()], "json")
+    if fmt != "table":
+        emit([s.as_dict()], fmt)
     else:
         stdout.print(f"converted {s.records} records to {s.store} [{s.first_offset}, {s.end_offset}) in "
                      f"{len(s.commitlog_files)} commitlog files; {s.cq_units} ConsumeQueue units, "

@@ -146,8 +146,8 @@ def query_id_command(
         r["id_kind"] = res.kind
     if fmt == "json":
         emit([{"id": msg_id, "kind": res.kind, "decoded": res.decoded, "records": records}], "json")
-    elif fmt == "jsonl":
-        emit(records, "jsonl")
+    elif fmt in ("jsonl", "csv", "tsv"):
+        emit(records, fmt)
     else:
         line = f"{msg_id}: {res.kind}"
         d = res.decoded or {}

@@ -116,8 +116,8 @@ def damage_lines(r) -> list[str]:
 
 
 def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
-    if fmt == "json":
-        emit([r.as_dict()], "json")
+    if fmt != "table":
+        emit([r.as_dict()], fmt)
         return
     d = r.as_dict()
     head = head or ("plan (dry run)" if dry_run else "rebuilt")
@@ -154,8 +154,8 @@ def _show_refused_plan(fmt: str):
     try:
         yield
     except TruncationRefused as exc:
-        if fmt == "json":
-            emit([dict(r.as_dict(), refused=True) for r in exc.results], "json")
+        if fmt != "table":
+            emit([dict(r.as_dict(), refused=True) for r in exc.results], fmt)
         else:
             for r in exc.results:
                 _render(r, "table", True, head="refused")
@@ -197,8 +197,8 @@ def _run(command: str, bar_label: str, s, fmt: str, dry_run: bool, output, build
     finally:
         bar.close()
     results = list(results) if isinstance(results, (list, tuple)) else [results]
-    if fmt == "json":
-        emit([r.as_dict() for r in results], "json")
+    if fmt != "table":
+        emit([r.as_dict() for r in results], fmt)
         return 0
     for r in results:
         _render(r, "table", dry_run)
@@ -295,8 +295,8 @@ def rebuild_timerwheel_command(
 
     with rebuild_lock(s, "rmqtool rebuild timerwheel", dry_run, output), writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
-    if fmt == "json":
-        emit([r.as_dict()], "json")
+    if fmt != "table":
+        emit([r.as_dict()], fmt)
         return 0
     stdout.print(escape_control(
         f"{'would rebuild' if dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "

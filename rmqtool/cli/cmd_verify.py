@@ -146,11 +146,17 @@ def verify_command(
                       + [{"type": "summary", **tag, **report.summary, "exit_code": c},
                          {"type": "forecast", **tag, **report.forecast}])
         emit_jsonl(lines)
+    elif fmt in ("csv", "tsv"):             # the findings, one row each (summary and forecast: json/jsonl)
+        emit([{**({"store": name} if fleet else {}), **f.as_dict()} for name, report, _ in results
+              for f in report.findings], fmt, (["store"] if fleet else []) + FINDING_COLUMNS)
     else:
         for _, report, c in results:
             _render_table(report, c)
     raise typer.Exit(code)
 
+
+
+FINDING_COLUMNS = ["severity", "check", "file", "offset", "message", "excerpt"]
 
 
 def _render_table(report, code: int) -> None:

@@ -145,8 +145,8 @@ def write_command(
                                prop_crc=prop_crc, multi_dispatch=multi_dispatch)
     finally:
         bar.close()
-    if fmt == "json":
-        emit([s.as_dict()], "json")
+    if fmt != "table":
+        emit([s.as_dict()], fmt)
         return 0
     d = s.as_dict()
     stdout.print(f"wrote {s.records} records ({s.bytes} bytes) to {s.store} "

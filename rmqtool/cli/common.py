@@ -16,11 +16,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
+#: optional extras and the module each one brings (``--version`` says which are installed)
+EXTRAS = {"parquet/spark": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
+          "rocksdb": "rocksdict"}
+
+
 def _print_version(value: bool) -> None:
     if value:
+        import importlib.util
         import rmqtool
         from rmqtool.kernels import native
+        have = [name for name, module in EXTRAS.items() if importlib.util.find_spec(module) is not None]
+        missing = [name for name in EXTRAS if name not in have]
         print(f"rmqtool {rmqtool.__version__} ({native.path})")
+        print(f"extras: {', '.join(have) or 'none'}" + (f"; not installed: {', '.join(missing)}" if missing else ""))
         raise typer.Exit()
 
 
@@ -31,7 +40,7 @@ def _keep_traceback(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="print the version and which kernel path runs (native C or numpy), then exit"),
+                                       help="print the version, which kernel path runs (native C or numpy) and the installed extras, then exit"),
           traceback: bool = typer.Option(False, "--traceback", callback=_keep_traceback, is_eager=True,
                                          help="on an internal or OS error, print the Python traceback "
                                               "(for bug reports; same as RMQTOOL_TRACEBACK=1)"),
@@ -73,12 +82,13 @@ def real_console(console):
 stdout = LazyConsole()
 stderr = LazyConsole(stderr=True)
 
-FORMATS = ("table", "json", "jsonl")
+FORMATS = ("table", "json", "jsonl", "csv", "tsv")
 #: commands that print one report (rebuild, write): no row stream
-REPORT_FORMATS = ("table", "json")
+REPORT_FORMATS = ("table", "json", "csv", "tsv")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
-FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl")
+FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl | csv | tsv (csv/tsv: a header "
+                         "line, nested values as JSON)")
 # where a bulk command runs (verify, rebuild, export, query-key --scan): one declaration each
 EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan runs")
 JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
@@ -183,7 +193,9 @@ def emit(rows: Iterable[dict], fmt: str, columns: list[str] | None = None, title
         return emit_jsonl(rows)
     if fmt == "json":
         return emit_json(rows)
-    if not sys.stdout.isatty():
+    if fmt == "csv":
+        return emit_csv(rows, columns)
+    if fmt == "tsv" or not sys.stdout.isatty():
         return emit_tsv(rows, columns, title)
     return _emit_tables(rows, columns, title)
 
@@ -215,6 +227,25 @@ def emit_tsv(rows: Iterable[dict], columns: list[str] | None = None, title: str 
         n += 1
     if n == 0 and cols:
         write("\t".join(cols) + "\n")
+    sys.stdout.flush()
+    return n
+
+
+def emit_csv(rows: Iterable[dict], columns: list[str] | None = None) -> int:
+    """RFC 4180 CSV with a header line (every column of the first row unless ``columns``); nested
+    values as JSON, text exactly as it is (quoted as needed)."""
+    import csv
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    n, cols = 0, columns
+    for row in rows:
+        if cols is None:
+            cols = list(row.keys())
+        if n == 0:
+            out.writerow(cols)
+        out.writerow([_cell(row.get(c)) for c in cols])
+        n += 1
+    if n == 0 and cols:
+        out.writerow(cols)
     sys.stdout.flush()
     return n
 

@@ -46,8 +46,8 @@ def write(store, rows: Iterable[dict] | None, synthetic: int | None, seed: int, 
     from rmqtool.simplified.writer import article_messages, write_store
     messages = article_messages(synthetic, seed) if synthetic is not None else rows
     written = write_store(store, messages)
-    if fmt == "json":
-        emit([{"store": str(store), "layout": "simplified", "records": len(written), "messages": written}], "json")
+    if fmt != "table":
+        emit([{"store": str(store), "layout": "simplified", "records": len(written), "messages": written}], fmt)
     else:
         emit(written, "table", ["position", "size", "msg_id", "topic", "queue_offset", "body_size",
                                 "index_phy_offset"], title=f"wrote {len(written)} records to {store}")
