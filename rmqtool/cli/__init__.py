@@ -25,6 +25,7 @@ COMMAND_MODULES = {
     "convert": "rmqtool.cli.cmd_convert",
     "compare": "rmqtool.cli.cmd_compare",
     "query-timer": "rmqtool.cli.cmd_timer",
+    "stats": "rmqtool.cli.cmd_stats",
 }
 
 

@@ -1,0 +1,46 @@
+"""`rmqtool stats STORE...`: messages, bytes and rates per topic/queue, per CommitLog file, over time."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, escape_control,
+                                format_time, open_stores, stdout)
+
+
+@app.command("stats")
+def stats_command(
+    stores: List[str] = typer.Argument(..., help="store roots (or quoted globs)"),
+    by: Optional[str] = typer.Option(None, "--by", help="also count per time bucket: minute | hour | day"),
+    fmt: str = FormatOpt,
+    commitlog_dirs: str = CommitlogDirsOpt,
+):
+    """What a store holds: per topic and queue (messages, bytes, first/last store time, rate), per CommitLog
+    file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
+    from rmqtool.ops.stats import BUCKETS, sparkline, store_stats
+    check_choice(fmt, FORMATS, "--format")
+    if by is not None:
+        check_choice(by, tuple(BUCKETS), "--by")
+    opened = open_stores(stores, commitlog_dirs)
+    results = [store_stats(s, name, by) for name, s in opened]
+    if fmt != "table":
+        emit((row for r in results for row in r.rows()), fmt)
+        return
+    for r in results:
+        rows = r.rows()
+        queues = [dict(x, first=format_time(x["first_store_time"]), last=format_time(x["last_store_time"]))
+                  for x in rows if x["kind"] == "queue"]
+        emit(queues, "table", ["topic", "queue_id", "messages", "bytes", "first", "last", "messages_per_second"],
+             title=f"{r.store}: topics and queues")
+        files = [dict(x, name=x["file"].rsplit("/", 1)[-1], first=format_time(x["first_store_time"]),
+                      last=format_time(x["last_store_time"])) for x in rows if x["kind"] == "file"]
+        emit(files, "table", ["name", "messages", "bytes", "fill", "end", "first", "last"], title="commitlog files")
+        t = r.total.row()
+        stdout.print(escape_control(
+            f"total: {t['messages']} messages, {t['bytes']} bytes in {len(r.queues)} queues, "
+            f"{format_time(t['first_store_time'])} .. {format_time(t['last_store_time'])}"
+            + (f", {t['messages_per_second']} messages/s" if t["messages_per_second"] else "")), markup=False)
+        if r.buckets:
+            counts = [v[0] for _, v in sorted(r.buckets.items())]
+            stdout.print(f"per {by}: {sparkline(counts)}  (max {max(counts)} messages)", markup=False)
