@@ -215,3 +215,31 @@ def test_live_store_tail_is_not_an_error(store_copy):
     assert tail, [(f.check, f.severity, f.offset) for f in rep.findings]
     assert tail[0].severity == "info" and tail[0].offset == last["phyOffset"] - base
     assert rep.exit_code() == 0, [(f.check, f.severity, f.message) for f in rep.findings if f.severity == "error"]
+
+
+def test_the_records_a_restart_loses_are_listed_with_what_names_them(store_copy):
+    """issue 18: every record past the forecast valid end, with topic, queue, queue offset, keys,
+    UNIQ_KEY, offsetMsgId and store time (jsonl: one line each)."""
+    import json as _json
+    import subprocess
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from corruptions import FILE_SIZE, clfile, messages_in_file, patch
+    root = store_copy("basic")
+    last = len(load_answers("basic")["commitlog"]["files"]) - 1
+    msgs = messages_in_file("basic", last)
+    bad = msgs[len(msgs) // 2]                     # in the newest file: the normal recovery walks it
+    patch(clfile(root, last * FILE_SIZE), bad["phyOffset"] - last * FILE_SIZE + 4, b"\x12\x34\x56\x78")
+    after = [m for m in load_answers("basic")["messages"] if m["phyOffset"] > bad["phyOffset"]]
+    p = subprocess.run([sys.executable, "-m", "rmqtool", "verify", str(root), "--level", "deep", "-f", "jsonl"],
+                       capture_output=True, text=True)
+    lines = [_json.loads(line) for line in p.stdout.split("\n") if line]
+    fc = next(x for x in lines if x["type"] == "forecast")
+    lost = [x for x in lines if x["type"] == "lost"]
+    assert fc["valid_end"] == bad["phyOffset"] and fc["lost_count"] == len(after) == len(lost)
+    by_offset = {m["phyOffset"]: m for m in after}
+    for x in lost:
+        m = by_offset[x["phy_offset"]]
+        assert (x["topic"], x["queue_id"], x["queue_offset"], x["uniq_key"], x["store_timestamp"]) == \
+            (m["topic"], m["queueId"], m["queueOffset"], m["uniqKey"], m["storeTimestamp"])
+        assert x["keys"] == m["keys"] and x["offset_msg_id"] == m["offsetMsgId"]

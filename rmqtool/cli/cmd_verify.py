@@ -142,9 +142,12 @@ def verify_command(
         lines = []
         for name, report, c in results:
             tag = {"store": name} if fleet else {}
+            fc = report.forecast
             lines += ([{"type": "finding", **tag, **f.as_dict()} for f in report.findings]
                       + [{"type": "summary", **tag, **report.summary, "exit_code": c},
-                         {"type": "forecast", **tag, **report.forecast}])
+                         {"type": "forecast", **tag, **fc}]
+                      + [{"type": kind, **tag, **r} for kind in ("lost", "not_dispatched", "not_indexed")
+                         for r in fc.get(kind, [])])
         emit_jsonl(lines)
     elif fmt in ("csv", "tsv"):             # the findings, one row each (summary and forecast: json/jsonl)
         emit([{**({"store": name} if fleet else {}), **f.as_dict()} for name, report, _ in results
@@ -154,6 +157,14 @@ def verify_command(
             _render_table(report, c)
     raise typer.Exit(code)
 
+
+
+def _who(r: dict) -> str:
+    """One listed record as a person looks for it: where, which queue, which message."""
+    from rmqtool.cli.common import format_time
+    return (f"{r['phy_offset']} {r['topic']}/{r['queue_id']} queue offset {r['queue_offset']}, stored "
+            f"{format_time(r['store_timestamp'])}, keys {r.get('keys') or '-'}, UNIQ_KEY {r.get('uniq_key') or '-'}, "
+            f"offsetMsgId {r.get('offset_msg_id') or '-'}")
 
 
 FINDING_COLUMNS = ["severity", "check", "file", "offset", "message", "excerpt"]
@@ -196,8 +207,12 @@ def _render_table(report, code: int) -> None:
     stdout.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
                  f"not indexed (past {fc['index_frontier']}): {fc['not_indexed_count']} record(s)")
     for r in fc["not_dispatched"][:20]:
-        stdout.print(f"    not dispatched: {r['phy_offset']} {escape_control(r['topic'])}/{r['queue_id']} "
-                     f"queue offset {r['queue_offset']}")
+        stdout.print(escape_control(f"    not dispatched: {_who(r)}"), markup=False)
     if fc["not_dispatched_count"] > 20:
-        stdout.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format json lists them)")
+        stdout.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format jsonl lists them)")
+    stdout.print(f"  lost at restart (records past the valid end): {fc['lost_count']} record(s)")
+    for r in fc["lost"][:20]:
+        stdout.print(escape_control(f"    lost: {_who(r)}"), markup=False)
+    if fc["lost_count"] > 20:
+        stdout.print(f"    ... {fc['lost_count'] - 20} more (--format jsonl lists them)")
     stdout.print(f"exit code {code}")

@@ -20,7 +20,8 @@ LIST_LIMIT = 10_000
 
 @dataclass
 class Pending:
-    """Records past a frontier, gathered chunk by chunk: all counted, the first ``LIST_LIMIT`` listed."""
+    """Records past a frontier (or past the valid end: lost at restart), gathered chunk by chunk: all
+    counted, the first ``LIST_LIMIT`` listed (``identify`` adds what names each message)."""
     count: int = 0
     listing: list = field(default_factory=list)
     first: tuple | None = None            # (file, position, commitlog offset) of the first one
@@ -66,7 +67,8 @@ def truncated_units(qu, end: int) -> dict | None:
 
 
 def forecast(store, walk: dict, truncated: list[dict], index_states: list, checkpoint: dict | None,
-             dispatch_from: int, index_frontier: int | None, not_dispatched: Pending, not_indexed: Pending) -> dict:
+             dispatch_from: int, index_frontier: int | None, not_dispatched: Pending, not_indexed: Pending,
+             lost: Pending | None = None) -> dict:
     """``truncated``: ``truncated_units`` of every queue, sorted by topic and queue."""
     end = walk["valid_end"]
     stop = walk["stop"]
@@ -106,5 +108,24 @@ def forecast(store, walk: dict, truncated: list[dict], index_states: list, check
         "index_frontier": index_frontier,
         "not_indexed_count": not_indexed.count,
         "not_indexed": not_indexed.listing,
+        "lost_count": lost.count if lost is not None else 0,
+        "lost": lost.listing if lost is not None else [],
         **({"dledger_recovery": rec.as_dict()} if rec is not None else {}),
     }
+
+
+def identify(store, listing: list[dict]) -> None:
+    """Add to each listed record what names the message (keys, UNIQ_KEY, offsetMsgId, tags), read
+    from the CommitLog record itself; the lists are capped, so this reads at most ``LIST_LIMIT`` each."""
+    from rmqtool.records.single import RecordReader
+    reader = RecordReader(store)
+    try:
+        for row in listing:
+            rec = reader.read(row["phy_offset"])
+            if rec is None:
+                row.update(keys=None, uniq_key=None, offset_msg_id=None, tags=None)
+                continue
+            d = rec.record()
+            row.update(keys=d["keys"], uniq_key=d["uniq_key"], offset_msg_id=d["offset_msg_id"], tags=d["tags"])
+    finally:
+        reader.close()

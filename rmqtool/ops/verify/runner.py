@@ -26,7 +26,7 @@ from rmqtool.ops.verify.queuekinds import (batch_dispatched, batch_unit_checks, 
                                            missing_batch_units)
 from rmqtool.ops.verify.timer import check_timer_store
 from rmqtool.ops.verify.rocksdb_cq import check_rocksdb_cq
-from rmqtool.ops.verify.forecast import Pending, forecast, recovery_walk, truncated_units
+from rmqtool.ops.verify.forecast import Pending, forecast, identify, recovery_walk, truncated_units
 from rmqtool.ops.verify.index import (ENTRY_ROW, PastEnd, check_index_file, deep_index_checks, entry_rows, missing_keys,
                                   not_indexed_finding)
 
@@ -245,12 +245,13 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
                                          skip_topics=batch_tids)
     physic_ts = checkpoint.physic_msg_timestamp if isinstance(checkpoint, CheckpointValues) else None
     times = RecordTimes(end, physic_ts)
-    not_dispatched, not_indexed = Pending(), Pending()
+    not_dispatched, not_indexed, lost = Pending(), Pending(), Pending()
     past_end = PastEnd()
     for k in range(len(records)):
         table = records.chunk(k)
         chosen = selected(table)
         times.add(table)
+        lost.add(table, [int(i) for i in np.flatnonzero(chosen & (table.cols["phy"] >= end))])
         if queue_offsets is not None:
             queue_offsets.feed(table)
         if deep:
@@ -290,7 +291,9 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     timer = check_timer_store(store, out("commitlog"), end)      # a 5.x timer store, when there is one
 
     # 8. forecast and summary
-    fc = forecast(store, walk, truncated, states, cp, dispatch_from, frontier, not_dispatched, not_indexed)
+    for pending in (lost, not_dispatched, not_indexed):
+        identify(store, pending.listing)
+    fc = forecast(store, walk, truncated, states, cp, dispatch_from, frontier, not_dispatched, not_indexed, lost)
     summary = {
         "live": live,
         "lock_owner": owner.describe() if owner is not None else None,
