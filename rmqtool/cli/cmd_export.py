@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
                                 parse_time, stderr)
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
@@ -25,6 +25,8 @@ def export_command(
     end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
     body: str = typer.Option("raw", "--body", help="raw (the stored bytes; default) | text (UTF-8, inflated) | none"),
     force: bool = typer.Option(False, "--force", help="replace a previous export in --to"),
+    max_read_rate: Optional[float] = MaxReadRateOpt,
+    idle_io: bool = IdleIoOpt,
     engine: str = EngineOpt,
     jobs: int = JobsOpt,
     master: Optional[str] = MasterOpt,
@@ -37,6 +39,7 @@ def export_command(
     from rmqtool.ops.export import EXPORT_FORMATS, export, open_stores
     check_choice(fmt, EXPORT_FORMATS, "--format")
     check_choice(body, ("none", "raw", "text"), "--body")
+    gentle(max_read_rate, idle_io)
     flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
                        parse_time(end, "--end"))
     check_range(flt)

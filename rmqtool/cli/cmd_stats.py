@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, escape_control,
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app, check_choice, emit, escape_control,
                                 format_time, open_stores, stdout)
 
 
@@ -13,6 +13,8 @@ from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, app, check
 def stats_command(
     stores: List[str] = typer.Argument(..., help="store roots (or quoted globs)"),
     by: Optional[str] = typer.Option(None, "--by", help="also count per time bucket: minute | hour | day"),
+    max_read_rate: Optional[float] = MaxReadRateOpt,
+    idle_io: bool = IdleIoOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -20,6 +22,7 @@ def stats_command(
     file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
     from rmqtool.ops.stats import BUCKETS, sparkline, store_stats
     check_choice(fmt, FORMATS, "--format")
+    gentle(max_read_rate, idle_io)
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
     opened = open_stores(stores, commitlog_dirs)

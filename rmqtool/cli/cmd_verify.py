@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
                                 real_console,
                                 stderr, stdout)
@@ -90,6 +90,8 @@ def verify_command(
     queue: Optional[int] = typer.Option(None, "--queue", help="limit to this queue id (needs --topic)"),
     fail_on: str = typer.Option("error", "--fail-on", help="error | warning: which severity makes exit code 1"),
     limit: int = typer.Option(1000, "--limit-per-check", help="list at most N findings per check (all are counted)"),
+    max_read_rate: Optional[float] = MaxReadRateOpt,
+    idle_io: bool = IdleIoOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
@@ -108,6 +110,7 @@ def verify_command(
     one object per store under ``reports``, JSONL lines carry ``store``; exit 1 if any has findings."""
     from rmqtool.simplified import use_simplified
     check_choice(fmt, FORMATS, "--format")
+    gentle(max_read_rate, idle_io)
     check_choice(level, LEVELS, "--level")
     check_choice(fail_on, FAIL_ON, "--fail-on")
     if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks

@@ -87,6 +87,24 @@ FORMATS = ("table", "json", "jsonl", "csv", "tsv")
 REPORT_FORMATS = ("table", "json", "csv", "tsv")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
+MaxReadRateOpt = typer.Option(None, "--max-read-rate", help="read store files at most this many MB/s (10^6 "
+                               "bytes; per process: --jobs N reads up to N times it), to spare a live broker's disk")
+IdleIoOpt = typer.Option(False, "--idle-io", help="use the idle I/O class (Linux ioprio; a no-op elsewhere): the "
+                         "disk serves rmqtool only when nobody else asks")
+
+
+def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:
+    """Apply ``--max-read-rate`` and ``--idle-io`` to this process and the workers it starts."""
+    from rmqtool.io import throttle
+    if max_read_rate is not None:
+        if max_read_rate <= 0:
+            raise UsageError(f"--max-read-rate {max_read_rate}: expected MB/s > 0")
+        throttle.set_max_read_rate(max_read_rate)
+    if idle_io and not throttle.use_idle_io():
+        stderr.print("note: --idle-io: this system offers no idle I/O class; reading at normal priority",
+                     markup=False)
+
+
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl | csv | tsv (csv/tsv: a header "
                          "line, nested values as JSON)")
 # where a bulk command runs (verify, rebuild, export, query-key --scan): one declaration each

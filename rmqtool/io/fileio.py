@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 
+from rmqtool.io import throttle
 from rmqtool.errors import FileChangedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
@@ -62,6 +63,7 @@ class ReadOnlyFile:
                 break
             chunks.append(part)
             got += len(part)
+            throttle.consume(len(part))
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if exact and len(data) < length:
             raise FileChangedError(

@@ -24,6 +24,7 @@ from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError, UnreadableError
 from rmqtool.io.dledger_layout import is_entry_file
+from rmqtool.io import throttle
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
@@ -217,6 +218,7 @@ class FileScan:
                 raise FileChangedError(f"file shorter than expected (wanted {want} bytes, got {got})",
                                        fh.path, pos + got)
             got += n
+            throttle.consume(n)
         return view
 
 
