@@ -349,7 +349,22 @@ def batch_to_arrow(batch, store: str | None = None, body: str = "none") -> pa.Re
     raw_body = _binary(mv, c["body_start"], c["body_len"])
     _bodies(out, raw_body, sys_flag, body)
     out.update(_kind_fields(batch))
+    out.update(_system_fields(batch, topic))
     return pa.RecordBatch.from_pydict(out, schema=arrow_schema(body))
+
+
+def _system_fields(batch, topic: pa.Array) -> dict[str, pa.Array]:
+    """``system_topics`` for the rows of the broker's own topics (decoded one by one: they are few), nulls
+    elsewhere."""
+    from rmqtool.output.system_topics import SYSTEM_FIELDS, is_system_topic, system_fields
+    n = len(batch)
+    names = topic.to_pylist()
+    values = {name: [None] * n for name in SYSTEM_FIELDS}
+    for i, t in enumerate(names):
+        if t is not None and is_system_topic(t):
+            for name, v in system_fields(t, batch.properties(i), batch.body(i)).items():
+                values[name][i] = v
+    return {name: pa.array(v, pa.int64() if SYSTEM_FIELDS[name] else pa.string()) for name, v in values.items()}
 
 
 def _kind_fields(batch) -> dict[str, pa.Array]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from formats import commitlog as cl
 from rmqtool.broker.delay import deliver_timestamp, parse_level
 from rmqtool.output.kinds_fields import kind_fields
+from rmqtool.output.system_topics import system_fields
 from rmqtool.records.ids import decode_uniq_key, format_host, offset_msg_id
 from rmqtool.kernels.javastring import tags_code
 
@@ -64,6 +65,14 @@ RECORD_FIELDS: tuple[Field, ...] = (
     Field("inner_base", "int", "INNER_BASE: the inner batch's first queue offset"),
     Field("lmq_queues", "str", "INNER_MULTI_DISPATCH: the light queues multi-dispatch names, comma-separated"),
     Field("timer_out_ms", "int", "TIMER_OUT_MS: when a timer message is due (epoch ms)"),
+    Field("system_kind", "str", "the broker's own topic: transaction-half / transaction-op / schedule / timer / retry / dlq"),
+    Field("real_topic", "str", "the topic the message belongs to (REAL_TOPIC; RETRY_TOPIC for retry/dlq)"),
+    Field("real_queue_id", "int", "its queue (REAL_QID)"),
+    Field("consumer_group", "str", "retry/dlq: the consumer group the topic is for"),
+    Field("producer_group", "str", "transaction half: the producer group (PGROUP)"),
+    Field("origin_msg_id", "str", "retry/dlq: the original message's id (ORIGIN_MESSAGE_ID)"),
+    Field("delay_level", "int", "schedule: the DELAY level"),
+    Field("op_offsets", "str", "transaction op: the half messages' queue offsets it settles (its body)"),
     Field("note", "str", "anything the decoder could not do (e.g. codec missing)"),
 )
 FIELD_NAMES = tuple(f.name for f in RECORD_FIELDS)
@@ -197,5 +206,6 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "body_encoding": body,
         "body": render_body(shown, body),
         **kind_fields(props),
+        **system_fields(topic, props, raw_body),
         "note": note,
     }
