@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "compare": "rmqtool.cli.cmd_compare",
     "query-timer": "rmqtool.cli.cmd_timer",
     "stats": "rmqtool.cli.cmd_stats",
+    "report": "rmqtool.cli.cmd_report",
 }
 
 

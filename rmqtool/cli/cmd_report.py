@@ -1,0 +1,30 @@
+"""`rmqtool report STORE -o report.html`: one self-contained HTML page for an incident ticket."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rmqtool.cli.common import IdleIoOpt, MaxReadRateOpt, app, check_choice, gentle, open_store, stdout
+from rmqtool.errors import RefusedError
+
+
+@app.command("report")
+def report_command(
+    store: str = typer.Argument(..., help="store root directory"),
+    output: Path = typer.Option(..., "--output", "-o", help="the HTML file to write (must not exist)"),
+    level: str = typer.Option("deep", "--level", "-l", help="shallow | deep: the verify the report runs"),
+    max_read_rate: Optional[float] = MaxReadRateOpt,
+    idle_io: bool = IdleIoOpt,
+):
+    """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery
+    forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue."""
+    from rmqtool.ops.report import write_report
+    check_choice(level, ("shallow", "deep"), "--level")
+    gentle(max_read_rate, idle_io)
+    if output.exists():
+        raise RefusedError("the output exists; report writes only a new file", output)
+    s = open_store(store)
+    n = write_report(s, store, output, level)
+    stdout.print(f"wrote {output} ({n} bytes)", markup=False)
