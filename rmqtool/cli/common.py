@@ -33,6 +33,18 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _set_wide(value: bool) -> None:
+    if value:
+        os.environ["RMQTOOL_WIDE"] = "1"             # read by the table renderer
+
+
+def _set_color(value: str) -> str:
+    if value not in ("auto", "always", "never"):
+        raise typer.BadParameter("auto | always | never")
+    os.environ["RMQTOOL_COLOR"] = value
+    return value
+
+
 def _keep_traceback(value: bool) -> None:
     if value:
         os.environ["RMQTOOL_TRACEBACK"] = "1"       # read by run_app's error boundary
@@ -41,6 +53,11 @@ def _keep_traceback(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version, which kernel path runs (native C or numpy) and the installed extras, then exit"),
+          wide: bool = typer.Option(False, "--wide", callback=_set_wide, is_eager=True,
+                                    help="tables show every column and whole cells (they wrap); without it a "
+                                         "table fits the terminal, long cells cut with an ellipsis"),
+          color: str = typer.Option("auto", "--color", callback=_set_color, is_eager=True,
+                                    help="auto | always | never (NO_COLOR in the environment also turns colour off)"),
           traceback: bool = typer.Option(False, "--traceback", callback=_keep_traceback, is_eager=True,
                                          help="on an internal or OS error, print the Python traceback "
                                               "(for bug reports; same as RMQTOOL_TRACEBACK=1)"),
@@ -66,8 +83,10 @@ class LazyConsole:
     def get(self):
         if self._console is None:
             from rich.console import Console
-            self._console = (Console(stderr=True, soft_wrap=True, highlight=False) if self._stderr
-                             else Console(soft_wrap=True, highlight=False, width=_width()))
+            color = os.environ.get("RMQTOOL_COLOR", "auto")       # --color; rich honours NO_COLOR itself
+            style = {"always": dict(force_terminal=True), "never": dict(no_color=True)}.get(color, {})
+            self._console = (Console(stderr=True, soft_wrap=True, highlight=False, **style) if self._stderr
+                             else Console(soft_wrap=True, highlight=False, width=_width(), **style))
         return self._console
 
     def __getattr__(self, name):
@@ -282,15 +301,41 @@ def _emit_tables(rows: Iterable[dict], columns: list[str] | None, title: str | N
         if not chunk and n:
             return n
         cols = cols or (list(chunk[0].keys()) if chunk else [])
+        wide = os.environ.get("RMQTOOL_WIDE") == "1"
+        cells = [[escape_control(_cell(row.get(c))) for c in cols] for row in chunk]
         table = Table(title=title if n == 0 else None, show_lines=False)
-        for c in cols:
-            table.add_column(c, overflow="fold")
-        for row in chunk:
-            table.add_row(*(escape_control(_cell(row.get(c))) for c in cols))
+        widths = None if wide else fit_widths(cols, cells, real_console(stdout).width)
+        for k, c in enumerate(cols):     # fitted: one line per cell, cut with an ellipsis; --wide: whole cells
+            if widths is None:
+                table.add_column(c, overflow="fold")
+            else:
+                table.add_column(_cut(c, widths[k]), width=widths[k], no_wrap=True, overflow="ellipsis")
+        for row in cells:
+            table.add_row(*(row if widths is None else [_cut(v, w) for v, w in zip(row, widths)]))
         stdout.print(table)
         n += len(chunk)
         if len(chunk) < TABLE_CHUNK:
             return n
+
+
+def fit_widths(cols: list[str], cells: list[list[str]], width: int) -> list[int]:
+    """Column widths that fit a table in ``width`` terminal columns: each column as wide as its widest
+    cell, then the widest ones narrowed in turn (never below its header's first 6 characters, 1 at
+    least) until the table fits (3 columns of frame and padding per column, plus one)."""
+    natural = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(cols)]
+    floor = [max(1, min(len(c), 6)) for c in cols]
+    room = max(width - (3 * len(cols) + 1), sum(floor))
+    w = list(natural)
+    while sum(w) > room:
+        k = max(range(len(w)), key=lambda i: (w[i] - floor[i], w[i]))
+        if w[k] <= floor[k]:
+            break
+        w[k] -= max(1, min(w[k] - floor[k], (sum(w) - room + len(w) - 1) // len(w)))
+    return w
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
 def _cell(value) -> str:

@@ -1,0 +1,36 @@
+"""Tables fit the terminal (issue 18): at 80 columns no cell wraps (long ones end in an ellipsis),
+every row is one line; --wide keeps whole cells."""
+from __future__ import annotations
+
+import io
+import json
+
+from conftest import reference_store, run_cli
+from rmqtool.cli import common
+
+
+def _render(rows, cols, width, wide=False, monkeypatch=None):
+    from rich.console import Console
+    buf = io.StringIO()
+    monkeypatch.setattr(common.stdout, "_console", Console(file=buf, width=width, no_color=True, soft_wrap=True))
+    monkeypatch.setenv("RMQTOOL_WIDE", "1" if wide else "0")
+    common._emit_tables(iter(rows), cols, None)
+    return buf.getvalue().splitlines()
+
+
+def test_records_fit_80_columns_one_line_per_row(monkeypatch):
+    rows = [json.loads(line) for line in run_cli("dump", "commitlog", reference_store("mixed"), "--limit", "40",
+                                                 "--body", "text", "-f", "jsonl").out.split("\n") if line]
+    cols = ["phy_offset", "size", "kind", "topic", "queue_id", "queue_offset", "store_timestamp", "tags", "keys",
+            "uniq_key", "body"]
+    lines = _render(rows, cols, 80, monkeypatch=monkeypatch)
+    assert all(len(line) <= 80 for line in lines)
+    assert len(lines) == len(rows) + 4                    # top rule, header, header rule, rows, bottom rule
+    assert any("…" in line for line in lines)
+    wide = _render(rows, cols, 80, wide=True, monkeypatch=monkeypatch)
+    assert len(wide) > len(lines)                         # whole cells: some wrap over several lines
+
+
+def test_fit_widths_keeps_short_columns_and_narrows_the_widest():
+    w = common.fit_widths(["a", "long_header", "text"], [["1", "x", "y" * 200]], 60)
+    assert w[0] == 1 and sum(w) + 3 * 3 + 1 <= 60 and w[2] < 200 and w[1] >= 6
