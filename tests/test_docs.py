@@ -57,22 +57,35 @@ def test_the_readme_has_examples():
     assert len(readme_examples()) >= 15
 
 
-def test_every_readme_example_runs_as_documented(tmp_path):
-    """Run in a scratch directory holding a copy of the fixtures; `/tmp/` paths go to it too, with the
-    tarball fixtures unpacked there (as `tar --sparse -xzf fixtures/reference/timer.tar.gz -C /tmp`)."""
+def _run_examples(examples: list[tuple[str, int]], tmp_path) -> list[str]:
+    """Run ``rmqtool …`` lines in a scratch directory holding a copy of the fixtures; `/tmp/` paths go to
+    it too, with the tarball fixtures unpacked there (as `tar --sparse -xzf fixtures/reference/timer.tar.gz
+    -C /tmp`). Returns the lines that did not exit as documented."""
     shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures", symlinks=True)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     for tarball in (ROOT / "fixtures" / "reference").glob("*.tar.gz"):
         subprocess.run(["tar", "--sparse", "-xzf", str(tarball), "-C", str(scratch)], check=True)
     failures = []
-    for line, code in readme_examples():
+    for line, code in examples:
         argv = [a.replace("/tmp/", f"{scratch}/") for a in shlex.split(line)]
         r = subprocess.run([sys.executable, "-m", "rmqtool", *argv[1:]], cwd=tmp_path, capture_output=True,
                            text=True, timeout=300)
         if r.returncode != code or "Traceback" in r.stderr:
             failures.append(f"{line}: exit {r.returncode} (documented {code}): {r.stderr.strip()[-300:]}")
-    assert failures == []
+    return failures
+
+
+def test_every_readme_example_runs_as_documented(tmp_path):
+    assert _run_examples(readme_examples(), tmp_path) == []
+
+
+def test_every_command_has_a_help_example_that_runs(tmp_path):
+    from rmqtool.cli.examples import EXAMPLES, SETUP
+    names = [n[len("rmqtool "):] for n, _ in reference._commands(typer.main.get_command(app), "rmqtool")]
+    assert sorted(n for n in names if n not in EXAMPLES) == []
+    lines = [(line, 0) for name in names for line in SETUP.get(name, []) + EXAMPLES[name]]
+    assert _run_examples(lines, tmp_path) == []
 
 
 @pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")) + [README, ROOT / "bench" / "README.md"],

@@ -40,6 +40,9 @@ def load_commands(argv: list[str] | None = None) -> None:
     wanted = COMMAND_MODULES.get(args[0]) if args else None
     for name in sorted(set(COMMAND_MODULES.values())) if wanted is None else [wanted]:
         importlib.import_module(name)
+    if wanted is None or "--help" in (argv if argv is not None else sys.argv[1:]):
+        from rmqtool.cli.examples import attach
+        attach(common.app)
 
 
 def __getattr__(name: str):
