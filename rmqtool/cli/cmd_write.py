@@ -5,7 +5,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -97,6 +97,11 @@ def write_command(
     multi_dispatch: bool = typer.Option(False, "--multi-dispatch", help="dispatch records naming light queues "
                                         "(INNER_MULTI_DISPATCH) to them, as a broker with enableMultiDispatch and "
                                         "enableLmq (on by itself for a store holding %LMQ% queues)"),
+    bcq_file_size: Optional[int] = typer.Option(None, "--bcq-file-size",
+                                                help="mapperFileSizeBatchConsumeQueue (default 13,800,000)"),
+    batch_cq_topic: Optional[List[str]] = typer.Option(None, "--batch-cq-topic", help="a topic of queue type BatchCQ "
+                                                       "(repeatable): its records get BatchConsumeQueue units (found "
+                                                       "by itself in a store holding batchconsumequeue/)"),
     prop_crc: bool = typer.Option(False, "--prop-crc", help="end every record's properties with the __CRC32# "
                                   "property, as a broker with enabledAppendPropCRC=true"),
     fmt: str = FormatOpt,
@@ -120,7 +125,7 @@ def write_command(
         rows = None if source is None else (row for _, row in _rows(source))
         raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
     geometry = None
-    if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries)):
+    if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries, bcq_file_size)):
         g = Geometry()
         existing = StoreWriter.__new__(StoreWriter)
         if (store / "commitlog").is_dir():
@@ -131,6 +136,7 @@ def write_command(
         g.cq_file_size = cq_file_size or g.cq_file_size
         g.hash_slots = index_slots or g.hash_slots
         g.index_entries = index_entries or g.index_entries
+        g.bcq_file_size = bcq_file_size or g.bcq_file_size
         geometry = g
     dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
     bar = _CountProgress()
@@ -142,7 +148,7 @@ def write_command(
                 s = write_synthetic(store, spec, geometry, progress=bar, dledger_id=dledger_id, prop_crc=prop_crc)
             else:
                 s = write_rows(store, _rows(source), geometry, not no_uniq_key, progress=bar, dledger_id=dledger_id,
-                               prop_crc=prop_crc, multi_dispatch=multi_dispatch)
+                               prop_crc=prop_crc, multi_dispatch=multi_dispatch, batch_cq_topics=batch_cq_topic or ())
     finally:
         bar.close()
     if fmt != "table":

@@ -67,6 +67,7 @@ class Geometry:
     cq_file_size: int = DEFAULT_CQ_FILE_SIZE
     hash_slots: int = DEFAULT_HASH_SLOTS
     index_entries: int = DEFAULT_INDEX_ENTRIES
+    bcq_file_size: int | None = None          # BatchConsumeQueue files (None: the store's, else upstream's default)
 
 
 @dataclass
@@ -583,10 +584,7 @@ class StoreWriter:
             kinds = detect_queue_kinds(self.store, self.config.kinds.multi_dispatch or None)
             self.config = replace(self.config, kinds=replace(
                 kinds, batch_cq_topics=kinds.batch_cq_topics | self.config.kinds.batch_cq_topics))
-        if self.config.kinds.batch_cq_topics:
-            raise RefusedError(f"BatchCQ topic(s) {', '.join(sorted(self.config.kinds.batch_cq_topics))}: write does "
-                               "not append BatchConsumeQueues yet (it would leave them without units)",
-                               self.root / "batchconsumequeue")
+
         self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
                                     geometry=dict(g.__dict__), recovered=list(self.recovered))
         if self.dledger_id is None:
@@ -595,6 +593,7 @@ class StoreWriter:
             self.appender = _DLedgerAppender(self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}",
                                              g.commitlog_file_size, self.dledger_id)
         self.cq = CqCollector()
+        self._bcq: list[tuple] = []       # BatchConsumeQueue units, in dispatch order
         self._rows: list[dict] = []
         self._index = self._index_builder()
         self._last_cq_ts = 0              # store time of the last record dispatched to a CQ
@@ -680,7 +679,8 @@ class StoreWriter:
                 props = f.parsed_properties if f.parsed_properties is not None else (
                     cl.decode_properties(f.properties) if f.properties else {})
                 self._rows.append({
-                    "props": f.properties if self.config.kinds.multi_dispatch else None,
+                    "props": f.properties if (self.config.kinds.multi_dispatch
+                                              or self.config.kinds.batch_cq_topics) else None,
                     "phy_offset": f.phy_offset, "size": length, "store_timestamp": f.store_timestamp,
                     "sys_flag": effective_sys_flag(f), "queue_id": f.queue_id, "queue_offset": f.queue_offset,
                     "topic": f.topic, "tags": props.get(cl.PROPERTY_TAGS), "keys": props.get(cl.PROPERTY_KEYS),
@@ -709,6 +709,11 @@ class StoreWriter:
         if last_cq is not None:
             self._last_cq_ts = last_cq["store_timestamp"]
         self.cq.add(d)
+        b = d.bcq
+        if b is not None:
+            self._bcq += [(d.topics[int(b.topic[k])], int(b.queue_id[k]), int(b.phy_offset[k]), int(b.size[k]),
+                           int(b.tags_code[k]), int(b.store_timestamp[k]), int(b.base_offset[k]), int(b.batch_size[k]))
+                          for k in range(len(b))]
         self._index.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
         if self.progress:
             self.progress(self.summary.records, self.expected)
@@ -728,6 +733,7 @@ class StoreWriter:
             self._index.finish()
             self.summary.index_entries = self._index.entries
             self._write_cq()
+            self._write_bcq()
             self._write_checkpoint()
             done = inst.install(self.root, self.out, drop_empty_backup=True)
         except BaseException:
@@ -788,6 +794,38 @@ class StoreWriter:
             qdir.mkdir(parents=True, exist_ok=True)
             self.summary.cq_units += real
             self.summary.cq_files += _write_units(qdir, start, units, size)
+
+    def _write_bcq(self) -> None:
+        """Append the BatchConsumeQueue units as ``BatchConsumeQueue.putBatchMessagePositionInfo`` does:
+        after the queue's last unit, a unit at or below the last CommitLog offset skipped (``cqbuild``'s rule)."""
+        from formats.consumequeue import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE
+        from rmqtool.io.store import QueueRef
+        from rmqtool.ops.verify.queuekinds import read_batch_queue
+        queues: dict = {}
+        for unit in self._bcq:
+            queues.setdefault(unit[:2], []).append(unit[2:])
+        for (topic, qid), units in sorted(queues.items()):
+            qdir = queue_dir(self.out / "batchconsumequeue", topic, qid)
+            count, max_phy, size = 0, -1, self.geometry.bcq_file_size or DEFAULT_BCQ_FILE_SIZE
+            if self.store is not None and (self.store.batchconsumequeue_dir / topic / str(qid)).is_dir():
+                ref = QueueRef(topic, qid, self.store.batchconsumequeue_dir / topic / str(qid))
+                for _, _, have in read_batch_queue(self.store, ref):
+                    count += len(have)
+                    if len(have):
+                        max_phy = int(have["commitlog_offset"][-1])
+                files = self.store.queue(topic, qid, batch=True).files
+                size = max((f.size for f in files), default=size)
+            keep = []
+            for phy, sz, tags, ts, base, num in units:
+                if phy > max_phy:
+                    keep.append((phy, sz, tags, ts, base, num))
+                    max_phy = phy
+            arr = np.zeros(len(keep), BCQ_UNIT_DTYPE)
+            for k, (phy, sz, tags, ts, base, num) in enumerate(keep):
+                arr[k] = (phy, sz, tags, ts, base, num, -1, 0)
+            qdir.mkdir(parents=True, exist_ok=True)
+            self.summary.cq_units += len(keep)
+            self.summary.cq_files += _write_units(qdir, count * BCQ_UNIT_SIZE, arr, size)
 
     def _write_checkpoint(self) -> None:
         path = self.out / "checkpoint"
@@ -874,19 +912,24 @@ def group_batches(rows: Iterable[tuple[str, dict]], detect: bool = True) -> Iter
         yield group
 
 
-def _multi_dispatch_config(on: bool) -> DispatchConfig | None:
-    return DispatchConfig(kinds=QueueKinds(multi_dispatch=True, lmq=True, source="--multi-dispatch")) if on else None
+def _kinds_config(multi_dispatch: bool, batch_cq_topics=()) -> DispatchConfig | None:
+    """``--multi-dispatch`` and ``--batch-cq-topic``: how a new store's broker dispatches."""
+    if not multi_dispatch and not batch_cq_topics:
+        return None
+    return DispatchConfig(kinds=QueueKinds(multi_dispatch, multi_dispatch, frozenset(batch_cq_topics),
+                                           "--multi-dispatch / --batch-cq-topic"))
 
 
 def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry | None = None,
                generate_uniq_key: bool = True, progress=None, detect_batches: bool = True,
-               dledger_id: str | None = None, prop_crc: bool = False, multi_dispatch: bool = False) -> WriteSummary:
+               dledger_id: str | None = None, prop_crc: bool = False, multi_dispatch: bool = False,
+               batch_cq_topics=()) -> WriteSummary:
     """Append JSONL rows (``(where, row)`` pairs); non-MESSAGE rows (BLANK, ends) are skipped.
     ``dledger_id``: make a new DLedger-mode store (that member's entries) instead; ``prop_crc``:
     append the ``__CRC32#`` property as a broker with ``enabledAppendPropCRC``; ``multi_dispatch``:
     dispatch to the light queues records name (on by itself for a store holding light queues)."""
     w = StoreWriter(root, geometry, progress=progress, dledger_id=dledger_id, prop_crc=prop_crc,
-                    config=_multi_dispatch_config(multi_dispatch))
+                    config=_kinds_config(multi_dispatch, batch_cq_topics))
     uniq = UniqKeyGenerator() if generate_uniq_key else None
     now = int(time.time() * 1000)
     try:
