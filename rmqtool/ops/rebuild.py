@@ -566,8 +566,28 @@ class _Job:
         _finish(r, self.store, self.target, self.build, self.output)
 
 
+class _QueueTreeJob(_Job):
+    """A rebuild of a tree of ``<topic>/<queueId>/`` queues: the queues not rebuilt are carried over."""
+    carried: list
+    links: list
+
+    def plan_carry(self, only) -> None:
+        """Which of the target's files go over into the build (symlinks as links, never followed)."""
+        if self.target.is_dir():
+            c = inst.carried_files(self.target, only, rebuilt=set(self.builder.queue_keys()))
+            self.result.files_replaced += c.replaced
+            self.carried, self.links = c.files, c.links
+        self.result.files_kept = self.carried + self.links
+
+    def carry(self) -> None:
+        for rel in self.carried:
+            inst.link_or_copy(self.target / rel, self.build / rel)
+        for rel in self.links:
+            inst.copy_link(self.target / rel, self.build / rel)
+
+
 # --- consumequeue ---------------------------------------------------------------------------
-class _CqJob(_Job):
+class _CqJob(_QueueTreeJob):
     def __init__(self, store, topics, queues, cq_file_size, output, dry_run: bool):
         if queues and not topics:
             raise UsageError("--queue needs --topic")
@@ -612,17 +632,7 @@ class _CqJob(_Job):
             _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
             _note_damage(r, outcome, before,
                          restart_forecast(store, max(self.builder.max_end, carried_max), outcome.data_end))
-        if self.target.is_dir():      # symlinks are carried as links, never followed (or refused)
-            c = inst.carried_files(self.target, only, rebuilt=set(self.builder.queue_keys()))
-            r.files_replaced += c.replaced
-            self.carried, self.links = c.files, c.links
-        r.files_kept = self.carried + self.links
-
-    def carry(self) -> None:
-        for rel in self.carried:
-            inst.link_or_copy(self.target / rel, self.build / rel)
-        for rel in self.links:
-            inst.copy_link(self.target / rel, self.build / rel)
+        self.plan_carry(only)
 
 
 def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[int] | None = None,
@@ -653,7 +663,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
 
 
 # --- batchconsumequeue ----------------------------------------------------------------------
-class _BcqJob(_Job):
+class _BcqJob(_QueueTreeJob):
     """The BatchConsumeQueues of the store's BatchCQ topics (``queuekinds``), rebuilt into
     ``batchconsumequeue/``; the queues of topics not selected are carried over."""
 
@@ -688,17 +698,7 @@ class _BcqJob(_Job):
         if outcome.damage:
             _note_damage(r, outcome, sum(len(u) for ref in self.store.queues(batch=True)
                                          for _, _, u in read_batch_queue(self.store, ref)))
-        if self.target.is_dir():
-            c = inst.carried_files(self.target, self.only, rebuilt=set(self.builder.queue_keys()))
-            r.files_replaced += c.replaced
-            self.carried, self.links = c.files, c.links
-        r.files_kept = self.carried + self.links
-
-    def carry(self) -> None:
-        for rel in self.carried:
-            inst.link_or_copy(self.target / rel, self.build / rel)
-        for rel in self.links:
-            inst.copy_link(self.target / rel, self.build / rel)
+        self.plan_carry(self.only)
 
 
 def _batch_file_size(store) -> int | None:
