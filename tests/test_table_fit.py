@@ -34,3 +34,16 @@ def test_records_fit_80_columns_one_line_per_row(monkeypatch):
 def test_fit_widths_keeps_short_columns_and_narrows_the_widest():
     w = common.fit_widths(["a", "long_header", "text"], [["1", "x", "y" * 200]], 60)
     assert w[0] == 1 and sum(w) + 3 * 3 + 1 <= 60 and w[2] < 200 and w[1] >= 6
+
+
+def test_binary_bodies_show_as_hex_in_tables_and_text_stays_text():
+    import base64
+    from rmqtool.cli.cmd_dump import _table_body
+    assert _table_body({"body": base64.b64encode(b"\xff\xfe\x00abc").decode()}, True) == "hex:fffe00616263"
+    assert _table_body({"body": base64.b64encode("héllo".encode()).decode()}, True) == "héllo"
+    assert _table_body({"body": None, "detail": "zero"}, True) == "zero"
+
+
+def test_sizes_for_people():
+    assert [common.human_size(n) for n in (0, 999, 1000, 3_700_271, 2_147_483_648)] == \
+        ["0 B", "999 B", "1.0 KB", "3.7 MB", "2.1 GB"]

@@ -62,14 +62,31 @@ def dump_commitlog(
     check_range(flt)
     store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs), base_offset)
     damage = _FirstDamage(live=bool(getattr(store, "is_live", lambda: False)()))
-    rows = damage.watch(_limited(commitlog_rows(store, flt, body=body, files=files), limit))
+    as_text = fmt == "table" and body == "text"     # a table shows text bodies, binary ones as a hex preview
+    rows = damage.watch(_limited(commitlog_rows(store, flt, body="base64" if as_text else body, files=files), limit))
     if fmt == "table":
         rows = ({**r, "store_time": format_time(r.get("store_timestamp")),
-                 "body": (r.get("body") or "")[:60] if r.get("body") else r.get("detail")} for r in rows)
+                 "body": _table_body(r, as_text)} for r in rows)
         emit(rows, "table", COMMITLOG_TABLE)
     else:
         emit(rows, fmt)
     damage.raise_if_found()
+
+
+def _table_body(row: dict, as_text: bool):
+    """A record's body as a table cell: the text when it is UTF-8, else ``hex:`` and its first bytes (no
+    replacement characters in a table); the end row's detail for non-records."""
+    body = row.get("body")
+    if not body:
+        return row.get("detail")
+    if not as_text:
+        return body[:60]
+    import base64
+    raw = base64.b64decode(body)
+    try:
+        return raw.decode("utf-8")[:60]
+    except UnicodeDecodeError:
+        return "hex:" + raw[:24].hex() + ("…" if len(raw) > 24 else "")
 
 
 class _FirstDamage:

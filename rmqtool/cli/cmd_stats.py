@@ -6,7 +6,7 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app, check_choice, emit, escape_control,
-                                format_time, open_stores, stdout)
+                                format_time, human_size, open_stores, stdout)
 
 
 @app.command("stats")
@@ -32,16 +32,18 @@ def stats_command(
         return
     for r in results:
         rows = r.rows()
-        queues = [dict(x, first=format_time(x["first_store_time"]), last=format_time(x["last_store_time"]))
-                  for x in rows if x["kind"] == "queue"]
-        emit(queues, "table", ["topic", "queue_id", "messages", "bytes", "first", "last", "messages_per_second"],
+        queues = [dict(x, first=format_time(x["first_store_time"]), last=format_time(x["last_store_time"]),
+                       size=human_size(x["bytes"])) for x in rows if x["kind"] == "queue"]
+        emit(queues, "table", ["topic", "queue_id", "messages", "size", "first", "last", "messages_per_second"],
              title=f"{r.store}: topics and queues")
         files = [dict(x, name=x["file"].rsplit("/", 1)[-1], first=format_time(x["first_store_time"]),
-                      last=format_time(x["last_store_time"])) for x in rows if x["kind"] == "file"]
-        emit(files, "table", ["name", "messages", "bytes", "fill", "end", "first", "last"], title="commitlog files")
+                      last=format_time(x["last_store_time"]), size=human_size(x["bytes"]),
+                      filled=f"{x['fill']:.0%}" if x["fill"] is not None else "")
+                 for x in rows if x["kind"] == "file"]
+        emit(files, "table", ["name", "messages", "size", "filled", "end", "first", "last"], title="commitlog files")
         t = r.total.row()
         stdout.print(escape_control(
-            f"total: {t['messages']} messages, {t['bytes']} bytes in {len(r.queues)} queues, "
+            f"total: {t['messages']} messages, {human_size(t['bytes'])} in {len(r.queues)} queues, "
             f"{format_time(t['first_store_time'])} .. {format_time(t['last_store_time'])}"
             + (f", {t['messages_per_second']} messages/s" if t["messages_per_second"] else "")), markup=False)
         if r.buckets:

@@ -12,7 +12,7 @@ import typer
 
 from rmqtool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RmqError, UsageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
@@ -201,6 +201,18 @@ def format_time(ms: Optional[int]) -> str:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def human_size(n: int | None) -> str:
+    """Bytes for people: 1023 B, 1.5 KB, 3.7 MB, 2.1 GB (10^3 steps; machine formats keep the exact count)."""
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return str(n)
 
 
 def escape_control(text: str) -> str:
