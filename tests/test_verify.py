@@ -243,3 +243,24 @@ def test_the_records_a_restart_loses_are_listed_with_what_names_them(store_copy)
         assert (x["topic"], x["queue_id"], x["queue_offset"], x["uniq_key"], x["store_timestamp"]) == \
             (m["topic"], m["queueId"], m["queueOffset"], m["uniqKey"], m["storeTimestamp"])
         assert x["keys"] == m["keys"] and x["offset_msg_id"] == m["offsetMsgId"]
+
+
+def test_info_counts_the_records_verify_lists_as_lost(store_copy):
+    import json as _json
+    from corruptions import FILE_SIZE, clfile, messages_in_file, patch
+    root = store_copy("basic")
+    assert _json.loads(run_info(reference_store("basic")))[0]["commitlog"]["records_past_valid_end"] == 0
+    last = len(load_answers("basic")["commitlog"]["files"]) - 1
+    msgs = messages_in_file("basic", last)
+    bad = msgs[len(msgs) // 2]
+    patch(clfile(root, last * FILE_SIZE), bad["phyOffset"] - last * FILE_SIZE + 4, b"\x12\x34\x56\x78")
+    info = _json.loads(run_info(root))[0]["commitlog"]
+    fc = verify(Store(root), VerifyOptions(level="deep")).forecast
+    assert info["records_past_valid_end"] == fc["lost_count"] == len(msgs) - len(msgs) // 2 - 1
+
+
+def run_info(root) -> str:
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "rmqtool", "info", str(root), "-f", "json"], capture_output=True,
+                          text=True).stdout

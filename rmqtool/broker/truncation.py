@@ -184,3 +184,26 @@ def refuse_truncation(results: list) -> None:
         f"(the resync finds the next at offset {first['resumed_at']}); the rebuild would drop {dropped}. "
         "Pass --skip-corrupt to rebuild past the damaged range(s), or --allow-truncate to accept the loss",
         first["file"], first["position"], results)
+
+
+def records_past(store, end: int, kind: str) -> int:
+    """How many records lie past the valid end ``end`` (where the walk stopped, end ``kind``): the
+    records a restart truncates. Found as verify carves past damage: resync, walk, repeat."""
+    from rmqtool.records.scan import FileEnd, RecordBatch, next_record_after, walk_store
+    count = 0
+    at, stop_kind = end, kind
+    while True:
+        after = next_record_after(store, at, stop_kind)
+        if after is None or after <= at or (stop_kind == "zero" and after == at):
+            return count
+        last = None
+        for item in walk_store(store, start_offset=after, stop_at_break=True):
+            if isinstance(item, RecordBatch):
+                count += len(item)
+            elif isinstance(item, FileEnd):
+                last = item
+        if last is None or last.phy_offset <= after:
+            return count
+        at, stop_kind = last.phy_offset, last.kind
+        if last.kind == "blank":
+            at = last.file_base + last.file_size

@@ -40,6 +40,9 @@ def info_command(
         ("" if cl["messages"] is not None else " (--count for the whole store)")
     stdout.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']} ({cl['end_kind']})  {counted}",
                  markup=False)
+    if cl.get("records_past_valid_end"):
+        stdout.print(f"  {cl['records_past_valid_end']} record(s) past the valid end: a restart truncates them "
+                     "(`verify --level deep -f jsonl` lists them)", markup=False)
     for p in cl["problems"]:
         stdout.print(f"  [red]{p}[/red]")
     rec = info["recovery"]

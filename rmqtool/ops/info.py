@@ -6,6 +6,7 @@ from dataclasses import asdict
 from rmqtool.broker.epochs import epoch_ranges
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.broker.recovery import start_and_end
+from rmqtool.broker.truncation import records_past
 from rmqtool.io.consumequeue import read_units
 from rmqtool.io.controller import read_broker_identity, read_epochs
 
@@ -73,6 +74,7 @@ def store_info(store, count_all: bool = False) -> dict:
             "end_detail": stop.detail if stop else None,
             "messages": count_messages(store) if count_all else None,
             "messages_from_recovery_start": messages,
+            "records_past_valid_end": records_past(store, end, stop.kind) if stop is not None else 0,
             "messages_counted_from": start.offset,
             "problems": [f"{p.check}: {p.path}: {p.message}" for p in cl.problems],
         },
