@@ -80,7 +80,11 @@ def test_verify_a_fleet_reports_each_store(store_copy):
     doc = json.loads(fleet.out)
     alone = [json.loads(run_cli("verify", p, "-f", "json").out) for p in (good, str(bad))]
     assert doc["reports"] == alone and doc["exit_code"] == 1
+    assert doc["fleet"] == {"stores": 2, "clean": 1, "with_findings": 1, "stores_with_findings": [bad.name],
+                            "worst_exit_code": 1}
     lines = run_cli("verify", good, str(bad), "-f", "jsonl", "--jobs", "2").jsonl()
+    assert lines[-1] == {"type": "fleet", **doc["fleet"]}
+    lines = lines[:-1]
     assert {line["store"] for line in lines} == {"mixed", bad.name}
     assert [line["check"] for line in lines if line["type"] == "finding" and line["store"] == "mixed"
             and line["severity"] != "info"] == []

@@ -137,9 +137,12 @@ def verify_command(
                 progress.close()
             results.append((name, report, report.exit_code(fail_on)))
     code = max(c for _, _, c in results)
+    fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),
+                     "with_findings": sum(1 for _, _, c in results if c != 0),
+                     "stores_with_findings": [n for n, _, c in results if c != 0], "worst_exit_code": code}
     if fmt == "json":
         docs = [{**r.as_dict(), "exit_code": c} for _, r, c in results]
-        doc = {"reports": docs, "exit_code": code} if fleet else docs[0]
+        doc = {"reports": docs, "fleet": fleet_summary, "exit_code": code} if fleet else docs[0]
         sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     elif fmt == "jsonl":
         lines = []
@@ -151,13 +154,23 @@ def verify_command(
                          {"type": "forecast", **tag, **fc}]
                       + [{"type": kind, **tag, **r} for kind in ("lost", "not_dispatched", "not_indexed")
                          for r in fc.get(kind, [])])
+        if fleet:
+            lines.append({"type": "fleet", **fleet_summary})
         emit_jsonl(lines)
     elif fmt in ("csv", "tsv"):             # the findings, one row each (summary and forecast: json/jsonl)
         emit([{**({"store": name} if fleet else {}), **f.as_dict()} for name, report, _ in results
               for f in report.findings], fmt, (["store"] if fleet else []) + FINDING_COLUMNS)
     else:
-        for _, report, c in results:
+        for name, report, c in results:
+            if fleet:
+                stdout.print(escape_control(f"== {name}"), markup=False)
             _render_table(report, c)
+        if fleet:
+            stdout.print(escape_control(
+                f"fleet: {fleet_summary['stores']} stores, {fleet_summary['clean']} clean, "
+                f"{fleet_summary['with_findings']} with findings"
+                + (f" ({', '.join(fleet_summary['stores_with_findings'])})" if fleet_summary['with_findings'] else "")
+                + f"; worst exit code {code}"), markup=False)
     raise typer.Exit(code)
 
 
