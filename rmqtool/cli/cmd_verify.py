@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
                                 real_console,
                                 stderr, stdout)
@@ -53,7 +53,7 @@ class Progress:
 
 
 @contextmanager
-def _engine(engine: str, jobs: int, master, remote, spark_conf):
+def _engine(engine: str, jobs: int, master, remote, spark_conf, staging=None):
     """None for the in-process walk (local, one job: needs no pyarrow), else an Engine."""
     check_choice(engine, ("local", "spark"), "--engine")
     if jobs < 0:
@@ -66,7 +66,7 @@ def _engine(engine: str, jobs: int, master, remote, spark_conf):
     except ImportError:
         raise MissingDependencyError(f"verify --engine {engine} / --jobs needs pyarrow: "
                                      "pip install 'rmqtool[parquet]' (or [spark])") from None
-    with make_engine(engine, jobs, master, remote, spark_conf) as eng:
+    with make_engine(engine, jobs, master, remote, spark_conf, staging) as eng:
         yield eng
 
 
@@ -103,6 +103,7 @@ def verify_command(
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
     split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
 
@@ -128,7 +129,7 @@ def verify_command(
             s.require_topic(topic, queue)
     fleet = len(opened) > 1
     results = []
-    with _engine(engine, jobs, master, remote, spark_conf) as eng:
+    with _engine(engine, jobs, master, remote, spark_conf, staging) as eng:
         for name, s in opened:
             progress = Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty())
             try:

@@ -133,6 +133,10 @@ MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*];
 RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
 SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
 SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
+StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
+                          help="where tasks leave their results for this process (default: a temporary "
+                          "directory when the tasks run on this machine; a cluster needs a location its "
+                          "executors and this process share)")
 BodyOpt = typer.Option("none", "--body",
                        help="raw (base64 of the stored bytes) | text | hex | base64 | none")
 IndexSlotsOpt = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000 or inferred)")
@@ -158,12 +162,12 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
 
 
 def make_engine(engine: str, jobs: int, master: Optional[str], remote: Optional[str],
-                spark_conf: Optional[list]):
-    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf options."""
+                spark_conf: Optional[list], staging: Optional[str] = None):
+    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf/--staging options."""
     from rmqtool.engines import ENGINES, default_jobs, get_engine
     check_choice(engine, ENGINES, "--engine")
     return get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
-                      spark_conf=spark_conf or ())
+                      spark_conf=spark_conf or (), staging=staging)
 
 
 def check_choice(value: str, choices: Iterable[str], option: str) -> str:

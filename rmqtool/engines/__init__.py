@@ -179,6 +179,21 @@ class Engine:
     #: after ``run``: the final status of every task, and the tasks as finally run
     statuses: dict = {}
     tasks: list = []
+    #: where stages leave large parts for the driver (``--staging``); None: a temporary
+    #: directory when the tasks run on this machine
+    staging_location: str | None = None
+
+    def on_this_machine(self) -> bool:
+        """Whether every task runs on this machine (and can write to its temporary directory)."""
+        return True
+
+    def open_staging(self):
+        """A ``Staging`` for one stage's parts, or None when tasks cannot reach one (a cluster
+        without ``--staging``: the parts then travel back with the stage's rows)."""
+        from rmqtool.io.staging import Staging
+        if self.staging_location is not None:
+            return Staging(self.staging_location)
+        return Staging() if self.on_this_machine() else None
 
     def run(self, tasks: Sequence[Task], fn, schema, on_discard=None):
         """Run ``fn`` for every task; returns a pyarrow Table (``schema``) in task order.
@@ -235,15 +250,23 @@ def run_one(task: Task, fn, check_crc: bool | None = None):
 
 
 def get_engine(name: str = "local", *, jobs: int | None = None, master: str | None = None,
-               remote: str | None = None, spark_conf: Sequence[str] = (), spark=None) -> Engine:
-    """The engine called ``name``: ``local`` (``jobs`` processes) or ``spark``."""
+               remote: str | None = None, spark_conf: Sequence[str] = (), spark=None,
+               staging: str | None = None) -> Engine:
+    """The engine called ``name``: ``local`` (``jobs`` processes) or ``spark``; ``staging``: a
+    location every task and this process reach, for stages with large outputs."""
+    if staging is not None:
+        from rmqtool.io.staging import check_location
+        check_location(staging)
     if name == "local":
         from rmqtool.engines.local import LocalEngine
-        return LocalEngine(jobs=jobs)
-    if name == "spark":
+        engine: Engine = LocalEngine(jobs=jobs)
+    elif name == "spark":
         from rmqtool.engines.spark import SparkEngine
-        return SparkEngine(master=master, remote=remote, conf=spark_conf, session=spark)
-    raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {name!r}")
+        engine = SparkEngine(master=master, remote=remote, conf=spark_conf, session=spark)
+    else:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {name!r}")
+    engine.staging_location = staging
+    return engine
 
 
 def run_tasks(tasks: Sequence[Task], fn, schema, engine: Engine | str = "local", **options):

@@ -178,6 +178,21 @@ class SparkEngine(Engine):
         self.spark = session
         self._created = created
 
+    def on_this_machine(self) -> bool:
+        """A local master, or a cluster whose master listens on this machine's loopback."""
+        try:
+            master = self.spark.sparkContext.master
+        except Exception:         # Spark Connect: the server's address
+            master = os.environ.get("SPARK_REMOTE", "") or ""
+            try:
+                master = self.spark.client.host or master      # type: ignore[attr-defined]
+            except Exception:
+                pass
+        if master.startswith("local"):
+            return True
+        host = master.split("://", 1)[-1].split(":", 1)[0].split("/", 1)[0]
+        return host in ("127.0.0.1", "localhost", "::1")
+
     def parallelism(self) -> int:
         """Task slots of the session (Classic: defaultParallelism; Connect: the conf, or 8)."""
         try:

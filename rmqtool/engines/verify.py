@@ -8,6 +8,10 @@ verifier's topic table and continues exactly like the sequential walk: how each 
 ended (BLANK size, bytes after it, torn tail, corruption) is judged on the driver, and a
 file whose walk stopped on bad bytes is carved past the corruption there (rare, so
 sequential). Findings and the record table are therefore identical to the local walk.
+
+The parts (record columns of a batch) do not travel back with the job's rows: each task
+leaves them in a staging directory (``rmqtool.io.staging``) and the driver takes them one
+at a time as its walk reaches them, so the driver holds one part, not the store's table.
 """
 from __future__ import annotations
 
@@ -19,14 +23,17 @@ import pyarrow as pa
 
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 
-PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("part", pa.binary())])
+PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("part", pa.binary()),
+                         ("ref", pa.string())])
 
 
 class VerifyStage:
-    """Per task and batch: (columns with task-local topic ids, findings, topic table) pickled."""
+    """Per task and batch: (columns with task-local topic ids, findings, topic table) pickled,
+    left in ``staging`` (only its reference travels back) or, without one, in the row."""
 
-    def __init__(self, deep: bool):
+    def __init__(self, deep: bool, staging=None):
         self.deep = deep
+        self.staging = staging
 
     def __call__(self, task, batches):
         from rmqtool.ops.verify.records import TopicTable, batch_columns, check_batch
@@ -36,8 +43,12 @@ class VerifyStage:
             cols = batch_columns(b, topics, self.deep)
             raws = sorted(topics.ids, key=topics.ids.__getitem__)      # raw topic bytes by local id
             blob = pickle.dumps((cols, findings, raws), protocol=5)
-            yield pa.RecordBatch.from_pylist([{"task": task.task_id, "records": len(b), "part": blob}],
-                                             schema=PART_SCHEMA)
+            row = {"task": task.task_id, "records": len(b), "part": None, "ref": None}
+            if self.staging is None:
+                row["part"] = blob
+            else:
+                row["ref"] = self.staging.put(blob)
+            yield pa.RecordBatch.from_pylist([row], schema=PART_SCHEMA)
 
 
 @dataclass
@@ -49,24 +60,57 @@ class FilePart:
 
 @dataclass
 class EngineWalk:
-    """What the engine's tasks found, per CommitLog file: its batches and where its walk stopped."""
-    parts: dict = field(default_factory=dict)     # path -> [FilePart] in CommitLog order
+    """What the engine's tasks found, per CommitLog file: its parts (read back one at a time by
+    ``parts``) and where its walk stopped."""
+    staged: dict = field(default_factory=dict)    # path -> [part bytes or staging ref] in CommitLog order
     ends: dict = field(default_factory=dict)      # path -> (end kind, in-file position)
     tasks: int = 0
+    staging: object = None
+
+    def parts(self, path: str):
+        """The file's parts in CommitLog order, each taken out of staging as it is reached."""
+        items = self.staged.pop(path, [])
+        while items:
+            item = items.pop(0)
+            blob = item if isinstance(item, bytes) else self.staging.take(item)
+            cols, findings, raws = pickle.loads(blob)
+            del blob
+            yield FilePart(cols, findings, raws)
+
+    def close(self) -> None:
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
 
 
 def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None) -> EngineWalk:
-    """Run the verify stage over every CommitLog file of ``store`` (no CRC stop, like verify)."""
+    """Run the verify stage over every CommitLog file of ``store`` (no CRC stop, like verify).
+    The caller closes the walk (its staging directory) when it has taken the parts."""
     tasks = plan_tasks([("store", store)], split_size or DEFAULT_SPLIT_SIZE, check_crc=False)
     tasks = [t for t in tasks if t.hi > t.lo]          # empty files are judged by the driver
-    table = engine.run(tasks, VerifyStage(deep), PART_SCHEMA)
-    walk = EngineWalk(ends=file_ends(engine.tasks, engine.statuses) if tasks else {}, tasks=len(tasks))
+    staging = engine.open_staging() if tasks else None
+    walk = EngineWalk(tasks=len(tasks), staging=staging)
+    try:
+        table = engine.run(tasks, VerifyStage(deep, staging), PART_SCHEMA,
+                           on_discard=None if staging is None else _discarder(staging))
+    except BaseException:
+        walk.close()
+        raise
+    walk.ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
     path_of = {t.task_id: t.path for t in engine.tasks}
     # engine.run returns rows in task order; a file's tasks are planned in byte order
-    for tid, blob in zip(table.column("task").to_pylist(), table.column("part").to_pylist()):
-        cols, findings, raws = pickle.loads(blob)
-        walk.parts.setdefault(path_of[tid], []).append(FilePart(cols, findings, raws))
+    column = "part" if staging is None else "ref"
+    for tid, item in zip(table.column("task").to_pylist(), table.column(column).to_pylist()):
+        walk.staged.setdefault(path_of[tid], []).append(item)
     return walk
+
+
+def _discarder(staging):
+    def discard(table) -> None:
+        for ref in table.column("ref").to_pylist():
+            if ref is not None:
+                staging.discard(ref)
+    return discard
 
 
 def remap_topics(part: FilePart, intern) -> np.ndarray:

@@ -77,6 +77,17 @@ class CommitLogVerifier:
         if engine is not None:
             from rmqtool.engines.verify import engine_walk
             prepared = engine_walk(engine, self.store, self.deep, split_size)
+        try:
+            self._walk_files(files, prepared)
+        finally:
+            if prepared is not None:
+                prepared.close()
+        self._check_ends(files)
+        if self.dledger is not None:
+            self.dledger.finish()
+        return self.chunks.finish()
+
+    def _walk_files(self, files, prepared) -> None:
         for idx, seg in enumerate(files):
             self.files.append(str(seg.path))
             if seg.size == 0:
@@ -94,10 +105,6 @@ class CommitLogVerifier:
                 self.data_end.setdefault(idx, (exc.offset or 0, END_TORN))
             if self.progress:
                 self.progress(seg.size)
-        self._check_ends(files)
-        if self.dledger is not None:
-            self.dledger.finish()
-        return self.chunks.finish()
 
     def _consume(self, idx: int, batch) -> None:
         for f in check_batch(batch, deep=self.deep):
@@ -127,7 +134,7 @@ class CommitLogVerifier:
         """Take the engine's batches of one file, then go on from where its walk stopped."""
         from rmqtool.engines.verify import remap_topics
         path = str(seg.path)
-        for part in prepared.parts.get(path, ()):
+        for part in prepared.parts(path):
             cols = part.cols
             cols["topic_id"] = remap_topics(part, self.topics.intern)
             cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
