@@ -91,12 +91,12 @@ def test_staging_closed_when_the_walk_fails(tmp_path, monkeypatch):
 
 
 def test_discarded_task_output_is_removed_from_staging(tmp_path):
-    from rmqtool.engines.verify import PART_SCHEMA, _discarder
+    from rmqtool.engines.verify import PART_SCHEMA
     staging = Staging(str(tmp_path))
     refs = [staging.put(b"a"), staging.put(b"b")]
     table = pa.Table.from_pylist([{"task": 0, "records": 1, "part": None, "ref": r} for r in refs],
                                  schema=PART_SCHEMA)
-    _discarder(staging)(table)
+    staging.discard_rows(table)
     assert os.listdir(tmp_path / os.listdir(tmp_path)[0]) == []
     staging.close()
 

@@ -21,7 +21,8 @@ from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 from rmqtool.output.arrow import select
 from rmqtool.records.scan import END_BLANK, END_EOF, END_RANGE
 
-DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary())])
+DISPATCH_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary()),
+                             ("ref", pa.string())])
 
 
 def _in_range(batches, start: int, to_offset: int | None):
@@ -36,45 +37,61 @@ def _in_range(batches, start: int, to_offset: int | None):
 
 
 class DispatchStage:
-    """Per task: records in [start, to_offset) -> pickled ``BatchDispatch`` per batch."""
+    """Per task: records in [start, to_offset) -> pickled ``BatchDispatch`` per batch, left in
+    ``staging`` (the row carries its reference) or, without one, in the row."""
 
-    def __init__(self, config, start: int, to_offset: int | None):
+    def __init__(self, config, start: int, to_offset: int | None, staging=None):
         self.config, self.start, self.to_offset = config, start, to_offset
+        self.staging = staging
 
     def __call__(self, task, batches):
         from rmqtool.broker.dispatch import dispatch_batch
-        rows = []
         for b in _in_range(batches, self.start, self.to_offset):
             d = dispatch_batch(b, self.config)
-            rows.append({"task": task.task_id, "records": d.records, "dispatch": pickle.dumps(d, protocol=5)})
+            blob = pickle.dumps(d, protocol=5)
+            row = {"task": task.task_id, "records": d.records, "dispatch": None, "ref": None}
+            if self.staging is None:
+                row["dispatch"] = blob
+            else:
+                row["ref"] = self.staging.put(blob)
+            yield pa.RecordBatch.from_pylist([row], schema=DISPATCH_SCHEMA)
             if d.stop:                    # the broker dispatches nothing after it
                 break
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=DISPATCH_SCHEMA)
 
 
 def engine_walker(engine: Engine, store, check_crc: bool, config, split_size: int = DEFAULT_SPLIT_SIZE,
                   progress=None):
     """A ``walker(start, to_offset, on_dispatch) -> (records, end, kind)`` for rmqtool.ops.rebuild."""
     def walk(start: int, to_offset: int | None, on_dispatch):
-        size = store.commitlog.file_size
         tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc,
                            exact_start=True)
-        table = engine.run(tasks, DispatchStage(config, start, to_offset), DISPATCH_SCHEMA)
+        staging = engine.open_staging() if tasks else None
+        try:
+            return _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch)
+        finally:
+            if staging is not None:
+                staging.close()
+
+    def _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch):
+        size = store.commitlog.file_size
+        table = engine.run(tasks, DispatchStage(config, start, to_offset, staging), DISPATCH_SCHEMA,
+                           on_discard=None if staging is None else staging.discard_rows)
         ends = file_ends(engine.tasks, engine.statuses)
         task_file = {t.task_id: t for t in engine.tasks}
         payload = {}
-        for tid, n, blob in zip(table.column("task").to_pylist(), table.column("records").to_pylist(),
-                                table.column("dispatch").to_pylist()):
-            payload.setdefault(tid, []).append((n, blob))
+        column = "dispatch" if staging is None else "ref"
+        for tid, n, item in zip(table.column("task").to_pylist(), table.column("records").to_pylist(),
+                                table.column(column).to_pylist()):
+            payload.setdefault(tid, []).append((n, item))
+        del table
         records = 0
         segs = _segments_in_range(store, start, to_offset)
         total = max(min(segs[-1].start + size, to_offset or 1 << 62) - start, 1) if segs else 1
         reached, outcome = files_reached(store, ends, start, to_offset)
         for seg, end in reached:
             for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
-                for n, blob in payload.get(t.task_id, ()):
-                    d = pickle.loads(blob)
+                for n, item in payload.pop(t.task_id, ()):
+                    d = pickle.loads(item if staging is None else staging.take(item))
                     records += n
                     on_dispatch(d)
                     if d.stop:

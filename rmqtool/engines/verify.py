@@ -92,7 +92,7 @@ def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None
     walk = EngineWalk(tasks=len(tasks), staging=staging)
     try:
         table = engine.run(tasks, VerifyStage(deep, staging), PART_SCHEMA,
-                           on_discard=None if staging is None else _discarder(staging))
+                           on_discard=None if staging is None else staging.discard_rows)
     except BaseException:
         walk.close()
         raise
@@ -103,14 +103,6 @@ def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None
     for tid, item in zip(table.column("task").to_pylist(), table.column(column).to_pylist()):
         walk.staged.setdefault(path_of[tid], []).append(item)
     return walk
-
-
-def _discarder(staging):
-    def discard(table) -> None:
-        for ref in table.column("ref").to_pylist():
-            if ref is not None:
-                staging.discard(ref)
-    return discard
 
 
 def remap_topics(part: FilePart, intern) -> np.ndarray:

@@ -73,6 +73,13 @@ class Staging:
         except FileNotFoundError:
             pass
 
+    def discard_rows(self, table) -> None:
+        """Remove the parts referenced by a stage's output rows (column ``ref``) that an engine
+        threw away (a task re-run from a corrected start)."""
+        for ref in table.column("ref").to_pylist():
+            if ref is not None:
+                self.discard(ref)
+
     def close(self) -> None:
         """Remove the run directory and whatever parts are left in it."""
         if _is_uri(self.root):
