@@ -237,3 +237,18 @@ def test_query_key_scan_over_a_fleet_in_one_spark_job(spark):
             assert name == name2
             assert [(h.phy_offset, h.match) for h in res.hits] == [(h.phy_offset, h.match) for h in want.hits]
             assert res.scanned_bytes == want.scanned_bytes
+
+
+def test_stats_of_a_fleet_in_one_spark_job(spark):
+    """stats through Spark: every store's tasks in one job, the sequential walk's rows."""
+    from rmqtool.engines.spark import SparkEngine
+    from rmqtool.ops.stats import stats_with_engine, store_stats
+    stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
+    want = [row for name, s in stores for row in store_stats(s, name, "minute").rows()]
+    engine = SparkEngine(session=spark)
+    runs = []
+    real_run = engine.run
+    engine.run = lambda *a, **kw: runs.append(1) or real_run(*a, **kw)
+    got = [row for st in stats_with_engine(engine, stores, "minute", split_size=50000) for row in st.rows()]
+    assert got == want
+    assert len(runs) == 1

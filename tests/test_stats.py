@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 
 from conftest import STORE_NAMES, load_answers, reference_store, run_cli
+from corruptions import CASES, corrupt
 
 
 @pytest.mark.parametrize("name", STORE_NAMES)
@@ -38,3 +39,33 @@ def test_a_fleet_names_each_store_and_the_table_draws_the_rate():
     t = run_cli("stats", reference_store("basic"), "--by", "minute")
     assert t.code == 0 and "per minute:" in t.out and "total: 3000 messages" in t.out
     assert run_cli("stats", reference_store("basic"), "--by", "week").code == 2
+
+
+def _rows(*args) -> list[dict]:
+    r = run_cli("stats", *map(str, args), "-f", "jsonl")
+    assert r.code == 0, r.err
+    return [json.loads(line) for line in r.out.split("\n") if line]
+
+
+def test_engine_tasks_count_what_the_sequential_walk_counts(tmp_path):
+    """Every store's walk split into tasks of one run (a process pool here): the same rows."""
+    from conftest import dledger_copy, timer_copy
+    stores = [reference_store(n) for n in STORE_NAMES] + [reference_store("propcrc-lmq-batchcq"),
+                                                          dledger_copy(tmp_path / "dledger")]
+    want = _rows(*stores, "--by", "minute")
+    got = _rows(*stores, "--by", "minute", "--jobs", "2", "--split-size", "7000")
+    assert got == want
+    assert {r["store"] for r in got} == {"basic", "mixed", "crashed", "propcrc-lmq-batchcq", "dledger"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_engine_stats_on_damaged_stores(case, store_copy):
+    root = store_copy("basic")
+    corrupt(root, case)
+    assert _rows(root, "--jobs", "2", "--split-size", "20000") == _rows(root)
+
+
+def test_engine_option_errors():
+    for args in (["--jobs", "-1"], ["--split-size", "0"], ["--engine", "flink"]):
+        r = run_cli("stats", reference_store("basic"), *args)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1, args

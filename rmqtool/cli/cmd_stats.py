@@ -5,7 +5,9 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app, check_choice, emit, escape_control,
+from rmqtool.errors import UsageError
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt,
+                                SplitOpt, make_engine, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app, check_choice, emit, escape_control,
                                 format_time, human_size, open_stores, stdout)
 
 
@@ -17,16 +19,30 @@ def stats_command(
     idle_io: bool = IdleIoOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
+    engine: str = EngineOpt,
+    jobs: int = JobsOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
 ):
     """What a store holds: per topic and queue (messages, bytes, first/last store time, rate), per CommitLog
     file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
-    from rmqtool.ops.stats import BUCKETS, sparkline, store_stats
+    from rmqtool.ops.stats import BUCKETS, sparkline, stats_with_engine, store_stats
     check_choice(fmt, FORMATS, "--format")
     gentle(max_read_rate, idle_io)
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
+    if jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
+    if split_size is not None and split_size <= 0:
+        raise UsageError(f"--split-size must be positive, not {split_size}")
     opened = open_stores(stores, commitlog_dirs)
-    results = [store_stats(s, name, by) for name, s in opened]
+    if engine == "local" and jobs == 1:
+        results = [store_stats(s, name, by) for name, s in opened]
+    else:                        # every store's walk as the tasks of one run
+        with make_engine(engine, jobs, master, remote, spark_conf) as eng:
+            results = stats_with_engine(eng, opened, by, split_size)
     if fmt != "table":
         emit((row for r in results for row in r.rows()), fmt)
         return

@@ -41,6 +41,7 @@ class StoreStats:
     buckets: dict = field(default_factory=dict)     # bucket start -> [messages, bytes]
     bucket_ms: int | None = None
     total: _Acc = field(default_factory=_Acc)
+    current_file: _Acc = field(default_factory=_Acc, repr=False)    # the file being walked
 
     def rows(self) -> list[dict]:
         out = [{"kind": "queue", "store": self.store, "topic": t, "queue_id": q, **a.row()}
@@ -51,46 +52,131 @@ class StoreStats:
         out.append({"kind": "total", "store": self.store, "queues": len(self.queues), **self.total.row()})
         return out
 
+    def add_batch(self, batch: RecordBatch, topics: TopicTable) -> None:
+        """Count one record batch of the walk (into the file being walked)."""
+        if not len(batch):
+            return
+        tid = topics.topic_ids(batch).astype(np.int64)
+        qid = np.asarray(batch.queue_id, dtype=np.int64)
+        size = np.asarray(batch.size, dtype=np.int64)
+        ts = np.asarray(batch.store_timestamp, dtype=np.int64)
+        key = (tid << 32) | (qid & 0xFFFFFFFF)
+        keys, inv = np.unique(key, return_inverse=True)
+        n = np.bincount(inv)
+        b = np.bincount(inv, weights=size).astype(np.int64)
+        lo = np.full(len(keys), np.iinfo(np.int64).max)
+        hi = np.full(len(keys), np.iinfo(np.int64).min)
+        np.minimum.at(lo, inv, ts)
+        np.maximum.at(hi, inv, ts)
+        for k, c, by_, l_, h_ in zip(keys.tolist(), n.tolist(), b.tolist(), lo.tolist(), hi.tolist()):
+            qk = (topics.names[k >> 32], int(np.int32(k & 0xFFFFFFFF)))
+            self.queues.setdefault(qk, _Acc()).add(c, by_, l_, h_)
+        batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
+        self.total.add(len(batch), batch_bytes, tmin, tmax)
+        self.current_file.add(len(batch), batch_bytes, tmin, tmax)
+        if self.bucket_ms:
+            starts, binv = np.unique(ts // self.bucket_ms * self.bucket_ms, return_inverse=True)
+            for s_, c, by_ in zip(starts.tolist(), np.bincount(binv).tolist(),
+                                  np.bincount(binv, weights=size).astype(np.int64).tolist()):
+                cur = self.buckets.setdefault(s_, [0, 0])
+                cur[0] += c
+                cur[1] += by_
+
+    def end_file(self, path: str, file_size: int, position: int, kind: str) -> None:
+        """The walked file ends (at ``position``, how: ``kind``): its row, then the next file."""
+        self.files.append({"file": path, "file_size": file_size, "data_end": position,
+                           "fill": round(position / file_size, 4) if file_size else None,
+                           "end": kind, **self.current_file.row()})
+        self.current_file = _Acc()
+
+    def merge(self, part: "StoreStats") -> None:
+        """Add the counts of a later part of the same walk (an engine task's) to these."""
+        for qk, acc in part.queues.items():
+            _merge_acc(self.queues.setdefault(qk, _Acc()), acc)
+        for b, (c, by_) in part.buckets.items():
+            cur = self.buckets.setdefault(b, [0, 0])
+            cur[0] += c
+            cur[1] += by_
+        _merge_acc(self.total, part.total)
+        _merge_acc(self.current_file, part.current_file)
+
+
+def _merge_acc(into: _Acc, acc: _Acc) -> None:
+    if acc.messages:
+        into.add(acc.messages, acc.bytes, acc.first, acc.last)
+
 
 def store_stats(store, name: str, by: str | None = None) -> StoreStats:
+    """One sequential walk of the store's CommitLog."""
     st = StoreStats(name, bucket_ms=BUCKETS[by] if by else None)
     topics = TopicTable()
-    file_acc = _Acc()
     for item in walk_store(store):
         if isinstance(item, RecordBatch):
-            if not len(item):
-                continue
-            tid = topics.topic_ids(item).astype(np.int64)
-            qid = np.asarray(item.queue_id, dtype=np.int64)
-            size = np.asarray(item.size, dtype=np.int64)
-            ts = np.asarray(item.store_timestamp, dtype=np.int64)
-            key = (tid << 32) | (qid & 0xFFFFFFFF)
-            keys, inv = np.unique(key, return_inverse=True)
-            n = np.bincount(inv)
-            b = np.bincount(inv, weights=size).astype(np.int64)
-            lo = np.full(len(keys), np.iinfo(np.int64).max)
-            hi = np.full(len(keys), np.iinfo(np.int64).min)
-            np.minimum.at(lo, inv, ts)
-            np.maximum.at(hi, inv, ts)
-            for k, c, by_, l_, h_ in zip(keys.tolist(), n.tolist(), b.tolist(), lo.tolist(), hi.tolist()):
-                qk = (topics.names[k >> 32], int(np.int32(k & 0xFFFFFFFF)))
-                st.queues.setdefault(qk, _Acc()).add(c, by_, l_, h_)
-            batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
-            st.total.add(len(item), batch_bytes, tmin, tmax)
-            file_acc.add(len(item), batch_bytes, tmin, tmax)
-            if st.bucket_ms:
-                starts, binv = np.unique(ts // st.bucket_ms * st.bucket_ms, return_inverse=True)
-                for s_, c, by_ in zip(starts.tolist(), np.bincount(binv).tolist(),
-                                      np.bincount(binv, weights=size).astype(np.int64).tolist()):
-                    cur = st.buckets.setdefault(s_, [0, 0])
-                    cur[0] += c
-                    cur[1] += by_
+            st.add_batch(item, topics)
         elif isinstance(item, FileEnd):
-            st.files.append({"file": item.path, "file_size": item.file_size, "data_end": item.position,
-                             "fill": round(item.position / item.file_size, 4) if item.file_size else None,
-                             "end": item.kind, **file_acc.row()})
-            file_acc = _Acc()
+            st.end_file(item.path, item.file_size, item.position, item.kind)
     return st
+
+
+class StatsStage:
+    """Per engine task: the counts of its records, pickled (aggregates only: small)."""
+
+    def __init__(self, bucket_ms: int | None):
+        self.bucket_ms = bucket_ms
+
+    def __call__(self, task, batches):
+        import pickle
+        import pyarrow as pa
+        part, topics = StoreStats(task.store, bucket_ms=self.bucket_ms), TopicTable()
+        for b in batches:
+            part.add_batch(b, topics)
+        yield pa.RecordBatch.from_pylist([{"task": task.task_id, "part": pickle.dumps(part, protocol=5)}],
+                                         schema=_part_schema())
+
+
+def _part_schema():
+    import pyarrow as pa
+    return pa.schema([("task", pa.int64()), ("part", pa.binary())])
+
+
+def stats_with_engine(engine, stores, by: str | None = None, split_size: int | None = None) -> list[StoreStats]:
+    """``store_stats`` of every ``(name, Store)`` with the walks of all stores as the tasks of one
+    engine run; each file's tasks form one sequential walk (``engines.check_chains``), so the
+    counts are those of ``store_stats``. A file no task covers (an empty one) is walked here."""
+    import pickle
+    from rmqtool.engines import DEFAULT_SPLIT_SIZE, file_ends, plan_tasks
+    bucket_ms = BUCKETS[by] if by else None
+    stores = list(stores)
+    tasks = [t for t in plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE) if t.hi > t.lo]
+    table = engine.run(tasks, StatsStage(bucket_ms), _part_schema()) if tasks else None
+    ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
+    parts: dict[int, list] = {}
+    if table is not None:
+        for tid, blob in zip(table.column("task").to_pylist(), table.column("part").to_pylist()):
+            parts.setdefault(tid, []).append(blob)
+    by_file: dict[tuple[str, str], list] = {}
+    for t in (engine.tasks if tasks else ()):
+        by_file.setdefault(t.file_key, []).append(t)
+    out = []
+    for name, store in stores:
+        st = StoreStats(name, bucket_ms=bucket_ms)
+        for seg in store.commitlog.files:
+            file_tasks = sorted(by_file.get((name, str(seg.path)), ()), key=lambda t: t.lo)
+            if not file_tasks:
+                topics = TopicTable()
+                for item in walk_store(store, files=[seg]):
+                    if isinstance(item, RecordBatch):
+                        st.add_batch(item, topics)
+                    elif isinstance(item, FileEnd):
+                        st.end_file(item.path, item.file_size, item.position, item.kind)
+                continue
+            for t in file_tasks:
+                for blob in parts.pop(t.task_id, ()):
+                    st.merge(pickle.loads(blob))
+            kind, pos = ends[str(seg.path)]
+            st.end_file(str(seg.path), seg.size, pos, kind)
+        out.append(st)
+    return out
 
 
 def sparkline(values: list[int]) -> str:
