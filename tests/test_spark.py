@@ -252,3 +252,19 @@ def test_stats_of_a_fleet_in_one_spark_job(spark):
     got = [row for st in stats_with_engine(engine, stores, "minute", split_size=50000) for row in st.rows()]
     assert got == want
     assert len(runs) == 1
+
+
+def test_verify_of_a_fleet_in_one_spark_job(spark):
+    """verify of several stores through Spark: one job walks them all (parts in staging), and
+    each report is the store's own sequential report."""
+    from rmqtool.engines.spark import SparkEngine
+    from rmqtool.engines.verify import fleet_walk
+    from rmqtool.ops.verify import VerifyOptions, verify
+    stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
+    options = VerifyOptions(level="deep", limit_per_check=None)
+    engine = SparkEngine(session=spark)
+    with fleet_walk(engine, stores, True, split_size=50000) as fleet:
+        got = [verify(s, options, engine=engine, prepared=fleet.walks[name]).as_dict() for name, s in stores]
+        staging_root = fleet.staging.root
+    assert got == [verify(s, options).as_dict() for _, s in stores]
+    assert not os.path.exists(staging_root)

@@ -89,3 +89,22 @@ def test_verify_a_fleet_reports_each_store(store_copy):
     assert [line["check"] for line in lines if line["type"] == "finding" and line["store"] == "mixed"
             and line["severity"] != "info"] == []
     assert run_cli("verify", good, good + "/../mixed").code == 0
+
+
+@pytest.mark.parametrize("level", ["shallow", "deep"])
+def test_a_fleet_is_walked_in_one_engine_run(level, store_copy, monkeypatch):
+    """verify STORE... --jobs N: every store's walk as the tasks of one run; each report is the
+    store's own sequential report."""
+    from rmqtool.engines import Engine
+    bad = store_copy("basic")
+    corrupt(bad, "total-size")
+    paths = [str(reference_store("mixed")), str(bad), str(reference_store("crashed"))]
+    runs = []
+    real = Engine.run
+    monkeypatch.setattr(Engine, "run", lambda self, *a, **kw: runs.append(len(a[0])) or real(self, *a, **kw))
+    fleet = json.loads(run_cli("verify", *paths, "--level", level, "-f", "json", "--jobs", "2",
+                               "--split-size", "30000").out)
+    assert len(runs) == 1 and runs[0] > 3
+    monkeypatch.setattr(Engine, "run", real)
+    alone = [json.loads(run_cli("verify", p, "--level", level, "-f", "json").out) for p in paths]
+    assert fleet["reports"] == alone

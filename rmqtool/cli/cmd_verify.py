@@ -70,6 +70,17 @@ def _engine(engine: str, jobs: int, master, remote, spark_conf, staging=None):
         yield eng
 
 
+@contextmanager
+def _fleet_walk(eng, opened, level: str, split_size):
+    """Several stores through an engine: all their walks as the tasks of one run, first."""
+    if eng is None or len(opened) < 2:
+        yield {}
+        return
+    from rmqtool.engines.verify import fleet_walk
+    with fleet_walk(eng, opened, level == "deep", split_size) as fleet:
+        yield fleet.walks
+
+
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
     if not values:
         return KINDS
@@ -129,11 +140,13 @@ def verify_command(
             s.require_topic(topic, queue)
     fleet = len(opened) > 1
     results = []
-    with _engine(engine, jobs, master, remote, spark_conf, staging) as eng:
+    with _engine(engine, jobs, master, remote, spark_conf, staging) as eng, \
+            _fleet_walk(eng, opened, level, split_size) as walks:
         for name, s in opened:
             progress = Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty())
             try:
-                report = verify(s, options, progress=progress, engine=eng, split_size=split_size)
+                report = verify(s, options, progress=progress, engine=eng, split_size=split_size,
+                                prepared=walks.get(name))
             finally:
                 progress.close()
             results.append((name, report, report.exit_code(fail_on)))

@@ -66,6 +66,7 @@ class EngineWalk:
     ends: dict = field(default_factory=dict)      # path -> (end kind, in-file position)
     tasks: int = 0
     staging: object = None
+    owns_staging: bool = True                     # False: one staging shared by a fleet's walks
 
     def parts(self, path: str):
         """The file's parts in CommitLog order, each taken out of staging as it is reached."""
@@ -78,30 +79,72 @@ class EngineWalk:
             yield FilePart(cols, findings, raws)
 
     def close(self) -> None:
+        """Remove what was not taken (the whole staging directory when it is this walk's own)."""
+        if self.staging is not None:
+            if self.owns_staging:
+                self.staging.close()
+            else:
+                for items in self.staged.values():
+                    for item in items:
+                        if isinstance(item, str):
+                            self.staging.discard(item)
+            self.staging = None
+        self.staged.clear()
+
+
+@dataclass
+class FleetWalk:
+    """The walks of several stores, run as the tasks of one engine run, and their shared staging."""
+    walks: dict                                   # store name -> EngineWalk
+    staging: object = None
+
+    def close(self) -> None:
+        for walk in self.walks.values():
+            walk.close()
         if self.staging is not None:
             self.staging.close()
             self.staging = None
 
+    def __enter__(self):
+        return self
 
-def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None) -> EngineWalk:
-    """Run the verify stage over every CommitLog file of ``store`` (no CRC stop, like verify).
-    The caller closes the walk (its staging directory) when it has taken the parts."""
-    tasks = plan_tasks([("store", store)], split_size or DEFAULT_SPLIT_SIZE, check_crc=False)
+    def __exit__(self, *exc):
+        self.close()
+
+
+def fleet_walk(engine: Engine, stores, deep: bool, split_size: int | None = None) -> FleetWalk:
+    """Run the verify stage over every CommitLog file of every ``(name, Store)`` in one engine
+    run (no CRC stop, like verify). The caller closes the result when it has taken the parts."""
+    stores = list(stores)
+    tasks = plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE, check_crc=False)
     tasks = [t for t in tasks if t.hi > t.lo]          # empty files are judged by the driver
     staging = engine.open_staging() if tasks else None
-    walk = EngineWalk(tasks=len(tasks), staging=staging)
+    fleet = FleetWalk({name: EngineWalk(staging=staging, owns_staging=False) for name, _ in stores}, staging)
     try:
         table = engine.run(tasks, VerifyStage(deep, staging), PART_SCHEMA,
                            on_discard=None if staging is None else staging.discard_rows)
     except BaseException:
-        walk.close()
+        fleet.close()
         raise
-    walk.ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
-    path_of = {t.task_id: t.path for t in engine.tasks}
+    ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
+    task_of = {t.task_id: t for t in engine.tasks}
+    for t in tasks:
+        walk = fleet.walks[t.store]
+        walk.tasks += 1
+        walk.ends[t.path] = ends[t.path]
     # engine.run returns rows in task order; a file's tasks are planned in byte order
     column = "part" if staging is None else "ref"
     for tid, item in zip(table.column("task").to_pylist(), table.column(column).to_pylist()):
-        walk.staged.setdefault(path_of[tid], []).append(item)
+        t = task_of[tid]
+        fleet.walks[t.store].staged.setdefault(t.path, []).append(item)
+    return fleet
+
+
+def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None) -> EngineWalk:
+    """``fleet_walk`` of one store: its walk, owning the staging directory (closed with it)."""
+    fleet = fleet_walk(engine, [("store", store)], deep, split_size)
+    walk = fleet.walks["store"]
+    walk.owns_staging = True
     return walk
 
 

@@ -68,13 +68,13 @@ class CommitLogVerifier:
             self.add(check, p.path, offset, p.message, p.severity, excerpt=False)
 
     # --- walk --------------------------------------------------------------------------------
-    def walk(self, engine=None, split_size: int | None = None) -> RecordChunks:
+    def walk(self, engine=None, split_size: int | None = None, prepared=None) -> RecordChunks:
         """Walk every file; with an ``engine`` its tasks walk byte ranges in parallel and this
-        process adopts their batches, then judges each file's end as the sequential walk does."""
+        process adopts their batches, then judges each file's end as the sequential walk does.
+        ``prepared``: the engine's walk of this store, already run (a fleet's)."""
         files = self.store.commitlog.files
         self._starts_with_data = [_starts_with_data(seg.path) for seg in files]
-        prepared = None
-        if engine is not None:
+        if prepared is None and engine is not None:
             from rmqtool.engines.verify import engine_walk
             prepared = engine_walk(engine, self.store, self.deep, split_size)
         try:

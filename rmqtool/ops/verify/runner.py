@@ -97,11 +97,13 @@ READ_ATTEMPTS = 4
 
 
 def verify(store, options: VerifyOptions | None = None, progress=None, engine=None,
-           split_size: int | None = None) -> VerifyReport:
+           split_size: int | None = None, prepared=None) -> VerifyReport:
     """Verify a store without writing anything; findings go into the report, never raised.
 
     ``engine`` (an ``rmqtool.engines.Engine``) runs the CommitLog walk and the per-record
     checks as tasks over ``split_size`` byte ranges; the report is the same as without it.
+    ``prepared``: that walk already run for this store (``engines.verify.fleet_walk``: a fleet's
+    walks as one engine run); it is used by the first read of the store.
 
     ``rmqtool write`` replaces the whole root at once (``rmqtool.io.install``); a run during
     which that happened read parts of two versions, so it is repeated on the new root, up
@@ -114,7 +116,7 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
         before = store.identity()
         if progress is not None and hasattr(progress, "restart"):
             progress.restart()
-        report = _verify_once(store, options, progress, engine, split_size)
+        report = _verify_once(store, options, progress, engine, split_size, prepared if attempt == 0 else None)
         if store.identity() == before:
             break
         if attempt + 1 < READ_ATTEMPTS:
@@ -128,15 +130,16 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
     return report
 
 
-def _verify_once(store, options: VerifyOptions, progress, engine, split_size) -> VerifyReport:
+def _verify_once(store, options: VerifyOptions, progress, engine, split_size, prepared=None) -> VerifyReport:
     spill = SpillDir()
     try:
-        return _verify_chunked(store, options, progress, engine, split_size, spill)
+        return _verify_chunked(store, options, progress, engine, split_size, spill, prepared)
     finally:
         spill.close()
 
 
-def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size, spill: SpillDir) -> VerifyReport:
+def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size, spill: SpillDir,
+                    prepared=None) -> VerifyReport:
     deep = options.level == "deep"
     owner = store.lock_owner()        # a broker, or an rmqtool writer: either is changing the store
     live = owner is not None
@@ -157,7 +160,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
                             report_records="commitlog" in want, spill=spill, chunk_records=options.chunk_records)
     clv.check_layout()
-    records = clv.walk(engine, split_size)
+    records = clv.walk(engine, split_size, prepared)
     tid = records.topics.lookup(options.topic) if options.topic is not None else None
 
     def selected(table):
