@@ -53,8 +53,9 @@ def run_cli(*args, stdin: str | None = None) -> CliResult:
     import io
     import sys
     from rmqtool.cli import main
+    import os
     out, err = io.StringIO(), io.StringIO()
-    old_argv, old_stdin = sys.argv, sys.stdin
+    old_argv, old_stdin, old_env = sys.argv, sys.stdin, dict(os.environ)
     sys.argv = ["rmqtool", *map(str, args)]
     if stdin is not None:
         sys.stdin = io.StringIO(stdin)
@@ -67,6 +68,9 @@ def run_cli(*args, stdin: str | None = None) -> CliResult:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     finally:
         sys.argv, sys.stdin = old_argv, old_stdin
+        if dict(os.environ) != old_env:          # options such as --storage-option are per command
+            os.environ.clear()
+            os.environ.update(old_env)
     return CliResult(code, out.getvalue(), err.getvalue())
 
 

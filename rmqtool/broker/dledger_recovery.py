@@ -15,6 +15,7 @@ from formats import dledger as dl
 from rmqtool.io.dledger_layout import index_queue, read_index_units
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.records.scan import END_BLANK, END_CORRUPT, END_ZERO, FileEnd
+from rmqtool.io import storage
 
 #: DLedgerEntry.HEADER_SIZE: the header up to the body length field; an entry must be larger
 HEADER_SIZE = dl.ENTRY_HEADER_OFFSETS["body_length"]
@@ -110,7 +111,7 @@ def dledger_recovery(store) -> DLedgerRecovery | None:
     if not files:
         return None
     size = store.commitlog.file_size
-    units = _Units(Path(files[0].path).parent.parent)     # the member: data/ is its child
+    units = _Units(storage.path(files[0].path).parent.parent)     # the member: data/ is its child
     start, first = 0, None
     for i in range(max(0, len(files) - 3), -1, -1):
         start = i

@@ -15,7 +15,8 @@ from rmqtool.errors import writing_to
 @app.command("export")
 def export_command(
     stores: List[str] = typer.Argument(..., help="store roots (several paths or a quoted glob)"),
-    to: str = typer.Option(..., "--to", help="destination directory (shared storage for Spark)"),
+    to: str = typer.Option(..., "--to", help="destination directory or storage URI (s3://bucket/prefix, gs://, hdfs://): where every task "
+                       "writes its part files (for Spark: a place every executor reaches)"),
     fmt: str = typer.Option("parquet", "--format", "-f", help="parquet | jsonl"),
     topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
     queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),

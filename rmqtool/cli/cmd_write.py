@@ -78,7 +78,7 @@ def _rows(source: str):
 
 @app.command("write")
 def write_command(
-    store: Path = typer.Argument(..., help="store root (created if missing; appended to if it exists)"),
+    store_arg: str = typer.Argument(..., metavar="STORE", help="store root (created if missing; appended to if it exists)"),
     source: Optional[str] = typer.Option(None, "--from", help="JSONL file of records (dump --format jsonl), or -"),
     synthetic: Optional[int] = typer.Option(None, "--synthetic", help="generate this many messages instead"),
     topics: int = typer.Option(4, "--topics", help="synthetic: number of topics"),
@@ -109,7 +109,12 @@ def write_command(
                                                          "member n0's entries) | simplified (the article's *.txt files)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
+    from rmqtool.io.storage import is_uri
     from rmqtool.ops.writer import Geometry, StoreWriter, SyntheticSpec, write_rows, write_synthetic
+    if is_uri(store_arg):
+        raise UsageError("write needs a local store directory: stores on object storage are read-only "
+                         "to rmqtool (write locally, then upload)", store_arg)
+    store = Path(store_arg[len("file://"):] if store_arg.startswith("file://") else store_arg)
     check_choice(fmt, REPORT_FORMATS, "--format")
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")

@@ -6,7 +6,7 @@ import json
 import os
 import re
 import sys
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 import typer
 
@@ -50,6 +50,23 @@ def _keep_traceback(value: bool) -> None:
         os.environ["RMQTOOL_TRACEBACK"] = "1"       # read by run_app's error boundary
 
 
+def _set_storage_options(values: Optional[List[str]]) -> None:
+    if values:
+        from rmqtool.io import storage
+        storage.set_options({**storage.options(), **storage.parse_options(values)})
+
+
+def _mirror_s3a(values: Optional[List[str]]):
+    """--spark-conf spark.hadoop.fs.s3a.* also reach this process's own reads (explicit
+    --storage-option values win)."""
+    if values:
+        from rmqtool.io import storage
+        mirrored = storage.parse_options((), values)
+        if mirrored:
+            storage.set_options({**mirrored, **storage.options()})
+    return values
+
+
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version, which kernel path runs (native C or numpy) and the installed extras, then exit"),
@@ -61,6 +78,11 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
           traceback: bool = typer.Option(False, "--traceback", callback=_keep_traceback, is_eager=True,
                                          help="on an internal or OS error, print the Python traceback "
                                               "(for bug reports; same as RMQTOOL_TRACEBACK=1)"),
+          storage_option: Optional[List[str]] = typer.Option(
+              None, "--storage-option", metavar="KEY=VALUE", callback=_set_storage_options, is_eager=True,
+              help="a setting of the object store the STORE URIs (s3://, gs://, hdfs://) are read from, "
+                   "e.g. endpoint_override=host:9000, region=eu-west-1, anonymous=true (repeatable; "
+                   "see docs/guide-fleets.md)"),
           ) -> None:
     """Offline forensic and repair tool for Apache RocketMQ broker stores."""
 
@@ -131,7 +153,9 @@ EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: whe
 JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
 MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
 RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
-SparkConfOpt = typer.Option(None, "--spark-conf", help="Spark setting key=value (repeatable)")
+SparkConfOpt = typer.Option(None, "--spark-conf", callback=_mirror_s3a,
+                            help="Spark setting key=value (repeatable; spark.hadoop.fs.s3a.* also apply "
+                            "to this process's reads of s3:// stores)")
 SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
 StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
                           help="where tasks leave their results for this process (default: a temporary "

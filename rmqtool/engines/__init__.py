@@ -56,8 +56,10 @@ class TaskStatus:
 
 def store_names(paths: Sequence[str | Path]) -> list[str]:
     """A name per store: the directory name, or the full path where names collide."""
-    base = [Path(p).resolve().name or str(Path(p).resolve()) for p in paths]
-    return [b if base.count(b) == 1 else str(Path(p).resolve()) for b, p in zip(base, paths)]
+    from rmqtool.io import storage
+    full = [str(storage.path(p).resolve()) for p in paths]
+    base = [storage.path(f).name or f for f in full]
+    return [b if base.count(b) == 1 else f for b, f in zip(base, full)]
 
 
 def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_SPLIT_SIZE,

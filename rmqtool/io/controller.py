@@ -14,6 +14,7 @@ from pathlib import Path
 from formats import controller as fc
 from rmqtool.errors import CorruptDataError
 from rmqtool.io.fileio import file_size, read_file
+from rmqtool.io import storage
 
 #: more than any epoch or identity file holds; a larger file is refused unread
 MAX_FILE_SIZE = 16 << 20
@@ -123,7 +124,7 @@ def read_epochs(root: Path) -> EpochFile | None:
     """The epoch file the broker would load from store ``root`` (CheckpointFile.read()); None when
     neither file exists. ``.bak`` is read only when the broker reads it: the main file is missing,
     holds no entries, or is rejected."""
-    main_path = Path(root) / fc.EPOCH_FILE
+    main_path = storage.path(root) / fc.EPOCH_FILE
     bak_path = main_path.with_name(fc.EPOCH_FILE + fc.BACKUP_SUFFIX)
     main = read_epoch_file(main_path)
     if main.status == "ok":
@@ -180,7 +181,7 @@ def _identity(path: Path, grammar: tuple) -> list | None:
 def read_broker_identity(root: Path) -> BrokerIdentity | None:
     """The identity the broker takes at start (ReplicasManager.confirmNowRegisteringState): the
     registered one, else the one being registered; None when neither file exists."""
-    path = Path(root) / fc.BROKER_IDENTITY_FILE
+    path = storage.path(root) / fc.BROKER_IDENTITY_FILE
     values = _identity(path, fc.BROKER_IDENTITY)
     if values is not None:
         return BrokerIdentity(str(path), *values)

@@ -8,10 +8,11 @@ and checkpoint stay in the store root and hold the records' offsets in those dat
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
+from rmqtool.io import storage
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
 
@@ -22,7 +23,7 @@ INDEX_DIR = "index"
 def members(root: Path) -> list[Path]:
     """The DLedger member directories (``dledger-<selfId>/`` holding ``data/``) of a store root."""
     try:
-        names = sorted(os.listdir(root))
+        names = sorted(storage.listdir(root))
     except OSError:
         return []
     return [root / n for n in names
@@ -32,7 +33,7 @@ def members(root: Path) -> list[Path]:
 
 def is_entry_file(path: Path | str) -> bool:
     """A file of a DLedger member's ``data/`` directory: its records sit inside entries."""
-    p = Path(path)
+    p = PurePosixPath(str(path).split("://", 1)[-1])
     return p.parent.name == DATA_DIR and p.parent.parent.name.startswith(MEMBER_DIR_PREFIX)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 
 from rmqtool.io import throttle
+from rmqtool.io.storage import is_uri
 from rmqtool.errors import FileChangedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
@@ -21,6 +22,9 @@ LARGE_READ = 1 << 20
 
 
 def file_size(path: Path | str) -> int:
+    if is_uri(path):
+        with ReadOnlyFile(path) as fh:
+            return fh.size()
     try:
         return os.stat(path).st_size
     except FileNotFoundError:
@@ -30,9 +34,16 @@ def file_size(path: Path | str) -> int:
 
 
 class ReadOnlyFile:
-    """An open file descriptor used only with pread."""
+    """An open file descriptor used only with pread (a remote object: ranged reads)."""
 
     def __init__(self, path: Path | str):
+        self.remote = None
+        self.fd = -1
+        if is_uri(path):
+            from rmqtool.io.storage import RemoteFile, path as storage_path
+            self.path = storage_path(path)
+            self.remote = RemoteFile(self.path)
+            return
         self.path = Path(path)
         try:
             self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -44,12 +55,22 @@ class ReadOnlyFile:
             raise UnreadableError(f"cannot open: {exc.strerror}", path) from None
 
     def size(self) -> int:
+        if self.remote is not None:
+            return self.remote.size()
         return os.fstat(self.fd).st_size
 
     def read(self, pos: int, length: int, exact: bool = True) -> bytes:
         """Read ``length`` bytes at ``pos``; with ``exact`` a short read is an error."""
         if length <= 0:
             return b""
+        if self.remote is not None:
+            data = self.remote.read_at(pos, length)
+            throttle.consume(len(data))
+            if exact and len(data) < length:
+                raise FileChangedError(
+                    f"file shorter than expected (wanted {length} bytes, got {len(data)})",
+                    self.path, pos + len(data))
+            return data
         chunks, got = [], 0
         while got < length:
             want = min(length - got, 1 << 30)
@@ -71,11 +92,33 @@ class ReadOnlyFile:
                 self.path, pos + len(data))
         return data
 
+    def read_into(self, view: memoryview, pos: int) -> None:
+        """Fill ``view`` with the bytes at ``pos`` (exact: a short read is FileChangedError)."""
+        want = len(view)
+        if self.remote is not None:
+            data = self.read(pos, want, exact=True)
+            view[:want] = data
+            return
+        got = 0
+        while got < want:
+            try:
+                n = os.preadv(self.fd, [view[got:]], pos + got)
+            except OSError as exc:
+                raise UnreadableError(f"read failed: {exc.strerror}", self.path, pos + got) from None
+            if not n:
+                raise FileChangedError(f"file shorter than expected (wanted {want} bytes, got {got})",
+                                       self.path, pos + got)
+            got += n
+            throttle.consume(n)
+
     def read_array(self, pos: int, length: int, exact: bool = True) -> "np.ndarray":
         import numpy as np
         return np.frombuffer(self.read(pos, length, exact), dtype=np.uint8)
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            return
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -136,7 +179,8 @@ def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
         end = fh.size() if hi is None else min(hi, fh.size())
         pos = lo
         while pos < end:
-            pos = _skip_hole(fh.fd, pos, end)
+            if fh.remote is None:
+                pos = _skip_hole(fh.fd, pos, end)
             if pos >= end:
                 return None
             chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)

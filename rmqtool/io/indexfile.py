@@ -11,6 +11,7 @@ from formats.indexfile import (
     INDEX_SLOT_SIZE, IndexHeader, entry_position, index_file_size, slot_position)
 from rmqtool.errors import CorruptDataError, StoreLayoutError
 from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io import storage
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class IndexFileReader:
     """One index file, read with pread: header, a slot, an entry, or everything."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
-        self.path = Path(path)
+        self.path = storage.path(path)
         self.geometry = geometry
         self.file = ReadOnlyFile(path)
         self.size = self.file.size()

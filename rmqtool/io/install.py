@@ -36,6 +36,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqtool.io import storage
 from rmqtool.errors import RefusedError, RmqError
 from rmqtool.io.topicpath import queue_selected
 
@@ -300,8 +301,11 @@ def prepare_output(output: Path) -> Path:
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
-    """Carry an unchanged file into the new tree: hard link, else copy."""
+    """Carry an unchanged file into the new tree: hard link, else copy (from object storage: copy)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
+    if storage.is_uri(src):
+        dst.write_bytes(src.read_bytes())
+        return
     try:
         os.link(src, dst)
     except OSError:
@@ -460,7 +464,9 @@ def _linked_selection(target: Path, only, rebuilt) -> list[tuple[str, str]]:
     to ``target``, link target): ``target`` itself (rel ""); a linked topic directory, or linked
     queue directory, in the selection that the rebuild writes queues into (``rebuilt``: the
     (topic, queue id) pairs it writes; None: every selected one); any link inside a selected
-    queue directory."""
+    queue directory. Object stores have no links."""
+    if storage.is_uri(target):
+        return []
     if os.path.islink(target):
         return [("", os.readlink(target))]
     out = []
@@ -508,7 +514,7 @@ def refuse_linked_topics(target: Path, only=None) -> None:
     directory) is a symlink; a topic or queue named by ``only`` is a linked directory; a
     selected queue directory holds a link. A linked topic of a full rebuild is decided by
     ``carried_files`` once the rebuilt queues are known."""
-    target = Path(target)
+    target = storage.path(target)
     linked = _linked_selection(target, only, None)
     if only is None:
         linked = [(rel, dest) for rel, dest in linked if rel == "" or rel.count("/") >= 2]
@@ -532,18 +538,19 @@ def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
     into, a link outside the selected queues) is carried over as the link itself, so the new
     tree points where the old one did and nothing behind a link is read, written or dropped.
     Refuses (exit 3) a link the rebuild would write through or replace."""
-    target = Path(target)
+    target = storage.path(target)
     _refuse(target, _linked_selection(target, only, rebuilt))
     out = CarryOver([], [], [])
-    for dirpath, dirnames, filenames in os.walk(target):       # never descends into linked dirs
-        rel_dir = Path(dirpath).relative_to(target)
+    remote = storage.is_uri(target)
+    for dirpath, dirnames, filenames in storage.walk(target) if remote else os.walk(target):
+        rel_dir = Path(str(dirpath.relative_to(target)) if remote else Path(dirpath).relative_to(target))
         parts = rel_dir.parts
         for name in sorted(dirnames):
-            if os.path.islink(os.path.join(dirpath, name)):
+            if not remote and os.path.islink(os.path.join(dirpath, name)):   # os.walk never descends into them
                 out.links.append(str(rel_dir / name))
         for name in sorted(filenames):
             rel = str(rel_dir / name)
-            if os.path.islink(os.path.join(dirpath, name)):
+            if not remote and os.path.islink(os.path.join(dirpath, name)):
                 out.links.append(rel)
             elif len(parts) == 2 and queue_selected(only, parts[0], parts[1]):
                 out.replaced.append(rel)
@@ -554,7 +561,9 @@ def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
 
 def refuse_links_in(target: Path) -> None:
     """Refuse (exit 3) replacing ``target`` (e.g. the ``index`` directory) when it is a symlink or
-    holds one: the rebuild would drop the link's files from the new tree."""
+    holds one: the rebuild would drop the link's files from the new tree. Object stores have none."""
+    if storage.is_uri(target):
+        return
     target = Path(target)
     if os.path.islink(target):
         raise RefusedError(f"{target.name} is a symlink to {os.readlink(target)!r}; rmqtool does not "

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from formats import rocksdb_cq as rf
+from rmqtool.io import storage
 from rmqtool.errors import CorruptDataError, MissingDependencyError
 
 
 def is_rocksdb_dir(path: Path) -> bool:
     """A RocksDB database directory (its ``CURRENT`` and a ``MANIFEST-*``)."""
-    p = Path(path)
-    return (p / "CURRENT").is_file() and any(n.startswith("MANIFEST-") for n in os.listdir(p))
+    p = storage.path(path)
+    return (p / "CURRENT").is_file() and any(n.startswith("MANIFEST-") for n in storage.listdir(p))
 
 
 @dataclass
@@ -33,9 +34,12 @@ class RocksUnits:
 
 def _snapshot(db: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="rmqtool-rocksdb-"))
-    for name in os.listdir(db):
+    for name in storage.listdir(db):
         src = db / name
         if not src.is_file() or name == "LOCK" or name == "LOG" or name.startswith("LOG.old"):
+            continue
+        if storage.is_uri(src):           # a remote database: copied down (read-only either way)
+            (tmp / name).write_bytes(src.read_bytes())
             continue
         try:
             os.link(src, tmp / name)
@@ -50,7 +54,7 @@ def read_rocksdb_units(db: Path) -> RocksUnits:
     except ImportError:
         raise MissingDependencyError("reading a RocksDB ConsumeQueue needs rocksdict: pip install 'rmqtool[rocksdb]'",
                                      db) from None
-    snap = _snapshot(Path(db))
+    snap = _snapshot(storage.path(db))
     try:
         try:
             families = Rdict.list_cf(str(snap))

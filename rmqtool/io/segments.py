@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqtool.io import storage
+
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 
 
@@ -46,7 +48,7 @@ class SegmentQueue:
         files, problems = [], []
         for d in dirs:
             try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
+                entries = sorted(storage.scandir(d), key=lambda e: e.name)
             except FileNotFoundError:
                 continue
             except NotADirectoryError:
@@ -68,7 +70,7 @@ class SegmentQueue:
                     problems.append(LayoutProblem("names", e.path, None,
                                                   "file vanished while listing; ignored", "warning"))
                     continue
-                files.append(Segment(Path(e.path), int(e.name), size))
+                files.append(Segment(storage.path(e.path), int(e.name), size))
         files.sort(key=lambda s: s.name)
         nominal = file_size or _infer_file_size(files, unit)
         queue = cls(kind, files, nominal, problems)

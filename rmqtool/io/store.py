@@ -16,6 +16,7 @@ from rmqtool.errors import StoreLayoutError, UsageError
 from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue
+from rmqtool.io import storage
 
 INDEX_NAME = re.compile(r"^\d{17}$")
 MULTI_PATH_SEPARATOR = ","
@@ -39,7 +40,8 @@ class Store:
     def __init__(self, path: str | Path, commitlog_dirs: str | None = None,
                  index_slots: int | None = None, index_entries: int | None = None,
                  commitlog_file_size: int | None = None, cq_file_size: int | None = None):
-        self.root = Path(path)
+        self.root = storage.path(path)
+        self.remote = storage.is_uri(self.root)
         self._reopen_args = (path, commitlog_dirs, index_slots, index_entries, commitlog_file_size, cq_file_size)
         if not self.root.exists():
             raise StoreLayoutError("no such file or directory", self.root)
@@ -47,12 +49,12 @@ class Store:
             raise StoreLayoutError("not a directory (use the store root, or a single file with dump)",
                                    self.root)
         if commitlog_dirs:
-            self.commitlog_dirs = [Path(p) for p in commitlog_dirs.split(MULTI_PATH_SEPARATOR) if p]
+            self.commitlog_dirs = [storage.path(p) for p in commitlog_dirs.split(MULTI_PATH_SEPARATOR) if p]
         elif (self.root / "commitlog").is_dir():
             self.commitlog_dirs = [self.root / "commitlog"]
         elif dledger_members(self.root):
             self.commitlog_dirs = [self._dledger_data()]
-        elif any(SEGMENT_NAME.match(n) for n in os.listdir(self.root)):
+        elif any(SEGMENT_NAME.match(n) for n in storage.listdir(self.root)):
             self.commitlog_dirs = [self.root]          # a bare commitlog directory
         else:
             self.commitlog_dirs = [self.root / "commitlog"]
@@ -132,7 +134,10 @@ class Store:
         return self.root / "config"
 
     def identity(self) -> tuple[int, int] | None:
-        """(device, inode) of the root directory: it changes when ``write`` swaps a new root in."""
+        """(device, inode) of the root directory: it changes when ``write`` swaps a new root in.
+        A remote store (a snapshot: never swapped) has none."""
+        if self.remote:
+            return None
         try:
             st = os.stat(self.root)
         except OSError:
@@ -192,15 +197,15 @@ class Store:
         base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
         refs = []
         try:
-            topics = sorted(os.scandir(base), key=lambda e: e.name)
+            topics = sorted(storage.scandir(base), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             return refs
         for t in topics:
             if not t.is_dir(follow_symlinks=False):
                 continue          # RocksDB files and strays live here too
-            for q in sorted(os.scandir(t.path), key=lambda e: e.name):
+            for q in sorted(storage.scandir(t.path), key=lambda e: e.name):
                 if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
-                    refs.append(QueueRef(t.name, int(q.name), Path(q.path)))
+                    refs.append(QueueRef(t.name, int(q.name), storage.path(q.path)))
         refs.sort(key=lambda r: (r.topic, r.queue_id))
         return refs
 
@@ -229,7 +234,7 @@ class Store:
     # --- index ---------------------------------------------------------------------------------
     def index_files(self) -> list[Path]:
         try:
-            names = sorted(e.name for e in os.scandir(self.index_dir)
+            names = sorted(e.name for e in storage.scandir(self.index_dir)
                            if e.is_file(follow_symlinks=False) and INDEX_NAME.match(e.name))
         except (FileNotFoundError, NotADirectoryError):
             return []
@@ -263,8 +268,8 @@ class Store:
 
     def lock_owner(self) -> LockOwner | None:
         """Who holds ``lock``: a running broker, or another rmqtool writer (``rmqtool.io.storelock``);
-        None when free, absent, or held by this process."""
-        if not self.lock_path.is_file():
+        None when free, absent, or held by this process (and for a remote store: a snapshot)."""
+        if self.remote or not self.lock_path.is_file():
             return None
         return lock_owner(self.lock_path)
 
@@ -279,7 +284,10 @@ class Store:
 
     def symlinks(self) -> list[tuple[Path, str]]:
         """Every symlink inside the store (and inside commitlog dirs outside the root), with its
-        target as stored; never followed. A root-level ``commitlog`` link is listed too."""
+        target as stored; never followed. A root-level ``commitlog`` link is listed too.
+        Object stores have no symlinks."""
+        if self.remote:
+            return []
         from rmqtool.io.install import symlinks_under
         found = symlinks_under(self.root)
         root = os.path.realpath(self.root)

@@ -241,7 +241,14 @@ def refuse_if_held(store) -> None:
 def rebuild_lock(store, command: str, dry_run: bool, output):
     """What a ``rebuild`` holds: nothing for ``--output`` (the store is only read); for
     ``--dry-run`` nothing either, but a held store is refused naming its holder (as the
-    rebuild would refuse a live store); otherwise the writer lock."""
+    rebuild would refuse a live store); otherwise the writer lock. A store on object storage
+    (a snapshot nobody writes) holds no lock, and is never rebuilt in place."""
+    if getattr(store, "remote", False):
+        if output is None and not dry_run:
+            from rmqtool.errors import UsageError
+            raise UsageError("the store is on object storage, which rmqtool only reads; build the files "
+                             "into a local directory with --output DIR", store.root)
+        return nullcontext()
     if output is not None:
         return nullcontext()
     if dry_run:

@@ -12,6 +12,7 @@ from typing import Iterator
 
 from formats import timer as tf
 from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io import storage
 from rmqtool.io.segments import SegmentQueue
 
 WHEEL_NAME = "timerwheel"
@@ -87,7 +88,7 @@ class Chain:
 
 class TimerStore:
     def __init__(self, root: Path, precision_ms: int | None = None):
-        self.root = Path(root)
+        self.root = storage.path(root)
         self.wheel_path = self.root / WHEEL_NAME
         self.log_dir = self.root / LOG_DIR
         self.checkpoint_path = self.root.joinpath(*CHECKPOINT_PATH)
@@ -100,7 +101,7 @@ class TimerStore:
 
     @classmethod
     def of(cls, store, precision_ms: int | None = None) -> "TimerStore | None":
-        root = Path(store.root)
+        root = storage.path(store.root)
         if not ((root / WHEEL_NAME).is_file() or (root / LOG_DIR).is_dir()):
             return None
         return cls(root, precision_ms)
@@ -245,6 +246,7 @@ def _file_units(path: str, base: int, data: bytes) -> Iterator[Unit | LogEnd]:
 
 
 def is_timer_store(root: Path) -> bool:
-    return (Path(root) / WHEEL_NAME).is_file() or (Path(root) / LOG_DIR).is_dir()
+    root = storage.path(root)
+    return (root / WHEEL_NAME).is_file() or (root / LOG_DIR).is_dir()
 
 

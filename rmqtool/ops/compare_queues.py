@@ -11,6 +11,7 @@ from pathlib import Path
 from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.io.consumequeue import read_units
 from rmqtool.io.segments import SegmentQueue
+from rmqtool.io import storage
 
 #: queues listed with their first difference, at most
 LISTED = 100
@@ -56,7 +57,7 @@ def queue_units(side) -> dict:
     ``consumequeue`` tree (a path)."""
     out = {}
     if isinstance(side, (str, Path)):
-        root = Path(side)
+        root = storage.path(side)
         for qdir in sorted(root.glob("*/*")):
             if qdir.is_dir() and re.fullmatch(r"-?\d+", qdir.name):
                 q = SegmentQueue.discover([qdir], "consumequeue", None, CQ_UNIT_SIZE)

@@ -17,6 +17,7 @@ from rmqtool.io.fileio import file_size
 from rmqtool.io.indexfile import IndexFileReader, resolve_geometry
 from rmqtool.records.scan import END_BLANK, FileEnd, RecordBatch, walk_store
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue
+from rmqtool.io import storage
 
 
 @dataclass
@@ -61,7 +62,7 @@ def commitlog_target(path: str, store_factory, base_offset: int | None = None) -
 
     A file's name is its start offset (20 digits); a renamed file needs ``base_offset``, or
     every offset it reports (and the PHYSICALOFFSET check) would be wrong."""
-    p = Path(path)
+    p = storage.path(path)
     if p.is_file():
         if base_offset is not None:
             if base_offset < 0:
@@ -151,7 +152,7 @@ def _size_problems(queue: SegmentQueue, problems: list | None) -> None:
         return
     for p in queue.problems:
         if p.check == "file-size":
-            problems.append((p.path, file_size(Path(p.path)), p.message))
+            problems.append((p.path, file_size(storage.path(p.path)), p.message))
     for seg in queue.files:
         if seg.size % CQ_UNIT_SIZE:
             problems.append((str(seg.path), seg.size, f"size {seg.size} is not a whole number of "
@@ -225,7 +226,7 @@ def index_rows(files: list[Path], geometry, header_only: bool = False,
 
 
 def index_target(path: str, store_factory, slots, entries):
-    p = Path(path)
+    p = storage.path(path)
     if p.is_file():
         return [p], resolve_geometry([(p, file_size(p))], slots, entries)
     store = store_factory(path)
@@ -236,7 +237,7 @@ def index_target(path: str, store_factory, slots, entries):
 
 
 def checkpoint_rows(path: str, store_factory) -> Iterator[dict]:
-    p = Path(path)
+    p = storage.path(path)
     if p.is_dir():
         cp_path = store_factory(path).checkpoint_path
         if not cp_path.is_file():

@@ -95,11 +95,19 @@ class ExportStage:
             raise
         yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY_SCHEMA)
 
-    def open_writer(self, path: str):
+    def output(self):
+        from rmqtool.io.outputdir import output_dir
+        return output_dir(self.dest)
+
+    def open_writer(self, out, path: str):
+        """(writer, its sink) for one part file."""
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
-            return pq.ParquetWriter(path, parquet_schema(self.body))
-        return open(path, "w", encoding="utf-8")
+            if not out.remote:             # pyarrow's own file: no Python file object in between
+                return pq.ParquetWriter(path, parquet_schema(self.body)), None
+            sink = out.open(path, text=False)
+            return pq.ParquetWriter(sink, parquet_schema(self.body)), sink
+        return out.open(path, text=True), None
 
     def write_part(self, writer, part: pa.RecordBatch) -> None:
         if self.fmt == "parquet":
@@ -119,8 +127,9 @@ class PartWriters:
 
     def __init__(self, stage: ExportStage, task: Task):
         self.stage, self.task = stage, task
+        self.out = stage.output()
         self.ext = "parquet" if stage.fmt == "parquet" else "jsonl"
-        self.open: dict[str, list] = {}            # topic -> [tmp, final, writer, rows]; insertion = recency
+        self.open: dict[str, list] = {}            # topic -> [tmp, final, writer, rows, sink]; insertion = recency
         self.parts: dict[str, int] = {}            # topic -> parts begun
         self.done: list[dict] = []
         self.made_dirs: list[str] = []
@@ -137,27 +146,26 @@ class PartWriters:
         entry[3] += part.num_rows
 
     def _begin(self, topic: str) -> list:
-        d = os.path.join(self.stage.dest, encode_topic(topic))
-        try:
-            os.makedirs(d)
+        d = self.out.join(self.stage.dest, encode_topic(topic))
+        if self.out.makedirs(d):            # else an earlier part's, or another task's
             self.made_dirs.append(d)
-        except FileExistsError:             # an earlier part, or another task's
-            pass
         n = self.parts.get(topic, 0)
         self.parts[topic] = n + 1
         name = f"part-{self.task.task_id:06d}{f'-{n}' if n else ''}.{self.ext}"
-        final, tmp = os.path.join(d, name), os.path.join(d, f".{name}.tmp")
-        entry = [tmp, final, None, 0]
+        final = self.out.join(d, name)
+        tmp = self.out.temporary(final)
+        entry = [tmp, final, None, 0, None]
         self.open[topic] = entry                   # registered before opening: discard() finds it
-        entry[2] = self.stage.open_writer(tmp)
+        entry[2], entry[4] = self.stage.open_writer(self.out, tmp)
         return self.open.pop(topic)
 
     def _close(self, topic: str, entry: list) -> None:
-        tmp, final, writer, count = entry
+        tmp, final, writer, count, sink = entry
         writer.close()
-        os.replace(tmp, final)
-        self.done.append({"topic": topic, "dir": os.path.basename(os.path.dirname(final)), "file": final,
-                          "rows": count})
+        if sink is not None:
+            sink.close()
+        self.out.publish(tmp, final)
+        self.done.append({"topic": topic, "dir": final.rsplit("/", 2)[-2], "file": final, "rows": count})
 
     def finish(self) -> list[dict]:
         while self.open:
@@ -167,66 +175,67 @@ class PartWriters:
 
     def discard(self) -> None:
         """After a failure: no part of this task is left, nor a directory it made."""
-        for tmp, _final, writer, _ in self.open.values():
+        for tmp, _final, writer, _, sink in self.open.values():
             try:
-                if writer is not None:
-                    writer.close()
+                for w in (writer, sink):
+                    if w is not None:
+                        w.close()
             except Exception:      # noqa: BLE001 - closing a failed writer (ENOSPC) may fail again
                 pass
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                self.out.remove(tmp)
         for row in self.done:
-            if os.path.exists(row["file"]):
-                os.unlink(row["file"])
+            self.out.remove(row["file"])
         self.open, self.done = {}, []
         for d in reversed(self.made_dirs):
-            try:
-                os.rmdir(d)
-            except OSError:        # another task wrote there too
-                pass
+            self.out.remove_dir(d)
 
 
-def _remove_outputs(table: pa.Table) -> None:
-    for f in table.column("file").to_pylist():
-        if f and os.path.exists(f):
-            os.unlink(f)
+def _outputs_remover(out):
+    def remove(table: pa.Table) -> None:
+        for f in table.column("file").to_pylist():
+            if f:
+                out.remove(f)
+    return remove
 
 
-def _remove_partial_export(dest: Path, existed: bool) -> None:
+def _remove_partial_export(out, existed: bool) -> None:
     """A failed export leaves nothing: its topic directories (the destination was empty, or held
     only a previous export that --force removed) and the destination if it made it."""
-    for p in dest.iterdir() if dest.is_dir() else ():
-        if p.name.startswith("topic=") and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
+    for name in out.names():
+        if name.startswith("topic=") and out.is_child_dir(name):
+            out.remove_child(name)
     if not existed:
-        try:
-            dest.rmdir()
-        except OSError:
-            pass
+        out.remove_root()
 
 
-def prepare_destination(dest: Path, stores: Sequence[Path], force: bool) -> None:
+def prepare_destination(out, stores: Sequence, force: bool) -> None:
     """Refuse a non-empty destination (unless --force and it only holds a previous export)
     and any destination inside a store we read."""
-    dest = dest.resolve()
+    from rmqtool.io import storage
+    dest = storage.path(out.root)
     for s in stores:
-        s = s.resolve()
-        if dest == s or s in dest.parents:
+        if isinstance(dest, Path) and isinstance(s, Path):
+            s, d = s.resolve(), dest.resolve()
+            inside = d == s or s in d.parents
+        else:
+            inside = str(dest) == str(s) or str(dest).startswith(str(s).rstrip("/") + "/")
+        if inside:
             raise RefusedError("export destination is inside a store being read", dest)
-    if dest.exists() and not dest.is_dir():
+    if out.exists() and not out.is_dir():
         raise RefusedError("export destination exists and is not a directory", dest)
-    if dest.is_dir() and any(dest.iterdir()):
+    names = out.names()
+    if names:
         if not force:
             raise RefusedError("export destination is not empty (use --force to replace a previous export)",
                                dest)
-        ours = [p for p in dest.iterdir() if p.name.startswith("topic=") or p.name in ("_SUCCESS", "_topics.json")]
-        others = [p for p in dest.iterdir() if p not in ours]
+        ours = [n for n in names if n.startswith("topic=") or n in ("_SUCCESS", "_topics.json")]
+        others = [n for n in names if n not in ours]
         if others:
-            raise RefusedError(f"--force only replaces a previous export; {others[0].name} is not one", dest)
-        for p in ours:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-    dest.mkdir(parents=True, exist_ok=True)
+            raise RefusedError(f"--force only replaces a previous export; {others[0]} is not one", dest)
+        for n in ours:
+            out.remove_child(n)
+    out.create_root()
 
 
 def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engine, fmt: str = "parquet",
@@ -238,16 +247,19 @@ def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engin
         raise UsageError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}")
     if body not in ("none", "raw", "text"):
         raise UsageError(f"--body must be one of none, raw, text, not {body!r}")
+    from rmqtool.io import storage
+    from rmqtool.io.outputdir import output_dir
     flt = flt or RecordFilter()
-    dest = Path(dest).absolute()
-    existed = dest.exists()
-    prepare_destination(dest, [Path(s.root) for _, s in stores], force)
+    dest = str(storage.path(dest)) if storage.is_uri(dest) else str(storage.path(dest).absolute())
+    out = output_dir(dest)
+    existed = out.exists()
+    prepare_destination(out, [s.root for _, s in stores], force)
     tasks = plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE, (flt.from_offset, flt.to_offset))
-    stage = ExportStage(str(dest), fmt, body, flt)
+    stage = ExportStage(dest, fmt, body, flt)
     try:
-        table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_remove_outputs)
+        table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_outputs_remover(out))
     except BaseException:
-        _remove_partial_export(dest, existed)
+        _remove_partial_export(out, existed)
         raise
     summary = table.to_pylist()
     topics: dict[str, str] = {}
@@ -255,9 +267,9 @@ def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engin
     for r in summary:
         topics[r["dir"]] = r["topic"]
         per_topic[r["topic"]] = per_topic.get(r["topic"], 0) + r["rows"]
-    (dest / "_topics.json").write_text(json.dumps(topics, ensure_ascii=False, indent=1, sort_keys=True))
-    (dest / "_SUCCESS").write_text("")
-    return {"destination": str(dest), "format": fmt, "engine": engine.name, "tasks": len(tasks),
+    out.write_text("_topics.json", json.dumps(topics, ensure_ascii=False, indent=1, sort_keys=True))
+    out.write_text("_SUCCESS", "")
+    return {"destination": dest, "format": fmt, "engine": engine.name, "tasks": len(tasks),
             "files": len(summary), "rows": sum(per_topic.values()), "topics": per_topic,
             "stores": [name for name, _ in stores]}
 
@@ -266,15 +278,19 @@ def open_stores(patterns: Sequence[str], store_factory) -> list[tuple[str, objec
     """Expand globs, open each store (absolute paths, so executors find them), name them."""
     import glob
     from rmqtool.errors import StoreLayoutError
+    from rmqtool.io import storage
+
+    def absolute(p: str) -> str:
+        return str(storage.path(p)) if storage.is_uri(p) else os.path.abspath(storage.path(p))
     found: list[tuple[str, object]] = []
     for p in patterns:
         if not glob.has_magic(p):
-            found.append((os.path.abspath(p), store_factory(os.path.abspath(p))))
+            found.append((absolute(p), store_factory(absolute(p))))
             continue
         hits = []
-        for h in sorted(glob.glob(p)):
+        for h in storage.glob(p) if storage.is_uri(p) else sorted(glob.glob(p)):
             try:                       # a glob may also match things that are not stores
-                hits.append((os.path.abspath(h), store_factory(os.path.abspath(h))))
+                hits.append((absolute(h), store_factory(absolute(h))))
             except StoreLayoutError:
                 continue
         if not hits:

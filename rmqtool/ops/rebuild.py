@@ -445,11 +445,18 @@ def _note_damage(result: RebuildResult, outcome: WalkOutcome, before: int, resta
     result.restart = restart.as_dict() if restart is not None else None
 
 
-def check_rebuild_target(store, output: Path | None) -> None:
+def check_rebuild_target(store, output: Path | None, dry_run: bool = False) -> None:
+    from rmqtool.io.storage import is_uri, mangled_uri
     """A rebuild needs CommitLog files, and an in-place one a store nobody else holds."""
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
                          "--commitlog-dirs?)", store.commitlog_dirs[0])
+    if output is None and store.remote and not dry_run:
+        raise UsageError("the store is on object storage, which rmqtool only reads; build the files "
+                         "into a local directory with --output DIR", store.root)
+    if output is not None and (is_uri(output) or mangled_uri(output)):
+        raise UsageError("--output must be a local directory (the rebuilt files are installed from it)",
+                         output)
     if output is None and store.rocksdb_cq:
         raise RefusedError("the store keeps its ConsumeQueues in RocksDB (consumequeue/), which rmqtool never "
                            "writes; build the file-based form elsewhere with --output DIR", store.root / "consumequeue")
@@ -650,7 +657,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     plan in it) unless ``skip_corrupt`` (rebuild past it with the resync) or
     ``allow_truncate``; a dry run only reports it."""
     t0 = time.perf_counter()
-    check_rebuild_target(store, output)
+    check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
     check_queue_kinds(store, topics, config)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
@@ -715,7 +722,7 @@ def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_s
     """Rebuild the BatchConsumeQueues (all BatchCQ topics, or ``topics``) from the CommitLog, as
     ``rebuild_consumequeue`` rebuilds ConsumeQueues (same walk, refusals and install)."""
     t0 = time.perf_counter()
-    check_rebuild_target(store, output)
+    check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
     if topics:
         config = DispatchConfig(config.delay_levels_ms, config.index_enabled,
@@ -870,7 +877,7 @@ def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None
     Each IndexFile is written as soon as it fills; the plan, the confirmation and an early
     stop of the walk are handled as by ``rebuild_consumequeue``."""
     t0 = time.perf_counter()
-    check_rebuild_target(store, output)
+    check_rebuild_target(store, output, dry_run)
     job = _IndexJob(store, geometry, from_offset, to_offset, output, dry_run)
     _rebuild(store, [job], job.start, to_offset, check_crc, progress, dispatch_config(store, config), workers,
              walker, skip_corrupt)
@@ -929,7 +936,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     then the other). A walk that stops before the last data is refused before either is
     installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
-    check_rebuild_target(store, output)
+    check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
     check_queue_kinds(store, None, config)
     cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)

@@ -153,6 +153,9 @@ def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False,
     from rmqtool.broker.timerwheel import wheel_slots
     from rmqtool.io import install as inst
     ts = timer_store(store, precision_ms)
+    if output is None and not dry_run and getattr(store, "remote", False):
+        raise UsageError("the store is on object storage, which rmqtool only reads; build the wheel "
+                         "into a local file with --output FILE", store.root)
     if output is None and not dry_run and store.is_live():
         raise RefusedError("a running broker holds the store lock; stop it, or build elsewhere with --output",
                            store.lock_path)

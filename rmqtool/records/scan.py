@@ -10,7 +10,6 @@ path the bulk decoder is tested against.
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,8 @@ from formats import commitlog as cl
 from formats import dledger as dl
 from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.records.layout import PREFIX
-from rmqtool.errors import FileChangedError, UnreadableError
+from rmqtool.errors import FileChangedError
 from rmqtool.io.dledger_layout import is_entry_file
-from rmqtool.io import throttle
 from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
@@ -208,17 +206,7 @@ class FileScan:
     def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
         """``fh.read(pos, want)`` (exact) into the scan's reused buffer."""
         view = self._buffer.view(want, min(self.chunk_size, fh.size()))
-        got = 0
-        while got < want:
-            try:
-                n = os.preadv(fh.fd, [view[got:]], pos + got)
-            except OSError as exc:
-                raise UnreadableError(f"read failed: {exc.strerror}", fh.path, pos + got) from None
-            if not n:
-                raise FileChangedError(f"file shorter than expected (wanted {want} bytes, got {got})",
-                                       fh.path, pos + got)
-            got += n
-            throttle.consume(n)
+        fh.read_into(view, pos)
         return view
 
 

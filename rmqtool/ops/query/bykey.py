@@ -23,6 +23,7 @@ from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.records.layout import PREFIX
 from rmqtool.records.single import RecordReader, decode_record, match_kind, scan_batch
+from rmqtool.io import storage
 
 LONG_MAX = (1 << 63) - 1
 GAP_CHUNK_MIN, GAP_CHUNK_MAX = 1 << 16, 8 << 20   # scan windows: small gaps read little
@@ -61,13 +62,13 @@ def store_topics(store) -> list[str]:
     names = set()
     for base in (store.consumequeue_dir, store.batchconsumequeue_dir):
         try:
-            names.update(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+            names.update(e.name for e in storage.scandir(base) if e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             pass
     for candidate in ("topics.json", "topics.json.bak"):
         try:
-            with open(store.config_dir / candidate, encoding="utf-8") as fh:
-                table = json.load(fh).get("topicConfigTable") or {}
+            table = json.loads((store.config_dir / candidate).read_text(encoding="utf-8")).get(
+                "topicConfigTable") or {}
             names.update(table)
             break
         except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape

@@ -13,6 +13,7 @@ from formats.indexfile import (FIRST_INDEX, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE,
 from formats.derive import field_struct, struct_of
 from rmqtool.errors import RmqError
 from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io import storage
 
 _HEADER = struct_of(IndexHeader)
 _ENTRY = struct_of(IndexEntry)
@@ -57,7 +58,7 @@ class IndexSet:
         self.damaged: dict[str, str] = {}      # file name -> first broken chain seen (protected walk)
         full = entry_position(hash_slots, index_entries)
         for path in paths:
-            snap = IndexSnapshot(Path(path), 0)
+            snap = IndexSnapshot(storage.path(path), 0)
             try:
                 snap.fh = ReadOnlyFile(path)
                 snap.size = snap.fh.size()
