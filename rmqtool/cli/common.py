@@ -17,7 +17,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
 
 
 #: optional extras and the module each one brings (``--version`` says which are installed)
-EXTRAS = {"parquet/spark": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
+EXTRAS = {"parquet/spark/storage": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
           "rocksdb": "rocksdict", "report": "matplotlib"}
 
 

@@ -103,6 +103,11 @@ def get_session(master: str | None = None, remote: str | None = None, conf: Sequ
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.setdefault("spark.ui.enabled", "false")
     settings.setdefault("spark.ui.showConsoleProgress", "false")
+    # executors read store URIs with this run's storage options and S3 endpoint (credentials
+    # come from their own environment unless given as options)
+    for name in ("RMQTOOL_STORAGE_OPTIONS", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION"):
+        if os.environ.get(name):
+            settings.setdefault(f"spark.executorEnv.{name}", os.environ[name])
     settings.setdefault("spark.sql.execution.arrow.pyspark.enabled", "true")
     for k, v in settings.items():
         builder = builder.config(k, v)
