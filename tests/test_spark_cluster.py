@@ -1,0 +1,103 @@
+"""On a real Spark standalone cluster (a master and two one-core workers on 127.0.0.1, started
+from the installed pyspark: ``tests/sparkcluster.py``), the installed command gives what the
+local engine gives: verify's reports, export's rows, rebuild's bytes; through ``s3://`` too."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import reference_store
+from sparkcluster import StandaloneCluster, unavailable
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    pytest.importorskip("moto")
+    from s3server import S3Server
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = S3Server()
+    server.bucket("fleet")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    with StandaloneCluster(workers=2, cores=1, pythonpath=str(ROOT), env=s3.env()) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    """A 100,000-message store of the broker's layout in 16 MiB CommitLog files."""
+    import subprocess
+    root = tmp_path_factory.mktemp("synthetic") / "store"
+    subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", "100000",
+                    "--commitlog-file-size", str(16 << 20), "--index-slots", "100000", "--index-entries", "400000"],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return root
+
+
+def run(cluster, *args, timeout: float = 600):
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=cluster.env, timeout=timeout)
+
+
+def on_cluster(cluster, *args):
+    return run(cluster, *args, "--engine", "spark", "--master", cluster.url)
+
+
+def test_verify_on_two_workers_equals_the_local_engine(cluster, synthetic):
+    stores = [reference_store("basic"), reference_store("crashed"), synthetic]
+    local = run(cluster, "verify", *stores, "--level", "deep", "-f", "json")
+    spark = on_cluster(cluster, "verify", *stores, "--level", "deep", "-f", "json", "--split-size", str(4 << 20))
+    assert spark.returncode == local.returncode, spark.stderr[-3000:]
+    assert json.loads(spark.stdout) == json.loads(local.stdout)
+    apps = cluster.status()["completedapps"]
+    assert apps and apps[-1]["cores"] == 2          # the job ran on both workers' cores
+
+
+def test_export_on_two_workers_equals_the_local_engine(cluster, synthetic, tmp_path):
+    import pyarrow.dataset as ds
+    stores = [reference_store("mixed"), synthetic]
+    assert run(cluster, "export", *stores, "--to", tmp_path / "local").returncode == 0
+    r = on_cluster(cluster, "export", *stores, "--to", tmp_path / "spark", "--split-size", str(4 << 20))
+    assert r.returncode == 0, r.stderr[-3000:]
+    order = [("store", "ascending"), ("phy_offset", "ascending")]
+    tables = [ds.dataset(tmp_path / d, partitioning="hive", format="parquet").to_table().sort_by(order)
+              for d in ("local", "spark")]
+    assert tables[0].num_rows == 100000 + 662
+    assert tables[0].equals(tables[1].select(tables[0].column_names))
+
+
+def test_rebuild_on_two_workers_writes_the_local_bytes(cluster, synthetic, tmp_path):
+    from test_engines import _index_files, _tree
+    for kind in ("consumequeue", "index"):
+        a, b = tmp_path / f"local-{kind}", tmp_path / f"spark-{kind}"
+        assert run(cluster, "rebuild", kind, synthetic, "--output", a, "-f", "json").returncode == 0
+        r = on_cluster(cluster, "rebuild", kind, synthetic, "--output", b, "-f", "json")   # a task per file
+        assert r.returncode == 0, r.stderr[-3000:]
+        if kind == "consumequeue":
+            assert _tree(b) == _tree(a) and _tree(a)
+        else:
+            assert _index_files(b) == _index_files(a) and _index_files(a)
+
+
+def test_stores_on_s3_through_the_cluster(cluster, s3):
+    """Executors read their byte ranges from the S3-compatible server themselves."""
+    uri = s3.upload(reference_store("crashed"), "fleet", "crashed")
+    local = run(cluster, "verify", reference_store("crashed"), "--level", "deep", "-f", "json")
+    spark = on_cluster(cluster, "verify", uri, "--level", "deep", "-f", "json", "--split-size", "50000")
+    assert spark.returncode == local.returncode, spark.stderr[-3000:]
+    assert spark.stdout.replace(uri, str(reference_store("crashed"))) == local.stdout
