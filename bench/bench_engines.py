@@ -9,6 +9,11 @@ local 1 process, local process pool, Spark local[1] and Spark local[2]. Spark's 
 cost (session start + first job, and stop) is timed apart from the warm runs. A second
 workload exports Parquet. Prints one table; the figure to watch is Spark local[2] /
 local[1] (it should scale: >= 1.6x).
+
+``--standalone`` adds a real Spark standalone cluster on 127.0.0.1 (``tests/sparkcluster.py``)
+with one worker of one core, then two: the figure to watch is 2 workers / 1 worker (>= 1.8x).
+``--s3`` adds the scan of a smaller store (``--s3-messages``) from disk and through ``s3://``
+on a local S3-compatible server (moto, ``tests/s3server.py``), by one process and a pool.
 """
 from __future__ import annotations
 
@@ -113,7 +118,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="local process pool size")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--standalone", action="store_true", help="also a standalone cluster, 1 then 2 workers")
+    ap.add_argument("--s3", action="store_true", help="also scan a store through s3:// (local moto server)")
+    ap.add_argument("--s3-messages", type=int, default=300_000)
     ap.add_argument("--spark-child", help=argparse.SUPPRESS)   # one Spark master in a fresh process
+    ap.add_argument("--label", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     from rmqtool.engines.local import LocalEngine
@@ -148,10 +157,11 @@ def main() -> None:
         eng.run(tasks[:1], CountStage(), SUMMARY)          # first job: workers start, imports
         t2 = time.perf_counter()
         secs, rows = timed(lambda: scan(eng), args.repeat)
-        results.append((f"scan   Spark {args.spark_child}", secs, rows))
+        label = args.label or args.spark_child
+        results.append((f"scan   Spark {label}", secs, rows))
         if not args.no_export:
             secs, rows = timed(lambda: export_run(eng), 1)
-            results.append((f"export Spark {args.spark_child}", secs, rows))
+            results.append((f"export Spark {label}", secs, rows))
         t3 = time.perf_counter()
         session.stop()
         print("RESULT " + json.dumps({"results": results, "startup": [t1 - t0, t2 - t1, time.perf_counter() - t3]}))
@@ -177,28 +187,43 @@ def main() -> None:
                 print(f"  {results[-1][0]}: {secs:.2f} s", flush=True)
 
     startup = {}
-    if not args.no_spark:
+
+    def spark_child(master: str, label: str, env=None) -> None:
         import json
+        cmd = [sys.executable, __file__, "--store", str(root), "--split-size", str(args.split_size),
+               "--repeat", str(args.repeat), "--spark-child", master, "--label", label] + \
+            (["--no-export"] if args.no_export else [])
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            print(proc.stdout[-2000:], proc.stderr[-2000:])
+            raise SystemExit(f"Spark run for {label} failed")
+        got = json.loads(line[len("RESULT "):])
+        for name, secs, rows in got["results"]:
+            results.append((name, secs, rows))
+            print(f"  {name}: {secs:.2f} s", flush=True)
+        startup[label] = tuple(got["startup"]) + (time.perf_counter() - t,)
+
+    if not args.no_spark:
         for master in ("local[1]", "local[2]"):
-            cmd = [sys.executable, __file__, "--store", str(root), "--split-size", str(args.split_size),
-                   "--repeat", str(args.repeat), "--spark-child", master] + (["--no-export"] if args.no_export else [])
-            t = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                print(proc.stdout[-2000:], proc.stderr[-2000:])
-                raise SystemExit(f"Spark run for {master} failed")
-            got = json.loads(line[len("RESULT "):])
-            for label, secs, rows in got["results"]:
-                results.append((label, secs, rows))
-                print(f"  {label}: {secs:.2f} s", flush=True)
-            startup[master] = tuple(got["startup"]) + (time.perf_counter() - t,)
+            spark_child(master, master)
+    if args.standalone:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from sparkcluster import StandaloneCluster
+        for workers in (1, 2):
+            with StandaloneCluster(workers=workers, cores=1, memory="2g",
+                                   pythonpath=str(Path(__file__).resolve().parent.parent)) as cluster:
+                spark_child(cluster.url, f"standalone x{workers}", cluster.env)
+    if args.s3:
+        s3_scan(args, results)
     control.append(cpu_scaling())
     base = {k: v for k, v, _ in results}
     print()
     print(f"{'workload / engine':34} {'seconds':>8} {'rows/s':>12} {'MiB/s':>8}")
     for label, secs, rows in results:
-        print(f"{label:34} {secs:8.2f} {rows / secs:12,.0f} {size / secs / 2**20:8.1f}")
+        mib = "" if ("disk," in label or "s3://" in label) else f"{size / secs / 2**20:8.1f}"   # another store
+        print(f"{label:34} {secs:8.2f} {rows / secs:12,.0f} {mib:>8}")
     for master, (start, first, stop, wall) in startup.items():
         print(f"Spark {master} fixed cost (not in the figures above): JVM + session {start:.2f} s, "
               f"first job (workers, imports) {first:.2f} s, stop {stop:.2f} s; whole process {wall:.1f} s")
@@ -208,9 +233,51 @@ def main() -> None:
         one, two = base.get(f"{work} Spark local[1]"), base.get(f"{work} Spark local[2]")
         if one and two:
             print(f"{work.strip()}: Spark local[2] / local[1] throughput = {one / two:.2f}x (goal >= 1.6x)")
+        one, two = base.get(f"{work} Spark standalone x1"), base.get(f"{work} Spark standalone x2")
+        if one and two:
+            print(f"{work.strip()}: standalone 2 workers / 1 worker throughput = {one / two:.2f}x (goal >= 1.8x)")
+        disk, remote = base.get(f"{work} disk, 1 process"), base.get(f"{work} s3://, 1 process")
+        if disk and remote:
+            print(f"{work.strip()}: s3:// (local moto server) / disk time = {remote / disk:.2f}x, one process")
         l1, lp = base.get(f"{work} local, 1 process"), base.get(f"{work} local, pool of {args.jobs}")
         if l1 and lp:
             print(f"{work.strip()}: local pool of {args.jobs} / 1 process = {l1 / lp:.2f}x")
+
+
+def s3_scan(args, results) -> None:
+    """The scan of a smaller store from disk and through s3:// (moto on 127.0.0.1, in this
+    process: the server's own CPU is on the same two cores)."""
+    import logging
+    from rmqtool.engines.local import LocalEngine
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from s3server import S3Server
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    root = Path(args.store + f"-s3-{args.s3_messages}")
+    if not (root / "commitlog").is_dir():
+        subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", str(args.s3_messages),
+                        "--commitlog-file-size", str(64 << 20), "-f", "json"], check=True, stdout=subprocess.DEVNULL)
+    server = S3Server()
+    saved = dict(os.environ)
+    try:
+        os.environ.update(server.env())
+        server.bucket("bench")
+        t = time.perf_counter()
+        uri = server.upload(root, "bench", "store")
+        print(f"  uploaded {root} to {uri} in {time.perf_counter() - t:.1f} s", flush=True)
+        for where, path in (("disk", str(root)), ("s3://", uri)):
+            store = Store(path)
+            tasks = plan_tasks([("store", store)], args.split_size)
+            for jobs in (1, args.jobs):
+                with LocalEngine(jobs=jobs) as eng:
+                    secs, rows = timed(lambda: sum(eng.run(tasks, CountStage(), SUMMARY).column("rows").to_pylist()),
+                                       args.repeat)
+                label = f"scan   {where}, {'1 process' if jobs == 1 else f'pool of {jobs}'}"
+                results.append((label, secs, rows))
+                print(f"  {label}: {secs:.2f} s", flush=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
 
 
 if __name__ == "__main__":
