@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -37,12 +38,16 @@ def cluster(s3):
         yield c
 
 
+#: messages of the synthetic store (RMQTOOL_CLUSTER_MESSAGES=1000000 for the issue's 1M-message check)
+MESSAGES = int(os.environ.get("RMQTOOL_CLUSTER_MESSAGES", "100000"))
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
-    """A 100,000-message store of the broker's layout in 16 MiB CommitLog files."""
+    """A synthetic store of the broker's layout (100,000 messages by default) in 16 MiB CommitLog files."""
     import subprocess
     root = tmp_path_factory.mktemp("synthetic") / "store"
-    subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", "100000",
+    subprocess.run([sys.executable, "-m", "rmqtool", "write", str(root), "--synthetic", str(MESSAGES),
                     "--commitlog-file-size", str(16 << 20), "--index-slots", "100000", "--index-entries", "400000"],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return root
@@ -77,7 +82,7 @@ def test_export_on_two_workers_equals_the_local_engine(cluster, synthetic, tmp_p
     order = [("store", "ascending"), ("phy_offset", "ascending")]
     tables = [ds.dataset(tmp_path / d, partitioning="hive", format="parquet").to_table().sort_by(order)
               for d in ("local", "spark")]
-    assert tables[0].num_rows == 100000 + 662
+    assert tables[0].num_rows == MESSAGES + 662
     assert tables[0].equals(tables[1].select(tables[0].column_names))
 
 
