@@ -406,8 +406,11 @@ def scandir(directory):
     """``os.scandir`` for local paths (a list), ``RemoteEntry``s for a remote directory; raises
     FileNotFoundError / NotADirectoryError like ``os.scandir``."""
     if not isinstance(directory, RemotePath):
-        with os.scandir(directory) as it:
+        it = os.scandir(directory)
+        try:
             return list(it)
+        finally:
+            getattr(it, "close", lambda: None)()
     pafs = _pyarrow_fs()
     info = directory._info()
     if info is None:
