@@ -22,9 +22,26 @@ def _default_sigint():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("int") / "store"
-    r = run_cli("write", root, "--synthetic", 120_000, "--commitlog-file-size", 16 << 20)
+    # large enough that each command still runs well after 0.4 s (the native rebuild does 120,000
+    # messages in about that; a signal landing while the interpreter shuts down kills it with -2)
+    r = run_cli("write", root, "--synthetic", 480_000, "--commitlog-file-size", 16 << 20)
     assert r.code == 0, r.err
     return root
+
+
+def _wait_until_sigint_is_caught(pid: int, timeout: float = 10) -> None:
+    """Until the process has a SIGINT handler (``SigCgt`` in /proc/PID/status), or it ended: a signal
+    before the interpreter installs its handler kills it outright, which is not what is tested."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                caught = next((int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:")), 0)
+        except OSError:
+            return
+        if caught & (1 << (signal.SIGINT - 1)):
+            return
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("args", [
@@ -37,6 +54,7 @@ def test_sigint_says_interrupted_and_exits_130(store, tmp_path, args):
     p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, start_new_session=True,
                          preexec_fn=_default_sigint)
+    _wait_until_sigint_is_caught(p.pid)     # Python's handler installed (a loaded machine starts slowly)
     time.sleep(0.4)                        # well inside each run (each takes seconds here)
     if p.poll() is not None:
         pytest.skip(f"finished before the signal on this machine (exit {p.returncode})")
