@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = {   # name -> (script and arguments, the line holding the ratio, the regex of the ratio)
-    "rebuild": (["bench_rebuild.py"], r"= ([0-9.]+) x crc32 speed"),
-    "verify": (["bench_verify.py", "--jobs", "1"], r"= +([0-9.]+)% of zlib.crc32"),
-    "scan": (["bench_scan.py"], r"ratio scan / crc32 +([0-9.]+)"),
+BENCHES = {   # name -> (script and arguments, the regexes of the ratios to crc32 with fresh reads and to the floor)
+    "rebuild": (["bench_rebuild.py"], (r"= ([0-9.]+) x crc32 speed", r"([0-9.]+) x the floor")),
+    "verify": (["bench_verify.py", "--jobs", "1"], (r"= +([0-9.]+)% of zlib.crc32", r"([0-9.]+)% of the floor")),
+    "scan": (["bench_scan.py"], (r"ratio scan / crc32 +([0-9.]+)", r"ratio scan / floor +([0-9.]+)")),
 }
+YARDSTICKS = ("crc32", "floor")   # bench/crc_floor.py
 
 
 def main() -> int:
@@ -30,23 +31,25 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(BENCHES))
     args = ap.parse_args()
     for name in args.only.split(","):
-        argv, pattern = BENCHES[name]
-        ratios = {"1": [], "0": []}
+        argv, patterns = BENCHES[name]
+        ratios = {(flag, y): [] for flag in ("1", "0") for y in YARDSTICKS}
         for run in range(args.runs):
             for flag in ("1", "0"):
                 proc = subprocess.run([sys.executable, str(ROOT / "bench" / argv[0]), *argv[1:]],
                                       capture_output=True, text=True, cwd=ROOT,
                                       env=dict(os.environ, RMQTOOL_NATIVE=flag))
-                m = re.search(pattern, proc.stdout)
-                if proc.returncode or not m:
+                found = [re.search(p, proc.stdout) for p in patterns]
+                if proc.returncode or not all(found):
                     print(proc.stdout + proc.stderr)
                     return 1
-                ratios[flag].append(float(m.group(1)))
-                line = next(ln for ln in proc.stdout.splitlines() if re.search(pattern, ln))
-                print(f"{name:8} run {run + 1} {'native' if flag == '1' else 'numpy '}  {line.strip()}")
+                for y, m in zip(YARDSTICKS, found):
+                    ratios[(flag, y)].append(float(m.group(1)))
+                lines = {ln.strip() for ln in proc.stdout.splitlines() if any(re.search(p, ln) for p in patterns)}
+                print(f"{name:8} run {run + 1} {'native' if flag == '1' else 'numpy '}  {' | '.join(sorted(lines))}")
         for flag, label in (("1", "native"), ("0", "numpy")):
-            r = ratios[flag]
-            print(f"{name:8} {label:6} x crc32: min {min(r):.2f}  median {statistics.median(r):.2f}  ({len(r)} runs)")
+            for y in YARDSTICKS:
+                r = ratios[(flag, y)]
+                print(f"{name:8} {label:6} x {y}: min {min(r):.2f}  median {statistics.median(r):.2f}  ({len(r)} runs)")
     return 0
 
 

@@ -268,3 +268,145 @@ def test_version_names_the_path_that_runs():
     built = importlib.util.find_spec("rmqtool.kernels._native") is not None   # whatever this process runs
     assert ("native (C)" if built else "numpy (native core not built)") in on.stdout
     assert json.dumps(on.stdout)        # one line of text
+
+
+@st.composite
+def commitlog_files(draw):
+    """A CommitLog file of real MESSAGE encodings (V1 and V2, IPv4/IPv6 hosts, properties with the
+    extracted names, empty and long bodies), ended by zeros, a BLANK, garbage or nothing, some bytes
+    then overwritten (lengths, magics, CRCs, separators)."""
+    from formats import commitlog as cl
+    from rmqtool.records.encode import Host, MessageFields, encode
+    parts = []
+    for i in range(draw(st.integers(0, 12))):
+        flags = draw(st.sampled_from([0, cl.BORNHOST_V6_FLAG, cl.STOREHOST_V6_FLAG,
+                                      cl.BORNHOST_V6_FLAG | cl.STOREHOST_V6_FLAG]))
+        host = lambda flag: Host(bytes(16 if flags & flag else 4), draw(st.integers(0, 65535)))
+        props = b"".join(draw(st.lists(st.sampled_from(_PROPERTY_PIECES), max_size=8)))
+        fields = MessageFields(topic=draw(st.sampled_from(["T", "TopicB" * 30, "é"])), body=draw(st.binary(max_size=300)),
+                               properties=props, queue_id=draw(st.integers(0, 7)), queue_offset=i, sys_flag=flags,
+                               born_host=host(cl.BORNHOST_V6_FLAG), store_host=host(cl.STOREHOST_V6_FLAG),
+                               phy_offset=sum(map(len, parts)), born_timestamp=draw(st.integers(0, 1 << 41)),
+                               store_timestamp=draw(st.integers(-1, 1 << 41)))
+        parts.append(bytes(encode(fields)))
+    raw = bytearray(b"".join(parts))
+    end = draw(st.sampled_from(["zeros", "blank", "garbage", "none"]))
+    if end == "zeros":
+        raw += bytes(draw(st.integers(1, 64)))
+    elif end == "blank":
+        raw += (64).to_bytes(4, "big") + cl.BLANK_MAGIC.to_bytes(4, "big") + bytes(56)
+    elif end == "garbage":
+        raw += draw(st.binary(min_size=1, max_size=40))
+    for _ in range(draw(st.integers(0, 3))):
+        if raw:
+            at = draw(st.integers(0, len(raw) - 1))
+            raw[at] = draw(st.integers(0, 255))
+    return bytes(raw)
+
+
+def _scan_file(path, core, **kwargs):
+    from rmqtool.records.scan import FileScan
+    scan = FileScan(path, 0, core=core, **kwargs)
+    batches = [{k: v.tolist() for k, v in batch.columns.items()} for batch in scan]
+    return batches, vars(scan.end)
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(commitlog_files(), st.sampled_from([1 << 16, 200, 700]), st.sampled_from([None, 64, 333]), st.booleans(),
+       st.integers(0, 3))
+def test_native_window_scan_equals_the_reference_scan(tmp_path_factory, raw, chunk, piece, check_crc, lo_pick):
+    """FileScan with the native window scan (read piece by piece; walk, columns, property spans and
+    CRC in one pass) gives the reference path's batches, column for column, and the same end."""
+    path = tmp_path_factory.mktemp("scan") / "00000000000000000000"
+    path.write_bytes(raw)
+    lo = [0, 0, len(raw) // 3, max(len(raw) - 1, 0)][lo_pick]
+    got = _scan_file(path, native.core, chunk_size=chunk, piece_size=piece, check_crc=check_crc, lo=lo)
+    want = _scan_file(path, None, chunk_size=chunk, check_crc=check_crc, lo=lo)
+    assert got == want
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["basic", "crashed", "mixed", "propcrc-lmq-batchcq", "rocksdb-cq"])
+def test_native_window_scan_equals_the_reference_on_reference_stores(name):
+    from rmqtool.io.store import Store
+    store = Store(reference_store(name))
+    for seg in store.commitlog.files:
+        for check_crc in (False, True):
+            assert _scan_file(seg.path, native.core, check_crc=check_crc, piece_size=4096) == \
+                _scan_file(seg.path, None, check_crc=check_crc)
+
+
+@needs_native
+def test_scan_records_checks_its_arguments():
+    from rmqtool.records.scan import _window_scan
+    scan = _window_scan(native.core, False, None)
+    core, names = native.core, scan.names
+    assert len(set(core.SCAN_LAYOUT)) == len(core.SCAN_LAYOUT) and all(core.SCAN_LAYOUT)
+    assert len(set(core.SCAN_COLUMNS)) == len(core.SCAN_COLUMNS) and all(core.SCAN_COLUMNS)
+    window = bytes(256)
+    cols = np.empty((len(core.SCAN_COLUMNS), 4), np.int64)
+    props = np.empty((2 * len(names), 4), np.int64)
+    assert core.scan_records(window, 0, 256, False, scan.layout, names, cols, props, 0) == (0, 0, core.SCAN_CHAIN)
+    with pytest.raises(ValueError, match="layout"):
+        core.scan_records(window, 0, 256, False, scan.layout[:-1], names, cols, props, 0)
+    with pytest.raises(ValueError, match="props"):
+        core.scan_records(window, 0, 256, False, scan.layout, names, cols, props[:-1], 0)
+    with pytest.raises(ValueError, match="row"):
+        core.scan_records(window, 0, 256, False, scan.layout, names, cols, props, 5)
+    with pytest.raises(ValueError, match="start"):
+        core.scan_records(window, 300, 256, False, scan.layout, names, cols, props, 0)
+    bad = scan.layout.copy()
+    bad[core.SCAN_LAYOUT.index("head.sys_flag.at")] = 1 << 20
+    with pytest.raises(ValueError, match="head field"):
+        core.scan_records(window, 0, 256, False, bad, names, cols, props, 0)
+
+
+def _xpow_mod(n: int, poly: int = 0x104C11DB7) -> int:
+    """x^n mod P over GF(2)."""
+    r = 1
+    for _ in range(n):
+        r <<= 1
+        if r >> 32:
+            r ^= poly
+    return r
+
+
+def _reflect(value: int, bits: int) -> int:
+    return int(format(value, f"0{bits}b")[::-1], 2)
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(native.core, "CRC_FOLD_CONSTANTS"), reason="no carry-less-multiply CRC on this CPU family")
+def test_crc_fold_constants_follow_from_the_polynomial():
+    """k(n) = reflect32(x^n mod P) << 1; P' and mu' = floor(x^64 / P), reflected over 33 bits."""
+    poly = 0x104C11DB7
+    k = [_reflect(_xpow_mod(n), 32) << 1 for n in (4 * 128 + 32, 4 * 128 - 32, 128 + 32, 128 - 32, 64, 32)]
+    mu, rest = 0, 1 << 64
+    while rest.bit_length() >= poly.bit_length():
+        shift = rest.bit_length() - poly.bit_length()
+        mu ^= 1 << shift
+        rest ^= poly << shift
+    assert list(native.core.CRC_FOLD_CONSTANTS) == k + [_reflect(poly, 33), _reflect(mu, 33)]
+
+
+@needs_native
+@pytest.mark.parametrize("use_clmul", [True, False])
+def test_crc32_kernels_equal_zlib_for_every_length_and_alignment(use_clmul):
+    """Both CRC loops of the native core (carry-less multiply where the CPU has it, zlib's) give
+    zlib.crc32 for spans of every length up to 700 bytes at 16 alignments, and long random spans."""
+    before = native.core.crc32_kernel()
+    try:
+        native.core.crc32_kernel(use_clmul)
+        raw = bytes((i * 131 + (i >> 7) * 17) & 0xFF for i in range(8192))
+        buf = np.frombuffer(raw, np.uint8)
+        starts = np.array([off for n in range(700) for off in range(16)], np.int64)
+        lengths = np.array([n for n in range(700) for _ in range(16)], np.int64)
+        rng = np.random.default_rng(7)
+        s = rng.integers(0, 8192, 300)
+        starts = np.concatenate([starts, s])
+        lengths = np.concatenate([lengths, rng.integers(0, 8193 - s)])
+        got = crc32_spans(buf, starts, lengths).tolist()
+        assert got == [zlib.crc32(raw[a:a + n]) for a, n in zip(starts.tolist(), lengths.tolist())]
+    finally:
+        native.core.crc32_kernel(before == "clmul")

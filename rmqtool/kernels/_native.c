@@ -27,6 +27,80 @@
 /* spans ahead whose first bytes are asked for early: spans lie far apart (one per record) */
 #define PREFETCH_AHEAD 8
 
+/* ---- CRC32 (zlib's polynomial, reflected) of one span ------------------------------------------
+ * zlib's crc32_z, or on x86-64 with PCLMULQDQ and SSE4.1 the carry-less-multiply folding of Gopal et
+ * al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (Intel, 2009) for
+ * the whole 16-byte blocks of spans of 64 bytes or more, zlib finishing the rest. The constants are
+ * k(n) = reflect32(x^n mod P) << 1 for P = 0x104C11DB7, and Barrett's P' and mu' = floor(x^64 / P)
+ * reflected (33 bits); tests/test_fastpath_equivalence.py derives them again from P and proves the
+ * result equal to zlib.crc32 for every length and alignment. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CRC_FOLD_CONSTANTS 8
+static const uint64_t crc_fold[CRC_FOLD_CONSTANTS] = {
+    0x154442bd4, 0x1c6e41596,   /* k(4*128+32), k(4*128-32): four blocks folded 64 bytes ahead */
+    0x1751997d0, 0x0ccaa009e,   /* k(128+32), k(128-32): one block folded 16 bytes ahead */
+    0x163cd6124, 0x1db710640,   /* k(64), k(32): 64 bits folded to 32 */
+    0x1db710641, 0x1f7011641,   /* P', mu': Barrett reduction */
+};
+static int crc_use_clmul = -1;  /* -1: not asked yet */
+
+__attribute__((target("pclmul,sse4.1")))
+static inline __m128i crc_fold_block(__m128i acc, __m128i k, __m128i next)
+{
+    __m128i lo = _mm_clmulepi64_si128(acc, k, 0x00), hi = _mm_clmulepi64_si128(acc, k, 0x11);
+    return _mm_xor_si128(_mm_xor_si128(lo, hi), next);
+}
+
+/* The inverted running CRC ``crc`` over ``len`` bytes (len >= 64, a multiple of 16). */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc32_clmul(const unsigned char *buf, size_t len, uint32_t crc)
+{
+    __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)buf), _mm_cvtsi32_si128((int)crc));
+    __m128i b = _mm_loadu_si128((const __m128i *)(buf + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(buf + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(buf + 48));
+    __m128i k = _mm_set_epi64x((long long)crc_fold[1], (long long)crc_fold[0]);
+    for (buf += 64, len -= 64; len >= 64; buf += 64, len -= 64) {
+        a = crc_fold_block(a, k, _mm_loadu_si128((const __m128i *)buf));
+        b = crc_fold_block(b, k, _mm_loadu_si128((const __m128i *)(buf + 16)));
+        c = crc_fold_block(c, k, _mm_loadu_si128((const __m128i *)(buf + 32)));
+        d = crc_fold_block(d, k, _mm_loadu_si128((const __m128i *)(buf + 48)));
+    }
+    k = _mm_set_epi64x((long long)crc_fold[3], (long long)crc_fold[2]);
+    a = crc_fold_block(a, k, b);
+    a = crc_fold_block(a, k, c);
+    a = crc_fold_block(a, k, d);
+    for (; len >= 16; buf += 16, len -= 16) a = crc_fold_block(a, k, _mm_loadu_si128((const __m128i *)buf));
+    /* 128 bits to 64: the low half times k(128-32) added to the high half */
+    __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    a = _mm_xor_si128(_mm_srli_si128(a, 8), _mm_clmulepi64_si128(a, k, 0x10));
+    /* 64 bits to 32: the low 32 bits times k(64) added to the rest */
+    __m128i k64 = _mm_set_epi64x(0, (long long)crc_fold[4]);
+    a = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(a, low32), k64, 0x00), _mm_srli_si128(a, 4));
+    /* Barrett: q = floor(a * mu' / x^32), crc = a + q * P' */
+    __m128i pm = _mm_set_epi64x((long long)crc_fold[7], (long long)crc_fold[6]);
+    __m128i q = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(a, low32), pm, 0x10), low32);
+    a = _mm_xor_si128(a, _mm_clmulepi64_si128(q, pm, 0x00));
+    return (uint32_t)_mm_extract_epi32(a, 1);
+}
+#endif
+
+/* zlib's crc32(0, buf, len). */
+static inline uint32_t crc32_span(const unsigned char *buf, size_t len)
+{
+    uint32_t crc = 0;
+#ifdef CRC_FOLD_CONSTANTS
+    if (crc_use_clmul && len >= 64) {
+        size_t blocks = len & ~(size_t)15;
+        crc = ~crc32_clmul(buf, blocks, ~crc);
+        buf += blocks;
+        len -= blocks;
+    }
+#endif
+    return (uint32_t)crc32_z(crc, buf, (z_size_t)len);
+}
+
 typedef struct {
     Py_buffer buf, starts, lengths;
     int have_buf, have_starts, have_lengths;
@@ -105,7 +179,7 @@ static PyObject *crc32_spans(PyObject *self, PyObject *args)
     if (bad < 0) {
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n) __builtin_prefetch(b + st[i + PREFETCH_AHEAD]);
-            crc[i] = (uint32_t)crc32_z(0L, b + st[i], (z_size_t)ln[i]);
+            crc[i] = crc32_span(b + st[i], (size_t)ln[i]);
         }
     }
     Py_END_ALLOW_THREADS
@@ -294,7 +368,7 @@ static PyObject *split_properties(PyObject *self, PyObject *args)
     return result;
 }
 
-static uint32_t be32(const unsigned char *p)
+static inline uint32_t be32(const unsigned char *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
@@ -352,7 +426,7 @@ static PyObject *message_run(PyObject *self, PyObject *args)
     return Py_BuildValue("LL", (long long)count, (long long)p);
 }
 
-static int64_t be64(const unsigned char *p)
+static inline int64_t be64(const unsigned char *p)
 {
     return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
 }
@@ -474,7 +548,296 @@ static PyObject *index_chains(PyObject *self, PyObject *args)
     return PyLong_FromLongLong(fresh);
 }
 
+
+/* ---- scan_records: the chain walk, every record's columns, its property spans and (asked) its
+ * body CRC in one pass over a window, while each record's bytes are in the CPU cache. ------------
+ *
+ * The layout (field positions and sizes, host sizes, flags) is passed in as int64 values named by
+ * SCAN_LAYOUT; the outputs are named by SCAN_COLUMNS. Python builds the one from formats/ and reads
+ * the other by name (records/scan.py), so neither order is restated there. The numpy path
+ * (scan._message_run + scan._decode_columns + extract_properties + body_crc_matches) is the
+ * reference; tests/test_fastpath_equivalence.py proves this equal to it. */
+enum {
+    L_TOTAL_AT, L_TOTAL_SIZE, L_TOTAL_SIGNED, L_MAGIC_AT, L_MAGIC_SIZE, L_MAGIC_SIGNED,
+    L_BODY_CRC_AT, L_BODY_CRC_SIZE, L_BODY_CRC_SIGNED, L_QUEUE_ID_AT, L_QUEUE_ID_SIZE, L_QUEUE_ID_SIGNED,
+    L_FLAG_AT, L_FLAG_SIZE, L_FLAG_SIGNED, L_QUEUE_OFFSET_AT, L_QUEUE_OFFSET_SIZE, L_QUEUE_OFFSET_SIGNED,
+    L_PHY_AT, L_PHY_SIZE, L_PHY_SIGNED, L_SYS_FLAG_AT, L_SYS_FLAG_SIZE, L_SYS_FLAG_SIGNED,
+    L_BORN_TS_AT, L_BORN_TS_SIZE, L_BORN_TS_SIGNED,
+    L_RECONSUME_AT, L_RECONSUME_SIZE, L_RECONSUME_SIGNED, L_PREPARED_AT, L_PREPARED_SIZE, L_PREPARED_SIGNED,
+    L_BODY_LENGTH_AT, L_BODY_LENGTH_SIZE, L_BODY_LENGTH_SIGNED,
+    L_STORE_TS_SIZE, L_STORE_TS_SIGNED, L_TOPIC_V1_SIZE, L_TOPIC_V2_SIZE, L_TOPIC_SIGNED,
+    L_PROPS_SIZE, L_PROPS_SIGNED,
+    L_HEAD_SIZE, L_TAIL_SIZE, L_FIXED_SIZE, L_HOST_V4, L_HOST_V6, L_BORN_V6_FLAG, L_STORE_V6_FLAG,
+    L_MAGIC_V1, L_MAGIC_V2, L_MIN_MESSAGE, L_CRC_MASK, L_COUNT
+};
+static const char *const scan_layout_names[L_COUNT] = {
+    "head.total_size.at", "head.total_size.size", "head.total_size.signed",
+    "head.magic.at", "head.magic.size", "head.magic.signed",
+    "head.body_crc.at", "head.body_crc.size", "head.body_crc.signed",
+    "head.queue_id.at", "head.queue_id.size", "head.queue_id.signed",
+    "head.flag.at", "head.flag.size", "head.flag.signed",
+    "head.queue_offset.at", "head.queue_offset.size", "head.queue_offset.signed",
+    "head.physical_offset.at", "head.physical_offset.size", "head.physical_offset.signed",
+    "head.sys_flag.at", "head.sys_flag.size", "head.sys_flag.signed",
+    "head.born_timestamp.at", "head.born_timestamp.size", "head.born_timestamp.signed",
+    "tail.reconsume_times.at", "tail.reconsume_times.size", "tail.reconsume_times.signed",
+    "tail.prepared_transaction_offset.at", "tail.prepared_transaction_offset.size",
+    "tail.prepared_transaction_offset.signed",
+    "tail.body_length.at", "tail.body_length.size", "tail.body_length.signed",
+    "store_timestamp.size", "store_timestamp.signed", "topic_length_v1.size", "topic_length_v2.size",
+    "topic_length.signed", "properties_length.size", "properties_length.signed",
+    "head_size", "tail_size", "fixed_size", "host_v4_size", "host_v6_size", "born_v6_flag", "store_v6_flag",
+    "magic_v1", "magic_v2", "min_message", "body_crc_mask",
+};
+enum {
+    C_POSITION, C_SIZE, C_MAGIC, C_BODY_CRC, C_QUEUE_ID, C_FLAG, C_QUEUE_OFFSET, C_STORED_PHY, C_SYS_FLAG,
+    C_BORN_TS, C_BORN_HOST_START, C_STORE_TS, C_STORE_HOST_START, C_RECONSUME, C_PREPARED, C_BODY_LENGTH,
+    C_BODY_START, C_BODY_LEN, C_TOPIC_START, C_TOPIC_LEN, C_PROPS_START, C_PROPS_LEN, C_COUNT
+};
+static const char *const scan_column_names[C_COUNT] = {
+    "position", "size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "stored_phy_offset",
+    "sys_flag", "born_timestamp", "born_host_start", "store_timestamp", "store_host_start", "reconsume_times",
+    "prepared_transaction_offset", "body_length", "body_start", "body_len", "topic_start", "topic_len",
+    "props_start", "props_len",
+};
+/* why scan_records stopped */
+enum { SCAN_CHAIN = 0, SCAN_LENGTH = 1, SCAN_CRC = 2, SCAN_FULL = 3 };
+
+/* A big-endian integer of 1, 2, 4 or 8 bytes (the caller has checked it lies in the buffer). */
+static inline int64_t read_be(const unsigned char *p, int64_t size, int64_t is_signed)
+{
+    switch (size) {                 /* the sizes fields have, without a per-byte loop */
+    case 1: return is_signed ? (int64_t)(int8_t)p[0] : (int64_t)p[0];
+    case 2: {
+        uint16_t v = (uint16_t)(((unsigned)p[0] << 8) | p[1]);
+        return is_signed ? (int64_t)(int16_t)v : (int64_t)v;
+    }
+    case 4: {
+        uint32_t v = be32(p);
+        return is_signed ? (int64_t)(int32_t)v : (int64_t)v;
+    }
+    case 8: return be64(p);
+    default: {
+        uint64_t v = 0;
+        for (int64_t i = 0; i < size; i++) v = (v << 8) | p[i];
+        if (is_signed && size < 8 && (v >> (size * 8 - 1)) & 1) v |= ~(uint64_t)0 << (size * 8);
+        return (int64_t)v;
+    }
+    }
+}
+
+#define FIELD(L, base, name) read_be((base) + (L)[name##_AT], (L)[name##_SIZE], (L)[name##_SIGNED])
+
+/* One record's property value spans (the rule of split_properties), into out[j] / out[k + j]. */
+static void split_one(const unsigned char *b, int64_t start, int64_t len, Py_ssize_t k, const char *const *name,
+                      const Py_ssize_t *name_len, int64_t *vs, int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
+{
+    /* one pass over the bytes (the values are short: a call to memchr per separator costs more) */
+    const unsigned char *seg = b + start, *end = seg + len, *eq = NULL;
+    for (const unsigned char *q = seg;; q++) {
+        /* eight bytes at a time past bytes that cannot be a separator (none below 0x03) */
+        while (end - q >= 8) {
+            uint64_t x;
+            memcpy(&x, q, 8);
+            if ((x - 0x0303030303030303ULL) & ~x & 0x8080808080808080ULL) break;
+            q += 8;
+        }
+        if (q == end || *q == 0x02) {
+            if (eq && eq + 1 < q) {
+                Py_ssize_t key_len = eq - seg;
+                for (Py_ssize_t j = 0; j < k; j++) {
+                    if (key_len != name_len[j] || seg[0] != (unsigned char)name[j][0]) continue;
+                    Py_ssize_t i = 1;
+                    while (i < key_len && seg[i] == (unsigned char)name[j][i]) i++;
+                    if (i == key_len) {
+                        vs[j * stride + row] = (eq + 1) - b;
+                        vl[j * stride + row] = q - (eq + 1);
+                    }
+                }
+            }
+            if (q == end) break;
+            seg = q + 1;
+            eq = NULL;
+        } else if (*q == 0x01 && !eq) {
+            eq = q;
+        }
+    }
+}
+
+/* Decode the record at p (TOTALSIZE total, inside the buffer) into column row ``row``; 0 when it
+ * is well formed (every part inside the record, topic length >= 0, computed length == TOTALSIZE),
+ * -1 otherwise (nothing is read outside the record). */
+static int decode_one(const unsigned char *b, int64_t p, int64_t total, const int64_t *L, int64_t *cols,
+                      Py_ssize_t cap, Py_ssize_t row)
+{
+    const unsigned char *r = b + p;
+    int64_t end = p + total;
+    if (L[L_HEAD_SIZE] > total) return -1;
+    int64_t sys_flag = FIELD(L, r, L_SYS_FLAG);
+    int64_t magic = FIELD(L, r, L_MAGIC);
+    int64_t born = (sys_flag & L[L_BORN_V6_FLAG]) ? L[L_HOST_V6] : L[L_HOST_V4];
+    int64_t store = (sys_flag & L[L_STORE_V6_FLAG]) ? L[L_HOST_V6] : L[L_HOST_V4];
+    int64_t born_host = p + L[L_HEAD_SIZE];
+    int64_t store_ts = born_host + born;
+    int64_t store_host = store_ts + L[L_STORE_TS_SIZE];
+    int64_t tail = store_host + store;
+    if (tail + L[L_TAIL_SIZE] > end) return -1;
+    int64_t body_length = FIELD(L, b + tail, L_BODY_LENGTH);
+    int64_t body_start = tail + L[L_TAIL_SIZE];
+    int64_t body_len = body_length > 0 ? body_length : 0;
+    int64_t topic_field = magic == L[L_MAGIC_V2] ? L[L_TOPIC_V2_SIZE] : L[L_TOPIC_V1_SIZE];
+    int64_t topic_len_pos = body_start + body_len;
+    if (topic_len_pos + topic_field > end) return -1;
+    int64_t topic_len = read_be(b + topic_len_pos, topic_field, L[L_TOPIC_SIGNED]);
+    if (topic_len < 0) return -1;
+    int64_t topic_start = topic_len_pos + topic_field;
+    int64_t props_len_pos = topic_start + topic_len;
+    if (props_len_pos + L[L_PROPS_SIZE] > end) return -1;
+    int64_t props_length = read_be(b + props_len_pos, L[L_PROPS_SIZE], L[L_PROPS_SIGNED]);
+    int64_t computed = L[L_FIXED_SIZE] + born + store + topic_field + body_len + topic_len
+                       + (props_length > 0 ? props_length : 0);
+    if (computed != total) return -1;
+    int64_t *c = cols + row;
+    c[C_POSITION * cap] = p;
+    c[C_SIZE * cap] = FIELD(L, r, L_TOTAL);
+    c[C_MAGIC * cap] = magic;
+    c[C_BODY_CRC * cap] = FIELD(L, r, L_BODY_CRC);
+    c[C_QUEUE_ID * cap] = FIELD(L, r, L_QUEUE_ID);
+    c[C_FLAG * cap] = FIELD(L, r, L_FLAG);
+    c[C_QUEUE_OFFSET * cap] = FIELD(L, r, L_QUEUE_OFFSET);
+    c[C_STORED_PHY * cap] = FIELD(L, r, L_PHY);
+    c[C_SYS_FLAG * cap] = sys_flag;
+    c[C_BORN_TS * cap] = FIELD(L, r, L_BORN_TS);
+    c[C_BORN_HOST_START * cap] = born_host;
+    c[C_STORE_TS * cap] = read_be(b + store_ts, L[L_STORE_TS_SIZE], L[L_STORE_TS_SIGNED]);
+    c[C_STORE_HOST_START * cap] = store_host;
+    c[C_RECONSUME * cap] = FIELD(L, b + tail, L_RECONSUME);
+    c[C_PREPARED * cap] = FIELD(L, b + tail, L_PREPARED);
+    c[C_BODY_LENGTH * cap] = body_length;
+    c[C_BODY_START * cap] = body_start;
+    c[C_BODY_LEN * cap] = body_len;
+    c[C_TOPIC_START * cap] = topic_start;
+    c[C_TOPIC_LEN * cap] = topic_len;
+    c[C_PROPS_START * cap] = props_len_pos + L[L_PROPS_SIZE];
+    c[C_PROPS_LEN * cap] = props_length > 0 ? props_length : -1;
+    return 0;
+}
+
+/* scan_records(window, p, limit, check_crc, layout, names, cols, props, row) -> (taken, stop, why):
+ * from window position p, the records message_run takes (a MESSAGE magic below ``limit``, TOTALSIZE
+ * >= min_message, ending inside the window), each decoded into column row ``row`` + i of ``cols``
+ * (int64, C_COUNT rows of ``cap``), its property value spans into ``props`` (int64, 2 * len(names)
+ * rows of ``cap``: the starts, then the lengths; start 0 and length -1 where absent) and, with
+ * check_crc, its body CRC compared with BODYCRC. Stops (``why``) at the first position that is not
+ * such a record (SCAN_CHAIN), a record that is not well formed (SCAN_LENGTH) or whose CRC differs
+ * (SCAN_CRC), or when the columns are full (SCAN_FULL); ``stop`` is that position. */
+static PyObject *scan_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *window, *layout, *names, *cols_obj, *props_obj;
+    long long p0, limit, row0;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "OLLpOO!OOL", &window, &p0, &limit, &check_crc, &layout, &PyTuple_Type, &names,
+                          &cols_obj, &props_obj, &row0))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(names);
+    if (k > MAX_NAMES) {
+        PyErr_SetString(PyExc_ValueError, "too many property names");
+        return NULL;
+    }
+    const char *name[MAX_NAMES];
+    Py_ssize_t name_len[MAX_NAMES];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *item = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "property names must be bytes");
+            return NULL;
+        }
+        name[j] = PyBytes_AS_STRING(item);
+        name_len[j] = PyBytes_GET_SIZE(item);
+    }
+    Py_buffer w, lv, cv, pv;
+    if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(layout, &lv, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&w); return NULL; }
+    if (out_get(cols_obj, &cv, 0, 0) < 0) { PyBuffer_Release(&lv); PyBuffer_Release(&w); return NULL; }
+    if (out_get(props_obj, &pv, 0, 0) < 0) {
+        PyBuffer_Release(&cv); PyBuffer_Release(&lv); PyBuffer_Release(&w); return NULL;
+    }
+    const int64_t *L = lv.buf;
+    Py_ssize_t cap = cv.len / (8 * C_COUNT);
+    const char *problem = NULL;
+    if (lv.len != 8 * L_COUNT) problem = "layout must hold one int64 per SCAN_LAYOUT name";
+    else if (cv.len % (8 * C_COUNT)) problem = "cols must be int64 (len(SCAN_COLUMNS), capacity)";
+    else if (pv.len != 8 * 2 * k * cap) problem = "props must be int64 (2 * len(names), capacity)";
+    else if (row0 < 0 || row0 > cap) problem = "row outside the columns";
+    else if (p0 < 0 || p0 > w.len) problem = "start outside the window";
+    else if (L[L_MIN_MESSAGE] < 8 || L[L_MIN_MESSAGE] < L[L_HEAD_SIZE]) problem = "min_message below the head";
+    else {
+        static const int fields[] = {L_TOTAL_AT, L_MAGIC_AT, L_BODY_CRC_AT, L_QUEUE_ID_AT, L_FLAG_AT,
+                                     L_QUEUE_OFFSET_AT, L_PHY_AT, L_SYS_FLAG_AT, L_BORN_TS_AT};
+        for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+            int64_t at = L[fields[f]], size = L[fields[f] + 1];
+            if (at < 0 || size < 1 || size > 8 || at + size > L[L_HEAD_SIZE]) problem = "a head field outside the head";
+        }
+        static const int tails[] = {L_RECONSUME_AT, L_PREPARED_AT, L_BODY_LENGTH_AT};
+        for (size_t f = 0; f < sizeof tails / sizeof *tails; f++) {
+            int64_t at = L[tails[f]], size = L[tails[f] + 1];
+            if (at < 0 || size < 1 || size > 8 || at + size > L[L_TAIL_SIZE]) problem = "a tail field outside the tail";
+        }
+        if (L[L_TOTAL_AT] != 0 || L[L_TOTAL_SIZE] != 4 || L[L_MAGIC_AT] != 4 || L[L_MAGIC_SIZE] != 4)
+            problem = "the record prefix must be TOTALSIZE then MAGIC, four bytes each";
+        const int sizes[] = {L_STORE_TS_SIZE, L_TOPIC_V1_SIZE, L_TOPIC_V2_SIZE, L_PROPS_SIZE};
+        for (size_t f = 0; f < sizeof sizes / sizeof *sizes; f++)
+            if (L[sizes[f]] < 1 || L[sizes[f]] > 8) problem = "a field size outside 1..8";
+        if (L[L_HOST_V4] < 0 || L[L_HOST_V6] < 0 || L[L_TAIL_SIZE] < 0) problem = "negative layout size";
+    }
+    if (problem) {
+        PyBuffer_Release(&pv); PyBuffer_Release(&cv); PyBuffer_Release(&lv); PyBuffer_Release(&w);
+        PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    const unsigned char *b = w.buf;
+    int64_t n = w.len, p = p0, row = row0, why = SCAN_CHAIN;
+    int64_t last = n - 8 + 1;
+    if (limit < last) last = limit;
+    int64_t *cols = cv.buf, *vs = pv.buf, *vl = (int64_t *)pv.buf + k * cap;
+    uint32_t v1 = (uint32_t)L[L_MAGIC_V1], v2 = (uint32_t)L[L_MAGIC_V2];
+    Py_BEGIN_ALLOW_THREADS
+    while (p >= 0 && p < last) {
+        uint32_t magic = be32(b + p + 4);
+        if (magic != v1 && magic != v2) break;
+        int64_t total = (int32_t)be32(b + p);
+        if (total < L[L_MIN_MESSAGE] || total > n - p) break;
+        if (row == cap) { why = SCAN_FULL; break; }
+        if (decode_one(b, p, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
+        for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = 0; vl[j * cap + row] = -1; }
+        int64_t props_len = cols[C_PROPS_LEN * cap + row];
+        if (props_len > 0)
+            split_one(b, cols[C_PROPS_START * cap + row], props_len, k, name, name_len, vs, vl, cap, row);
+        if (check_crc) {
+            int64_t body_len = cols[C_BODY_LEN * cap + row];
+            if (body_len > 0) {
+                uint32_t crc = crc32_span(b + cols[C_BODY_START * cap + row], (size_t)body_len);
+                if ((int64_t)(crc & (uint32_t)L[L_CRC_MASK]) != cols[C_BODY_CRC * cap + row]) { why = SCAN_CRC; break; }
+            }
+        }
+        row++;
+        p += total;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&w);
+    return Py_BuildValue("LLL", (long long)(row - row0), (long long)p, (long long)why);
+}
+
+static PyObject *crc32_kernel(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
+    {"scan_records", scan_records, METH_VARARGS,
+     "scan_records(window, p, limit, check_crc, layout, names, cols, props, row): the chain walk, columns, "
+     "property spans and body CRC of every record in one pass; returns (taken, stop, why)"},
     {"index_chains", index_chains, METH_VARARGS,
      "index_chains(slot_of_key, slots, count, out_prev): putKey chains; returns slots newly used"},
     {"entry_run", entry_run, METH_VARARGS,
@@ -487,6 +850,7 @@ static PyMethodDef methods[] = {
     {"split_properties", split_properties, METH_VARARGS,
      "split_properties(buf, starts, lengths, names, out_start, out_len): spans of the named property values"},
     {"crc32_spans", crc32_spans, METH_VARARGS, "crc32_spans(buf, starts, lengths, out): zlib crc32 of each span"},
+    {"crc32_kernel", crc32_kernel, METH_VARARGS, "crc32_kernel([use]): 'clmul' or 'zlib'; use=False turns clmul off"},
     {"java_hash_spans", java_hash_spans, METH_VARARGS,
      "java_hash_spans(buf, starts, lengths, out, high): Java hashCode of each ASCII span; high marks the rest"},
     {NULL, NULL, 0, NULL},
@@ -496,4 +860,63 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native", "rmqtool's native core", -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+static PyObject *names_tuple(const char *const *names, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+static int add_names(PyObject *m, const char *attr, const char *const *names, Py_ssize_t n)
+{
+    PyObject *t = names_tuple(names, n);
+    if (!t) return -1;
+    int rc = PyModule_AddObjectRef(m, attr, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* crc32_kernel([use]) -> name: which loop CRCs spans ("clmul" or "zlib"); ``use`` False turns the
+ * carry-less-multiply loop off (tests compare the two), True back on where the CPU has it. */
+static PyObject *crc32_kernel(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int use = -1;
+    if (!PyArg_ParseTuple(args, "|p", &use)) return NULL;
+#ifdef CRC_FOLD_CONSTANTS
+    if (use >= 0) crc_use_clmul = use && __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    return PyUnicode_FromString(crc_use_clmul ? "clmul" : "zlib");
+#else
+    return PyUnicode_FromString("zlib");
+#endif
+}
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+#ifdef CRC_FOLD_CONSTANTS
+    __builtin_cpu_init();
+    crc_use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    PyObject *fold = PyTuple_New(CRC_FOLD_CONSTANTS);
+    if (!fold) { Py_DECREF(m); return NULL; }
+    for (int i = 0; i < CRC_FOLD_CONSTANTS; i++) PyTuple_SET_ITEM(fold, i, PyLong_FromUnsignedLongLong(crc_fold[i]));
+    if (PyModule_AddObjectRef(m, "CRC_FOLD_CONSTANTS", fold) < 0) { Py_DECREF(fold); Py_DECREF(m); return NULL; }
+    Py_DECREF(fold);
+#endif
+    if (add_names(m, "SCAN_LAYOUT", scan_layout_names, L_COUNT) < 0
+        || add_names(m, "SCAN_COLUMNS", scan_column_names, C_COUNT) < 0
+        || PyModule_AddIntConstant(m, "SCAN_CHAIN", SCAN_CHAIN) < 0
+        || PyModule_AddIntConstant(m, "SCAN_LENGTH", SCAN_LENGTH) < 0
+        || PyModule_AddIntConstant(m, "SCAN_CRC", SCAN_CRC) < 0
+        || PyModule_AddIntConstant(m, "SCAN_FULL", SCAN_FULL) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -17,7 +17,8 @@ def _load():
         from rmqtool.kernels import _native
     except ImportError:
         return None, "numpy (native core not built)"
-    return _native, "native (C)"
+    kernel = _native.crc32_kernel() if hasattr(_native, "crc32_kernel") else "zlib"
+    return _native, f"native (C), crc32 by {kernel}"
 
 
 #: the extension module, or None when the numpy path runs

@@ -152,7 +152,8 @@ class FileScan:
 
     def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
                  check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False,
-                 reuse_buffer: bool = False, buffer: ReadBuffer | None = None):
+                 reuse_buffer: bool = False, buffer: ReadBuffer | None = None, core=native.core,
+                 piece_size: int | None = None):
         self.path = str(path)
         self.file_base = file_base
         self.lo, self.hi = lo, hi
@@ -166,7 +167,11 @@ class FileScan:
         self._buffer = buffer if buffer is not None else ReadBuffer()
         self.end: FileEnd | None = None
         # a DLedger member's data file: records sit inside entries (docs/format-dledger.md)
-        self._walk_window = _walk_entries_window(file_base) if is_entry_file(self.path) else _walk_chain
+        entries = is_entry_file(self.path)
+        self._walk_window = _walk_entries_window(file_base) if entries else _walk_chain
+        # a classic CommitLog file with the native ``core``: each window read and decoded piece by
+        # piece (``window_scan``; ``piece_size`` bytes at a time); core=None: the numpy reference
+        self._native = None if entries or core is None else _window_scan(core, check_crc, piece_size)
 
     def __iter__(self) -> Iterator[RecordBatch]:
         with ReadOnlyFile(self.path) as fh:
@@ -174,6 +179,9 @@ class FileScan:
             yield from self._walk(fh, size)
 
     def _walk(self, fh: ReadOnlyFile, size: int) -> Iterator[RecordBatch]:
+        if self._native is not None:
+            yield from self._walk_native(fh, size)
+            return
         pos = self.lo
         hi = size if self.hi is None else min(self.hi, size)
         messages = 0
@@ -202,6 +210,52 @@ class FileScan:
             if next_pos == pos:     # one record larger than the window: widen it
                 self.chunk_size = min(self.chunk_size * 2, size)
             pos = next_pos
+
+    def _walk_native(self, fh: ReadOnlyFile, size: int) -> Iterator[RecordBatch]:
+        """``_walk`` with the native window scan (``window_scan``): the same batches and ends."""
+        pos = self.lo
+        hi = size if self.hi is None else min(self.hi, size)
+        messages = 0
+        core = self._native.core
+        while True:
+            if pos >= hi:
+                kind = END_EOF if pos >= size else END_RANGE
+                self.end = FileEnd(self.path, self.file_base, size, pos, kind, messages)
+                return
+            want = min(self.chunk_size, size - pos)
+            window, cols, props, rows, p, why = self._native.read_and_take(
+                fh, pos, want, hi, self._buffer if self.reuse_buffer else None)
+            buf = np.frombuffer(window, dtype=np.uint8)
+            if why == core.SCAN_CHAIN:
+                rest, stop, next_pos = _walk_chain_scalar(window, pos, size, hi, p)
+                agree = not rest        # the core takes every record the loop would take
+            else:
+                stop, next_pos = _reference_stop(buf, pos, p, why == core.SCAN_LENGTH), None
+                agree = stop is not None
+            if agree:
+                batch = _native_batch(self.path, self.file_base, buf, pos, core.SCAN_COLUMNS, cols, props, rows)
+            else:                       # never expected: the reference path decides this window
+                batch, stop, next_pos = self._reference_window(window, pos, size, hi)
+            batch.carved = self.carved
+            if len(batch):
+                messages += len(batch)
+                yield batch
+            if stop is not None:
+                stop.path, stop.file_base, stop.file_size, stop.messages = (
+                    self.path, self.file_base, size, messages)
+                self.end = stop
+                return
+            if next_pos == pos:     # one record larger than the window: widen it
+                self.chunk_size = min(self.chunk_size * 2, size)
+            pos = next_pos
+
+    def _reference_window(self, window, pos: int, size: int, hi: int):
+        """One window as the reference path walks and decodes it: (batch, stop, resume)."""
+        starts, stop, next_pos = self._walk_window(window, pos, size, hi)
+        if not len(starts):
+            return RecordBatch(self.path, self.file_base, np.frombuffer(window, np.uint8), pos), stop, next_pos
+        batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc)
+        return batch, (bad if bad is not None else stop), next_pos
 
     def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
         """``fh.read(pos, want)`` (exact) into the scan's reused buffer."""
@@ -441,6 +495,44 @@ def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: 
     cols["position"] = cols["position"] + base
     cols["phy_offset"] = cols["position"] + file_base
     return RecordBatch(path, file_base, buf, base, cols), bad
+
+
+def _window_scan(core, check_crc: bool, piece_size: int | None):
+    from rmqtool.records.window_scan import WindowScan, scan_layout
+    layout = _SCAN_LAYOUTS.get(id(core))
+    if layout is None:
+        layout = _SCAN_LAYOUTS[id(core)] = scan_layout(core, cl.MESSAGE_HEAD_DTYPE, _TAIL_DTYPE, _MIN_MESSAGE)
+    return WindowScan(core, layout, _NATIVE_NAMES, check_crc, piece_size)
+
+
+#: the layout vector of each native core (in practice one), built from formats/ on first use
+_SCAN_LAYOUTS: dict = {}
+
+
+def _native_batch(path: str, file_base: int, buf: np.ndarray, base: int, names: tuple, cols: np.ndarray,
+                  props: np.ndarray, rows: int) -> RecordBatch:
+    """The batch of the native window scan: its column rows by name, as ``_decode_window`` makes it."""
+    out = {name: cols[i, :rows] for i, name in enumerate(names)}
+    k = len(EXTRACTED_PROPERTIES)
+    for j, name in enumerate(EXTRACTED_PROPERTIES):
+        out[f"{name}_start"], out[f"{name}_len"] = props[j, :rows], props[k + j, :rows]
+    out["position"] = out["position"] + base
+    out["phy_offset"] = out["position"] + file_base
+    return RecordBatch(path, file_base, buf, base, out)
+
+
+def _reference_stop(buf: np.ndarray, base: int, p: int, malformed: bool) -> FileEnd:
+    """The ``FileEnd`` ``_decode_window`` gives for the record at window position ``p``, which
+    the native scan found malformed (computed length) or with a body CRC that differs."""
+    one = np.array([p], dtype=np.int64)
+    cols = _decode_columns(buf, one)
+    if malformed != (not cols["_valid"][0]) or not malformed and body_crc_matches(buf, cols)[0]:
+        return None             # the reference sees it otherwise: the caller lets it decide
+    if malformed:
+        return FileEnd("", 0, 0, base + p, END_CORRUPT, total_size=int(cols["size"][0]),
+                       magic=int(cols["magic"][0]), detail=cols["_why"][0], check="commitlog.length")
+    return FileEnd("", 0, 0, base + p, END_CORRUPT, total_size=int(cols["size"][0]), magic=int(cols["magic"][0]),
+                   detail=f"body CRC mismatch: stored {int(cols['body_crc'][0])}", check="commitlog.body-crc")
 
 
 def body_crc_matches(buf: np.ndarray, cols: dict) -> np.ndarray:

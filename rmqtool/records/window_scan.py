@@ -1,0 +1,128 @@
+"""The native window scan: a read window filled piece by piece, each piece walked and decoded
+while its bytes are still in the CPU cache.
+
+``scan.FileScan`` reads a window (up to 64 MiB) and then walks, decodes, splits properties and
+CRCs it in separate passes; by the time a pass reaches a record the window has left the cache,
+so every pass pays memory latency per record. Here the window is read in ``PIECE`` bytes at a
+time and after each piece the native ``scan_records`` takes every record that lies whole in what
+has been read: the chain walk, the columns, the property spans and (asked) the body CRC in one
+pass. The result is the batch the reference path makes from the same window: where the walk stops
+is judged by the same scalar loop (``scan._walk_chain_scalar``), a malformed record's or a bad
+CRC's ``FileEnd`` is described by the reference decoder, and anything this path does not expect
+is handed to the reference path whole (``tests/test_fastpath_equivalence.py``).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+from formats import commitlog as cl
+from formats.derive import field_dtype
+
+#: bytes read before the records in them are taken: small enough to stay in the L2/L3 cache
+PIECE = 1 << 20
+#: rows of columns first allocated per byte of window (grown by doubling when a window holds more)
+BYTES_PER_ROW = 256
+
+
+def scan_layout(core, head_dtype, tail_dtype, min_message: int) -> np.ndarray:
+    """The int64 layout vector ``core.scan_records`` reads, by the names of ``core.SCAN_LAYOUT``,
+    every value taken from ``formats.commitlog``."""
+    values = {}
+    for part, dtype in (("head", head_dtype), ("tail", tail_dtype)):
+        for name in dtype.names:
+            field, at = dtype.fields[name][:2]
+            values[f"{part}.{name}.at"] = at
+            values[f"{part}.{name}.size"] = field.itemsize
+            values[f"{part}.{name}.signed"] = int(field.kind == "i")
+    for name, subcon in (("store_timestamp", cl.StoreTimestamp), ("topic_length_v1", cl.TopicLengthV1),
+                         ("topic_length_v2", cl.TopicLengthV2), ("properties_length", cl.PropertiesLength)):
+        dtype = field_dtype(subcon)
+        values[f"{name}.size"] = dtype.itemsize
+        values[f"{name}.signed"] = int(dtype.kind == "i")
+    v1, v2 = field_dtype(cl.TopicLengthV1), field_dtype(cl.TopicLengthV2)
+    if v1.kind != v2.kind:
+        raise TypeError("the two topic length fields differ in sign")
+    values["topic_length.signed"] = int(v1.kind == "i")
+    values.update(head_size=cl.MESSAGE_HEAD_SIZE, tail_size=cl.MESSAGE_TAIL_SIZE, fixed_size=cl.MESSAGE_FIXED_SIZE,
+                  host_v4_size=cl.HOST_V4_SIZE, host_v6_size=cl.HOST_V6_SIZE, born_v6_flag=cl.BORNHOST_V6_FLAG,
+                  store_v6_flag=cl.STOREHOST_V6_FLAG, magic_v1=cl.MESSAGE_MAGIC_V1, magic_v2=cl.MESSAGE_MAGIC_V2,
+                  min_message=min_message, body_crc_mask=cl.BODY_CRC_MASK)
+    return np.array([values[name] for name in core.SCAN_LAYOUT], dtype=np.int64)
+
+
+class BufferPool:
+    """Read buffers handed out again once nothing holds them: a window's pages are faulted in
+    once per process, not once per window, and a batch kept by its consumer keeps its bytes
+    (its buffer is not handed out while any view of it lives)."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self._bufs: list[np.ndarray] = []
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> memoryview:
+        with self._lock:
+            for buf in self._bufs:
+                # held by the list, ``buf`` and getrefcount's argument only: no view is alive
+                if len(buf) >= size and sys.getrefcount(buf) == 3:
+                    return memoryview(buf)[:size]
+            fresh = np.empty(size, dtype=np.uint8)        # pages faulted by the first read, not zeroed here
+            if len(self._bufs) >= self._keep:
+                free = [b for b in self._bufs if sys.getrefcount(b) == 3]
+                if free:                                 # replace a free one that was too small
+                    self._bufs.remove(min(free, key=len))
+            if len(self._bufs) < self._keep:
+                self._bufs.append(fresh)
+            return memoryview(fresh)[:size]
+
+
+_pool = BufferPool()
+
+
+class WindowScan:
+    """One FileScan's native window reads (see the module's docstring)."""
+
+    def __init__(self, core, layout: np.ndarray, names: tuple, check_crc: bool, piece: int | None = None):
+        self.core = core
+        self.layout = layout
+        self.names = names
+        self.check_crc = check_crc
+        self.piece = piece or PIECE
+
+    def read_and_take(self, fh, pos: int, want: int, hi: int, buffer=None):
+        """Read ``want`` bytes at file position ``pos`` and take the records in them.
+
+        Returns (window, columns, rows, stop position, why): ``columns`` the (columns, capacity)
+        matrix and ``props`` rows filled for ``rows`` records; ``why`` is the core's stop reason
+        at window position ``stop`` (SCAN_CHAIN once the whole window is read)."""
+        core = self.core
+        window = buffer.view(want, want) if buffer is not None else _pool.take(want)
+        piece = want if fh.remote is not None else self.piece    # one ranged GET per window
+        cap = max(want // BYTES_PER_ROW, 64)
+        cols = np.empty((len(core.SCAN_COLUMNS), cap), dtype=np.int64)
+        props = np.empty((2 * len(self.names), cap), dtype=np.int64)
+        rows, p, read, limit = 0, 0, 0, hi - pos
+        while True:
+            if read < want:
+                step = min(piece, want - read)
+                fh.read_into(window[read:read + step], pos + read)
+                read += step
+            taken, p, why = core.scan_records(window[:read], p, limit, self.check_crc, self.layout, self.names,
+                                              cols, props, rows)
+            rows += taken
+            if why == core.SCAN_FULL:
+                cols, props = _grown(cols, rows), _grown(props, rows)
+                continue
+            if why != core.SCAN_CHAIN or read == want:
+                if read < want:        # the whole window, as the reference reads it (a stop is described from it)
+                    fh.read_into(window[read:], pos + read)
+                return window, cols, props, rows, p, why
+
+
+def _grown(matrix: np.ndarray, rows: int) -> np.ndarray:
+    out = np.empty((matrix.shape[0], matrix.shape[1] * 2), dtype=matrix.dtype)
+    out[:, :rows] = matrix[:, :rows]
+    return out
