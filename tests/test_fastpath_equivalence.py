@@ -410,3 +410,51 @@ def test_crc32_kernels_equal_zlib_for_every_length_and_alignment(use_clmul):
         assert got == [zlib.crc32(raw[a:a + n]) for a, n in zip(starts.tolist(), lengths.tolist())]
     finally:
         native.core.crc32_kernel(before == "clmul")
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"TopicA", b"TopicB", b"T", b"", b"\xff\xfe", b"TopicA ", b"Aa", b"BB"]),
+                max_size=60), st.booleans())
+def test_topic_groups_native_equal_numpy(topics, weak_hash):
+    """Records grouped by topic bytes: the native hash-table grouping gives the numpy path's numbers
+    and names, also when hashes collide ("Aa" and "BB" share Java's hash; ``weak_hash`` makes every
+    topic of one length collide, which hands the batch to the numpy path)."""
+    from rmqtool.broker.dispatch import _topic_groups
+    raw = b"".join(topics)
+    starts = np.array([sum(map(len, topics[:i])) for i in range(len(topics))], np.int64)
+    lens = np.array([len(t) for t in topics], np.int64)
+    buf = np.frombuffer(raw, np.uint8)
+    hashes = np.zeros(len(topics), np.int32) if weak_hash else javahash.span_hashes(buf, starts, lens)[0]
+    got = _topic_groups(buf, starts, lens, hashes)
+    want = _topic_groups(buf, starts, lens, hashes, core=None)
+    assert (got[0].tolist(), got[1]) == (want[0].tolist(), want[1])
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"T", b"TopicA", "é".encode()]),
+                          st.one_of(st.none(), st.binary(max_size=12).map(lambda b: b.replace(b"\x00", b" "))),
+                          st.one_of(st.none(), st.binary(max_size=30).map(lambda b: b.replace(b"\x00", b" "))),
+                          st.sampled_from([0, 4, 8, 12])), max_size=25), st.booleans())
+def test_index_keys_native_equal_numpy(records, ascii_only):
+    """Every record's index keys (UNIQ_KEY, then the KEYS tokens; none for a ROLLBACK), record
+    rows and keyHash: the native loop against the numpy formulation, non-ASCII keys included
+    (which the native loop hands back to numpy)."""
+    from types import SimpleNamespace
+    from rmqtool.broker.dispatch import record_index_keys
+    blob, cols = bytearray(b"x"), {k: [] for k in ("topic_start", "topic_len", "uniq_start", "uniq_len",
+                                                     "keys_start", "keys_len", "sys_flag")}
+    for topic, uniq, keys, tx in records:
+        if ascii_only:
+            uniq, keys = (None if v is None else bytes(c & 0x7F or 32 for c in v) for v in (uniq, keys))
+        for name, value in (("topic", topic), ("uniq", uniq), ("keys", keys)):
+            cols[f"{name}_start"].append(len(blob) if value is not None else 0)
+            cols[f"{name}_len"].append(len(value) if value else (-1 if name != "topic" else 0))
+            blob += value or b""
+        cols["sys_flag"].append(tx)
+    batch = SimpleNamespace(buf=np.frombuffer(bytes(blob), np.uint8),
+                            **{k: np.array(v, np.int64) for k, v in cols.items()})
+    got = [x.tolist() for x in record_index_keys(batch)]
+    want = [x.tolist() for x in record_index_keys(batch, core=None)]
+    assert got == want

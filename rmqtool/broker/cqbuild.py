@@ -17,8 +17,8 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.io import install as inst
-from rmqtool.broker.dispatch import BatchDispatch, QueueLayout, queue_groups
-from rmqtool.io.topicpath import describe, queue_dir, topic_path_problem
+from rmqtool.broker.dispatch import BatchDispatch, QueueLayout
+from rmqtool.io.topicpath import describe, queue_dir, queue_selected, topic_path_problem
 
 #: units held in memory before they are written out (all queues together)
 BUFFER_BYTES = 32 << 20
@@ -43,29 +43,61 @@ class CqBuilder:
         self.file_size, self.only, self.skipped, self.build = file_size, only, skipped, build
         self.buffer_bytes = buffer_bytes or BUFFER_BYTES
         self._queues: dict[tuple[str, int], _Queue] = {}
+        self._topics: dict[str, int] = {}        # topic name -> number, over all batches
+        self._topic_names: list[str] = []
+        self._batches: list[tuple] = []          # units not yet grouped by queue, batch by batch
         self._pending_bytes = 0
 
     # --- feeding ----------------------------------------------------------------------------
     def add(self, d: BatchDispatch) -> None:
-        """Take one batch's units; they are placed and written when the buffer is full (many
-        batches at once: the placement's cost is per call, not per unit)."""
-        for qk, rows in queue_groups(d, self.only):
+        """Take one batch's units; they are grouped by queue, placed and written when the buffer
+        is full (many batches at once: the grouping's and placement's cost is per flush, not per
+        batch or unit)."""
+        if not len(d.cq_topic):
+            return
+        numbers = np.array([self._topic_number(t) for t in d.topics], dtype=np.int64)
+        # copies: a batch's columns may live in memory its producer reuses once ``add`` returns
+        cols = (numbers[d.cq_topic], *(np.array(c) for c in (d.cq_queue_id, d.cq_queue_offset, d.cq_phy_offset,
+                                                             d.cq_size, d.cq_tags_code)))
+        self._batches.append(cols)
+        self._pending_bytes += sum(c.nbytes for c in cols)
+        if self._pending_bytes >= self.buffer_bytes:
+            self.flush()
+
+    def _topic_number(self, topic: str) -> int:
+        number = self._topics.get(topic)
+        if number is None:
+            number = self._topics[topic] = len(self._topic_names)
+            self._topic_names.append(topic)
+        return number
+
+    def _group_batches(self) -> None:
+        """The pending batches' units, queue by queue in dispatch order (``dispatch.queue_groups``'
+        rule over many batches: a stable sort by topic and queue id)."""
+        topic, qid, *units = (np.concatenate([b[i] for b in self._batches]) for i in range(6))
+        self._batches = []
+        key = topic << 32 | (qid.astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        bounds = [0, *(np.flatnonzero(np.diff(key[order])) + 1).tolist(), len(order)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            rows = order[a:b]
+            qk = (self._topic_names[int(topic[rows[0]])], int(qid[rows[0]]))
+            if not queue_selected(self.only, *qk):
+                continue
             q = self._queues.get(qk)
             if q is None:
                 q = self._queues[qk] = _Queue(QueueLayout(*qk, self.file_size, self.skipped),
                                               topic_path_problem(qk[0]))
-            cols = (d.cq_queue_offset[rows], d.cq_phy_offset[rows], d.cq_size[rows], d.cq_tags_code[rows])
+            cols = tuple(c[rows] for c in units)
             q.units_seen += len(rows)
             q.max_end = max(q.max_end, int((cols[1].astype(np.int64) + cols[2]).max()))
-            if q.problem is not None:       # topic names come from data: never a path outside the store
-                continue
-            q.pending.append(cols)
-            self._pending_bytes += sum(c.nbytes for c in cols)
-        if self._pending_bytes >= self.buffer_bytes:
-            self.flush()
+            if q.problem is None:           # topic names come from data: never a path outside the store
+                q.pending.append(cols)
 
     def flush(self) -> None:
         """Place every queue's pending units and write them (a dry run only places them)."""
+        if self._batches:
+            self._group_batches()
         for qk, q in self._queues.items():
             if not q.pending:
                 continue

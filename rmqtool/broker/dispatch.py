@@ -190,12 +190,28 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if -(1 << 31) <= lo and hi < (1 << 31) else a
 
 
-def _topic_groups(buf, t_start, t_len, t_hash) -> tuple[np.ndarray, list[str]]:
-    """Group records by topic bytes: (group id per record, topic text per group)."""
+def _topic_groups(buf, t_start, t_len, t_hash, core=native.core) -> tuple[np.ndarray, list[str]]:
+    """Group records by topic bytes: (group id per record, topic text per group).
+
+    Groups are numbered in the order of their (hash, length) key, each named by its first
+    record's topic. With the native ``core`` one C loop groups the spans in a hash table and
+    checks every member's bytes; a hash collision there hands the batch to the numpy path."""
     n = len(t_start)
     if n == 0:
         return np.zeros(0, np.int32), []
     key = (t_hash.astype(np.int64) & 0xFFFFFFFF) | (t_len.astype(np.int64) << 32)
+    if core is not None:
+        groups, first = np.empty(n, np.int64), np.empty(n, np.int64)
+        count = core.span_groups(buf, np.ascontiguousarray(t_start, np.int64),
+                                 np.ascontiguousarray(np.maximum(t_len, 0), np.int64), key, groups, first)
+        if count >= 0:
+            order = np.argsort(key[first[:count]])         # numbered as np.unique numbers them
+            rank = np.empty(count, np.int32)
+            rank[order] = np.arange(count, dtype=np.int32)
+            reps = first[:count][order]
+            names = [buf[a:a + max(b, 0)].tobytes().decode("utf-8", "replace")
+                     for a, b in zip(t_start[reps].tolist(), t_len[reps].tolist())]
+            return rank[groups], names
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     groups = inverse.astype(np.int64)
     # verify members equal their representative's bytes (hash+length could collide)
@@ -360,11 +376,14 @@ def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = No
 
 
 def record_index_keys(batch: DispatchColumns, n: int | None = None,
-                      topic_hash: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      topic_hash: np.ndarray | None = None, core=native.core) -> tuple[np.ndarray, np.ndarray]:
     """(record row, keyHash) of every index key of the first ``n`` records, in the order
     IndexService.buildIndex puts them: per record ``topic#UNIQ_KEY`` (when the property is
     there, even empty), then ``topic#token`` for each KEYS token (single spaces, empty tokens
-    skipped); ROLLBACK records have none (``goes_to_index``)."""
+    skipped); ROLLBACK records have none (``goes_to_index``).
+
+    With the native ``core`` one C loop emits the keys record by record, each hash continued
+    from the topic's; a key that is not ASCII hands the batch to the numpy formulation below."""
     buf = np.asarray(batch.buf, dtype=np.uint8)
     n = len(_col(batch, "sys_flag")) if n is None else n
     tx = _col(batch, "sys_flag")[:n] & cl.TRANSACTION_MASK
@@ -374,6 +393,14 @@ def record_index_keys(batch: DispatchColumns, n: int | None = None,
         topic_hash, _ = span_hashes(buf, _col(batch, "topic_start")[:n],
                                     np.maximum(_col(batch, "topic_len")[:n], 0))
     indexed = goes_to_index(tx)
+    if core is not None:
+        room = n + int(((np.maximum(k_len, 0) + 1) // 2).sum())
+        key_rec, key_hash = np.empty(room, np.int64), np.empty(room, np.int32)
+        count = core.index_keys(buf, indexed.astype(np.uint8), np.ascontiguousarray(topic_hash, np.int32),
+                                *(np.ascontiguousarray(c, np.int64) for c in (u_start, u_len, k_start, k_len)),
+                                _JOINER, _SPACE, key_rec, key_hash)
+        if count >= 0:
+            return key_rec[:count], key_hash[:count]
     prefix = combine_hash(topic_hash, np.full(n, _JOINER, np.int32), np.ones(n, np.int64))
     u_rows = np.flatnonzero(indexed & (u_len >= 0))
     uh, uu = span_hashes(buf, u_start[u_rows], u_len[u_rows])

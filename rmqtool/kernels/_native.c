@@ -832,9 +832,194 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
     return Py_BuildValue("LLL", (long long)(row - row0), (long long)p, (long long)why);
 }
 
+
+/* span_groups(buf, starts, lengths, keys, out_group, out_first) -> groups, or -1: spans with equal
+ * ``keys`` (int64; callers pass a hash and the length) numbered in order of first appearance, each
+ * checked byte for byte against the first span of its key; out_group (int64, one per span) receives
+ * the number, out_first (int64, room for one per span) the first span of each group. -1 when two
+ * spans share a key but not their bytes (a hash collision: the caller's reference path decides). */
+static PyObject *span_groups(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *buf, *starts, *lengths, *keys_obj, *group_obj, *first_obj;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &buf, &starts, &lengths, &keys_obj, &group_obj, &first_obj)) return NULL;
+    spans_t s;
+    Py_ssize_t n;
+    Py_buffer kv, gv, fv;
+    if (spans_get(buf, starts, lengths, &s, &n) < 0) { spans_release(&s); return NULL; }
+    if (PyObject_GetBuffer(keys_obj, &kv, PyBUF_C_CONTIGUOUS) < 0) { spans_release(&s); return NULL; }
+    if (kv.len != n * 8) {
+        PyBuffer_Release(&kv); spans_release(&s);
+        PyErr_SetString(PyExc_ValueError, "keys must be int64, one per span");
+        return NULL;
+    }
+    if (out_get(group_obj, &gv, n, 8) < 0) { PyBuffer_Release(&kv); spans_release(&s); return NULL; }
+    if (out_get(first_obj, &fv, n, 8) < 0) {
+        PyBuffer_Release(&gv); PyBuffer_Release(&kv); spans_release(&s); return NULL;
+    }
+    const unsigned char *b = s.buf.buf;
+    const int64_t *st = s.starts.buf, *ln = s.lengths.buf, *key = kv.buf;
+    int64_t *group = gv.buf, *first = fv.buf;
+    size_t cap = 64;
+    while (cap < 2 * (size_t)(n < 32 ? 32 : n) && cap < ((size_t)1 << 40)) cap <<= 1;
+    if (cap > 4096) cap = 4096;              /* grown below when many keys are distinct */
+    int64_t *slot = malloc(cap * sizeof *slot);  /* group number + 1, 0 when free */
+    if (!slot) { PyBuffer_Release(&fv); PyBuffer_Release(&gv); PyBuffer_Release(&kv); spans_release(&s); return PyErr_NoMemory(); }
+    memset(slot, 0, cap * sizeof *slot);
+    Py_ssize_t bad = -1, groups = 0;
+    int collision = 0, oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bad = first_bad_span(st, ln, n, s.buf.len);
+    for (Py_ssize_t i = 0; bad < 0 && i < n && !collision && !oom; i++) {
+        if ((size_t)groups * 2 >= cap) {     /* keep the table at most half full */
+            size_t bigger = cap * 2;
+            int64_t *grown = calloc(bigger, sizeof *grown);
+            if (!grown) { oom = 1; break; }
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                uint64_t h = (uint64_t)key[first[g]] * 0x9E3779B97F4A7C15ULL;
+                size_t at = (size_t)(h >> 20) & (bigger - 1);
+                while (grown[at]) at = (at + 1) & (bigger - 1);
+                grown[at] = g + 1;
+            }
+            free(slot);
+            slot = grown;
+            cap = bigger;
+        }
+        uint64_t h = (uint64_t)key[i] * 0x9E3779B97F4A7C15ULL;
+        size_t at = (size_t)(h >> 20) & (cap - 1);
+        for (;;) {
+            int64_t g = slot[at] - 1;
+            if (g < 0) {                     /* a new key */
+                slot[at] = groups + 1;
+                first[groups] = i;
+                group[i] = groups++;
+                break;
+            }
+            if (key[first[g]] == key[i]) {
+                int64_t r = first[g];
+                if (ln[r] != ln[i] || memcmp(b + st[r], b + st[i], (size_t)ln[i]) != 0) collision = 1;
+                group[i] = g;
+                break;
+            }
+            at = (at + 1) & (cap - 1);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(slot);
+    PyBuffer_Release(&fv);
+    PyBuffer_Release(&gv);
+    PyBuffer_Release(&kv);
+    PyObject *result;
+    if (bad >= 0) result = bad_span(bad, st, ln, s.buf.len);
+    else if (oom) result = PyErr_NoMemory();
+    else result = PyLong_FromSsize_t(collision ? -1 : groups);
+    spans_release(&s);
+    return result;
+}
+
+
+/* index_keys(buf, indexed, topic_hash, u_start, u_len, k_start, k_len, joiner, sep, out_rec, out_hash)
+ *   -> count, or -1: the index keys of every record in record order, as record_index_keys makes
+ * them (broker/dispatch.py, the reference): for a record with indexed[i] != 0 the key
+ * topic + joiner + UNIQ_KEY when u_len[i] >= 0, then topic + joiner + token for each token of the
+ * KEYS value (k_len[i] > 0) split on ``sep`` with empty tokens dropped; each key's Java hashCode
+ * continued from the topic's (topic_hash, int32) byte by byte, then indexKeyHash's abs (MIN -> 0).
+ * out_rec (int64) and out_hash (int32) have room for n + sum((k_len + 1) / 2) keys. -1 when a key
+ * byte is >= 0x80 (its UTF-16 form differs from its bytes: the reference hashes it). */
+static PyObject *index_keys(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *buf_obj, *ix_obj, *th_obj, *us_obj, *ul_obj, *ks_obj, *kl_obj, *rec_obj, *hash_obj;
+    int joiner, sep;
+    if (!PyArg_ParseTuple(args, "OOOOOOOiiOO", &buf_obj, &ix_obj, &th_obj, &us_obj, &ul_obj, &ks_obj, &kl_obj,
+                          &joiner, &sep, &rec_obj, &hash_obj))
+        return NULL;
+    Py_buffer bv, ixv, thv, rv, hv;
+    spans_t u, k;
+    memset(&u, 0, sizeof u);
+    memset(&k, 0, sizeof k);
+    Py_ssize_t n = 0, nk = 0;
+    int got_b = 0, got_ix = 0, got_th = 0, got_r = 0, got_h = 0;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(buf_obj, &bv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got_b = 1;
+    if (spans_get(buf_obj, us_obj, ul_obj, &u, &n) < 0 || spans_get(buf_obj, ks_obj, kl_obj, &k, &nk) < 0) goto done;
+    if (nk != n) { PyErr_SetString(PyExc_ValueError, "UNIQ_KEY and KEYS spans must be one per record"); goto done; }
+    if (PyObject_GetBuffer(ix_obj, &ixv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got_ix = 1;
+    if (PyObject_GetBuffer(th_obj, &thv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got_th = 1;
+    if (ixv.len != n || thv.len != 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "indexed (uint8) and topic_hash (int32) must be one per record");
+        goto done;
+    }
+    if (out_get(rec_obj, &rv, 0, 0) < 0) goto done;
+    got_r = 1;
+    if (out_get(hash_obj, &hv, 0, 0) < 0) goto done;
+    got_h = 1;
+    const unsigned char *b = bv.buf, *indexed = ixv.buf;
+    const int32_t *th = thv.buf;
+    const int64_t *us = u.starts.buf, *ul = u.lengths.buf, *ks = k.starts.buf, *kl = k.lengths.buf;
+    int64_t *rec = rv.buf;
+    int32_t *hash = hv.buf;
+    Py_ssize_t room = rv.len / 8 < hv.len / 4 ? rv.len / 8 : hv.len / 4;
+    Py_ssize_t count = 0, bad = -1;
+    int high = 0, short_room = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) {     /* spans of indexed records must lie in the buffer */
+        if (!indexed[i]) continue;
+        if (ul[i] >= 0 && (us[i] < 0 || us[i] > bv.len || ul[i] > bv.len - us[i])) bad = i;
+        if (kl[i] > 0 && (ks[i] < 0 || ks[i] > bv.len || kl[i] > bv.len - ks[i])) bad = i;
+    }
+    for (Py_ssize_t i = 0; bad < 0 && i < n && !high && !short_room; i++) {
+        if (!indexed[i]) continue;
+        uint32_t prefix = (uint32_t)th[i] * 31u + (uint32_t)joiner;
+        if (ul[i] >= 0) {
+            uint32_t h = prefix;
+            unsigned char any = 0;
+            for (int64_t j = 0; j < ul[i]; j++) { h = h * 31u + b[us[i] + j]; any |= b[us[i] + j]; }
+            if (any >> 7) { high = 1; break; }
+            if (count == room) { short_room = 1; break; }
+            rec[count] = i;
+            hash[count++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+        }
+        const unsigned char *p = b + (kl[i] > 0 ? ks[i] : 0);
+        int64_t len = kl[i] > 0 ? kl[i] : 0, j = 0;
+        while (j < len) {
+            while (j < len && p[j] == (unsigned char)sep) j++;
+            if (j == len) break;
+            uint32_t h = prefix;
+            unsigned char any = 0;
+            for (; j < len && p[j] != (unsigned char)sep; j++) { h = h * 31u + p[j]; any |= p[j]; }
+            if (any >> 7) { high = 1; break; }
+            if (count == room) { short_room = 1; break; }
+            rec[count] = i;
+            hash[count++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) PyErr_Format(PyExc_ValueError, "record %zd has a key span outside the %zd-byte buffer", bad, bv.len);
+    else if (short_room) PyErr_SetString(PyExc_ValueError, "key outputs have too little room");
+    else result = PyLong_FromSsize_t(high ? -1 : count);
+done:
+    if (got_h) PyBuffer_Release(&hv);
+    if (got_r) PyBuffer_Release(&rv);
+    if (got_th) PyBuffer_Release(&thv);
+    if (got_ix) PyBuffer_Release(&ixv);
+    spans_release(&k);
+    spans_release(&u);
+    if (got_b) PyBuffer_Release(&bv);
+    return result;
+}
+
 static PyObject *crc32_kernel(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
+    {"index_keys", index_keys, METH_VARARGS,
+     "index_keys(buf, indexed, topic_hash, u_start, u_len, k_start, k_len, joiner, sep, out_rec, out_hash): "
+     "the index keys' records and hashes in the broker's order; -1 when a key is not ASCII"},
+    {"span_groups", span_groups, METH_VARARGS,
+     "span_groups(buf, starts, lengths, keys, out_group, out_first): equal spans numbered by first appearance"},
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(window, p, limit, check_crc, layout, names, cols, props, row): the chain walk, columns, "
      "property spans and body CRC of every record in one pass; returns (taken, stop, why)"},
