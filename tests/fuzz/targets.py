@@ -945,8 +945,38 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
                 x, y = _both_paths(lambda core: [v.tolist() for v in javahash.span_hashes(
                     item.buf, item.topic_start, item.topic_len, core=core)])
                 check(x == y and x[0] == "ok", "topic hashes differ between the native core and numpy")
+                _check_batch_kernels(item)
     steps(walk)
+    # the file scanned by the native window scan (one pass, read piece by piece) and by the reference
+    path = store.commitlog.files[0].path
+    chunk = rng.choice([1 << 16, rng.randrange(64, max(size, 65) + 64)])
+    piece = rng.choice([None, rng.randrange(1, 4096)])
+    lo = rng.choice([0, 0, rng.randrange(0, size + 1)])
+    for check_crc in (False, True):
+        (_, a), (_, b) = _both_paths(lambda core: _scanned(path, seed.base, core, chunk_size=chunk, lo=lo,
+                                                           piece_size=piece, check_crc=check_crc))
+        check(a == b, f"native window scan differs from the reference (check_crc={check_crc})")
     return steps.refused
+
+
+def _scanned(path, base: int, core, **kwargs):
+    from rmqtool.records.scan import FileScan
+    scan = FileScan(path, base, core=core, **kwargs)
+    batches = [{k: v.tolist() for k, v in batch.columns.items()} for batch in scan]
+    return batches, vars(scan.end)
+
+
+def _check_batch_kernels(batch) -> None:
+    """Topic grouping and index keys of one batch: the native loops against numpy."""
+    from rmqtool.broker.dispatch import _topic_groups, record_index_keys
+    from rmqtool.kernels import javahash
+    t_len = np.maximum(batch.topic_len, 0)
+    t_hash, _ = javahash.span_hashes(batch.buf, batch.topic_start, t_len)
+    x, y = _both_paths(lambda core: [v.tolist() if hasattr(v, "tolist") else v
+                                     for v in _topic_groups(batch.buf, batch.topic_start, t_len, t_hash, core=core)])
+    check(x == y, "topic groups differ between the native core and numpy")
+    x, y = _both_paths(lambda core: [v.tolist() for v in record_index_keys(batch, core=core)])
+    check(x == y, "index keys differ between the native core and numpy")
 
 
 TARGETS = {
