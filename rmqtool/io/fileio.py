@@ -173,17 +173,29 @@ def _skip_hole(fd: int, pos: int, end: int) -> int:
         return pos
 
 
+def _next_hole(fd: int, pos: int, end: int) -> int:
+    """Where the data run at ``pos`` ends: the next hole of a sparse file (``end`` when the
+    filesystem cannot say or there is none before it)."""
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_HOLE), end)
+    except (OSError, AttributeError):
+        return end
+
+
 def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
-    """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks."""
+    """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks; the
+    holes of a sparse file (zeros by definition) are skipped, not read."""
     with ReadOnlyFile(path) as fh:
         end = fh.size() if hi is None else min(hi, fh.size())
         pos = lo
         while pos < end:
+            run_end = end
             if fh.remote is None:
                 pos = _skip_hole(fh.fd, pos, end)
+                run_end = _next_hole(fh.fd, pos, end) if pos < end else end
             if pos >= end:
                 return None
-            chunk = fh.read(pos, min(CHUNK_SIZE, end - pos), exact=False)
+            chunk = fh.read(pos, min(CHUNK_SIZE, max(run_end - pos, 1)), exact=False)
             if not chunk:
                 return None
             if chunk == (_zero_chunk() if len(chunk) == CHUNK_SIZE else bytes(len(chunk))):   # memcmp speed

@@ -53,33 +53,38 @@ def scan_layout(core, head_dtype, tail_dtype, min_message: int) -> np.ndarray:
     return np.array([values[name] for name in core.SCAN_LAYOUT], dtype=np.int64)
 
 
-class BufferPool:
-    """Read buffers handed out again once nothing holds them: a window's pages are faulted in
-    once per process, not once per window, and a batch kept by its consumer keeps its bytes
-    (its buffer is not handed out while any view of it lives)."""
+class ArrayPool:
+    """Arrays handed out again once nothing holds them: a window's pages (read buffer and
+    columns) are faulted in once per process, not once per window, and a batch kept by its
+    consumer keeps its bytes and columns (an array is not handed out while any view of it lives)."""
 
     def __init__(self, keep: int = 2) -> None:
-        self._bufs: list[np.ndarray] = []
+        self._arrays: list[np.ndarray] = []
         self._keep = keep
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> memoryview:
+    def take(self, shape: tuple, dtype, exact: bool = False) -> np.ndarray:
+        """A free array of ``dtype`` with ``shape``'s leading dimensions and at least its last
+        one (``exact``: that one too); its contents are whatever was there."""
+        dtype = np.dtype(dtype)
         with self._lock:
-            for buf in self._bufs:
-                # held by the list, ``buf`` and getrefcount's argument only: no view is alive
-                if len(buf) >= size and sys.getrefcount(buf) == 3:
-                    return memoryview(buf)[:size]
-            fresh = np.empty(size, dtype=np.uint8)        # pages faulted by the first read, not zeroed here
-            if len(self._bufs) >= self._keep:
-                free = [b for b in self._bufs if sys.getrefcount(b) == 3]
+            for arr in self._arrays:
+                # held by the list, ``arr`` and getrefcount's argument only: no view is alive
+                if (arr.dtype == dtype and arr.shape[:-1] == shape[:-1] and arr.shape[-1] >= shape[-1]
+                        and (not exact or arr.shape[-1] == shape[-1]) and sys.getrefcount(arr) == 3):
+                    return arr
+            fresh = np.empty(shape, dtype=dtype)        # pages faulted by their first use, not zeroed here
+            if len(self._arrays) >= self._keep:
+                free = [a for a in self._arrays if sys.getrefcount(a) == 3]
                 if free:                                 # replace a free one that was too small
-                    self._bufs.remove(min(free, key=len))
-            if len(self._bufs) < self._keep:
-                self._bufs.append(fresh)
-            return memoryview(fresh)[:size]
+                    self._arrays.remove(min(free, key=lambda a: a.size))
+            if len(self._arrays) < self._keep:
+                self._arrays.append(fresh)
+            return fresh
 
 
-_pool = BufferPool()
+#: read windows, and the column and property matrices filled from them
+_windows, _columns, _props = ArrayPool(), ArrayPool(), ArrayPool()
 
 
 class WindowScan:
@@ -99,11 +104,11 @@ class WindowScan:
         matrix and ``props`` rows filled for ``rows`` records; ``why`` is the core's stop reason
         at window position ``stop`` (SCAN_CHAIN once the whole window is read)."""
         core = self.core
-        window = buffer.view(want, want) if buffer is not None else _pool.take(want)
+        window = buffer.view(want, want) if buffer is not None else memoryview(_windows.take((want,), np.uint8))[:want]
         piece = want if fh.remote is not None else self.piece    # one ranged GET per window
         cap = max(want // BYTES_PER_ROW, 64)
-        cols = np.empty((len(core.SCAN_COLUMNS), cap), dtype=np.int64)
-        props = np.empty((2 * len(self.names), cap), dtype=np.int64)
+        cols = _columns.take((len(core.SCAN_COLUMNS), cap), np.int64)
+        props = _props.take((2 * len(self.names), cols.shape[1]), np.int64, exact=True)
         rows, p, read, limit = 0, 0, 0, hi - pos
         while True:
             if read < want:
