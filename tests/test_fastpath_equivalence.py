@@ -307,22 +307,25 @@ def commitlog_files(draw):
 def _scan_file(path, core, **kwargs):
     from rmqtool.records.scan import FileScan
     scan = FileScan(path, 0, core=core, **kwargs)
-    batches = [{k: v.tolist() for k, v in batch.columns.items()} for batch in scan]
+    batches = [{k: (str(v.dtype), v.tolist()) for k, v in batch.columns.items()} for batch in scan]
     return batches, vars(scan.end)
 
 
 @needs_native
 @settings(max_examples=300, deadline=None)
 @given(commitlog_files(), st.sampled_from([1 << 16, 200, 700]), st.sampled_from([None, 64, 333]), st.booleans(),
-       st.integers(0, 3))
-def test_native_window_scan_equals_the_reference_scan(tmp_path_factory, raw, chunk, piece, check_crc, lo_pick):
+       st.booleans(), st.integers(0, 3))
+def test_native_window_scan_equals_the_reference_scan(tmp_path_factory, raw, chunk, piece, check_crc, crc_column,
+                                                      lo_pick):
     """FileScan with the native window scan (read piece by piece; walk, columns, property spans and
-    CRC in one pass) gives the reference path's batches, column for column, and the same end."""
+    CRC in one pass) gives the reference path's batches, column for column (dtypes too), and the
+    same end; with ``crc_column`` every record's body CRC verdict as well."""
     path = tmp_path_factory.mktemp("scan") / "00000000000000000000"
     path.write_bytes(raw)
     lo = [0, 0, len(raw) // 3, max(len(raw) - 1, 0)][lo_pick]
-    got = _scan_file(path, native.core, chunk_size=chunk, piece_size=piece, check_crc=check_crc, lo=lo)
-    want = _scan_file(path, None, chunk_size=chunk, check_crc=check_crc, lo=lo)
+    kwargs = dict(chunk_size=chunk, check_crc=check_crc, crc_column=crc_column, lo=lo)
+    got = _scan_file(path, native.core, piece_size=piece, **kwargs)
+    want = _scan_file(path, None, **kwargs)
     assert got == want
 
 
@@ -332,22 +335,22 @@ def test_native_window_scan_equals_the_reference_on_reference_stores(name):
     from rmqtool.io.store import Store
     store = Store(reference_store(name))
     for seg in store.commitlog.files:
-        for check_crc in (False, True):
-            assert _scan_file(seg.path, native.core, check_crc=check_crc, piece_size=4096) == \
-                _scan_file(seg.path, None, check_crc=check_crc)
+        for check_crc, crc_column in ((False, False), (True, False), (False, True)):
+            assert _scan_file(seg.path, native.core, check_crc=check_crc, crc_column=crc_column, piece_size=4096) == \
+                _scan_file(seg.path, None, check_crc=check_crc, crc_column=crc_column)
 
 
 @needs_native
 def test_scan_records_checks_its_arguments():
     from rmqtool.records.scan import _window_scan
-    scan = _window_scan(native.core, False, None)
+    scan = _window_scan(native.core, False, False, None)
     core, names = native.core, scan.names
     assert len(set(core.SCAN_LAYOUT)) == len(core.SCAN_LAYOUT) and all(core.SCAN_LAYOUT)
     assert len(set(core.SCAN_COLUMNS)) == len(core.SCAN_COLUMNS) and all(core.SCAN_COLUMNS)
     window = bytes(256)
     cols = np.empty((len(core.SCAN_COLUMNS), 4), np.int64)
     props = np.empty((2 * len(names), 4), np.int64)
-    assert core.scan_records(window, 0, 256, False, scan.layout, names, cols, props, 0) == (0, 0, core.SCAN_CHAIN)
+    assert core.scan_records(window, 0, 256, core.CRC_NONE, scan.layout, names, cols, props, 0) == (0, 0, core.SCAN_CHAIN)
     with pytest.raises(ValueError, match="layout"):
         core.scan_records(window, 0, 256, False, scan.layout[:-1], names, cols, props, 0)
     with pytest.raises(ValueError, match="props"):
@@ -356,6 +359,8 @@ def test_scan_records_checks_its_arguments():
         core.scan_records(window, 0, 256, False, scan.layout, names, cols, props, 5)
     with pytest.raises(ValueError, match="start"):
         core.scan_records(window, 300, 256, False, scan.layout, names, cols, props, 0)
+    with pytest.raises(ValueError, match="crc_mode"):
+        core.scan_records(window, 0, 256, 3, scan.layout, names, cols, props, 0)
     bad = scan.layout.copy()
     bad[core.SCAN_LAYOUT.index("head.sys_flag.at")] = 1 << 20
     with pytest.raises(ValueError, match="head field"):

@@ -592,16 +592,19 @@ static const char *const scan_layout_names[L_COUNT] = {
 enum {
     C_POSITION, C_SIZE, C_MAGIC, C_BODY_CRC, C_QUEUE_ID, C_FLAG, C_QUEUE_OFFSET, C_STORED_PHY, C_SYS_FLAG,
     C_BORN_TS, C_BORN_HOST_START, C_STORE_TS, C_STORE_HOST_START, C_RECONSUME, C_PREPARED, C_BODY_LENGTH,
-    C_BODY_START, C_BODY_LEN, C_TOPIC_START, C_TOPIC_LEN, C_PROPS_START, C_PROPS_LEN, C_COUNT
+    C_BODY_START, C_BODY_LEN, C_TOPIC_START, C_TOPIC_LEN, C_PROPS_START, C_PROPS_LEN, C_BODY_CRC_OK, C_COUNT
 };
 static const char *const scan_column_names[C_COUNT] = {
     "position", "size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "stored_phy_offset",
     "sys_flag", "born_timestamp", "born_host_start", "store_timestamp", "store_host_start", "reconsume_times",
     "prepared_transaction_offset", "body_length", "body_start", "body_len", "topic_start", "topic_len",
-    "props_start", "props_len",
+    "props_start", "props_len", "body_crc_ok",
 };
 /* why scan_records stopped */
 enum { SCAN_CHAIN = 0, SCAN_LENGTH = 1, SCAN_CRC = 2, SCAN_FULL = 3 };
+/* what scan_records does with body CRCs: nothing (body_crc_ok -1), stop at the first that differs
+ * (the recovery walk's check; body_crc_ok 1), or note each in body_crc_ok (1 matches, 0 differs) */
+enum { CRC_NONE = 0, CRC_STOP = 1, CRC_NOTE = 2 };
 
 /* A big-endian integer of 1, 2, 4 or 8 bytes (the caller has checked it lies in the buffer). */
 static inline int64_t read_be(const unsigned char *p, int64_t size, int64_t is_signed)
@@ -723,23 +726,28 @@ static int decode_one(const unsigned char *b, int64_t p, int64_t total, const in
     return 0;
 }
 
-/* scan_records(window, p, limit, check_crc, layout, names, cols, props, row) -> (taken, stop, why):
+/* scan_records(window, p, limit, crc_mode, layout, names, cols, props, row) -> (taken, stop, why):
  * from window position p, the records message_run takes (a MESSAGE magic below ``limit``, TOTALSIZE
  * >= min_message, ending inside the window), each decoded into column row ``row`` + i of ``cols``
  * (int64, C_COUNT rows of ``cap``), its property value spans into ``props`` (int64, 2 * len(names)
- * rows of ``cap``: the starts, then the lengths; start 0 and length -1 where absent) and, with
- * check_crc, its body CRC compared with BODYCRC. Stops (``why``) at the first position that is not
- * such a record (SCAN_CHAIN), a record that is not well formed (SCAN_LENGTH) or whose CRC differs
- * (SCAN_CRC), or when the columns are full (SCAN_FULL); ``stop`` is that position. */
+ * rows of ``cap``: the starts, then the lengths; start 0 and length -1 where absent) and its body
+ * CRC as ``crc_mode`` says (CRC_NONE, CRC_STOP, CRC_NOTE; an empty body always matches). Stops
+ * (``why``) at the first position that is not such a record (SCAN_CHAIN), a record that is not
+ * well formed (SCAN_LENGTH) or, with CRC_STOP, whose CRC differs (SCAN_CRC), or when the columns
+ * are full (SCAN_FULL); ``stop`` is that position. */
 static PyObject *scan_records(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *window, *layout, *names, *cols_obj, *props_obj;
     long long p0, limit, row0;
-    int check_crc;
-    if (!PyArg_ParseTuple(args, "OLLpOO!OOL", &window, &p0, &limit, &check_crc, &layout, &PyTuple_Type, &names,
+    int crc_mode;
+    if (!PyArg_ParseTuple(args, "OLLiOO!OOL", &window, &p0, &limit, &crc_mode, &layout, &PyTuple_Type, &names,
                           &cols_obj, &props_obj, &row0))
         return NULL;
+    if (crc_mode < CRC_NONE || crc_mode > CRC_NOTE) {
+        PyErr_SetString(PyExc_ValueError, "crc_mode must be CRC_NONE, CRC_STOP or CRC_NOTE");
+        return NULL;
+    }
     Py_ssize_t k = PyTuple_GET_SIZE(names);
     if (k > MAX_NAMES) {
         PyErr_SetString(PyExc_ValueError, "too many property names");
@@ -814,13 +822,16 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         int64_t props_len = cols[C_PROPS_LEN * cap + row];
         if (props_len > 0)
             split_one(b, cols[C_PROPS_START * cap + row], props_len, k, name, name_len, vs, vl, cap, row);
-        if (check_crc) {
+        int64_t crc_ok = crc_mode == CRC_NONE ? -1 : 1;
+        if (crc_mode != CRC_NONE) {
             int64_t body_len = cols[C_BODY_LEN * cap + row];
             if (body_len > 0) {
                 uint32_t crc = crc32_span(b + cols[C_BODY_START * cap + row], (size_t)body_len);
-                if ((int64_t)(crc & (uint32_t)L[L_CRC_MASK]) != cols[C_BODY_CRC * cap + row]) { why = SCAN_CRC; break; }
+                crc_ok = (int64_t)(crc & (uint32_t)L[L_CRC_MASK]) == cols[C_BODY_CRC * cap + row];
             }
+            if (!crc_ok && crc_mode == CRC_STOP) { why = SCAN_CRC; break; }
         }
+        cols[C_BODY_CRC_OK * cap + row] = crc_ok;
         row++;
         p += total;
     }
@@ -1099,7 +1110,10 @@ PyMODINIT_FUNC PyInit__native(void)
         || PyModule_AddIntConstant(m, "SCAN_CHAIN", SCAN_CHAIN) < 0
         || PyModule_AddIntConstant(m, "SCAN_LENGTH", SCAN_LENGTH) < 0
         || PyModule_AddIntConstant(m, "SCAN_CRC", SCAN_CRC) < 0
-        || PyModule_AddIntConstant(m, "SCAN_FULL", SCAN_FULL) < 0) {
+        || PyModule_AddIntConstant(m, "SCAN_FULL", SCAN_FULL) < 0
+        || PyModule_AddIntConstant(m, "CRC_NONE", CRC_NONE) < 0
+        || PyModule_AddIntConstant(m, "CRC_STOP", CRC_STOP) < 0
+        || PyModule_AddIntConstant(m, "CRC_NOTE", CRC_NOTE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

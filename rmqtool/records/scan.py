@@ -153,11 +153,13 @@ class FileScan:
     def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
                  check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False,
                  reuse_buffer: bool = False, buffer: ReadBuffer | None = None, core=native.core,
-                 piece_size: int | None = None):
+                 piece_size: int | None = None, crc_column: bool = False):
         self.path = str(path)
         self.file_base = file_base
         self.lo, self.hi = lo, hi
         self.check_crc = check_crc
+        # crc_column: every batch also has ``body_crc_ok`` (body_crc_matches of each record)
+        self.crc_column = crc_column
         self.chunk_size = max(chunk_size, 1 << 16)
         self.carved = carved
         # read every window into one buffer: no fresh allocation (and page faults) per window,
@@ -171,7 +173,7 @@ class FileScan:
         self._walk_window = _walk_entries_window(file_base) if entries else _walk_chain
         # a classic CommitLog file with the native ``core``: each window read and decoded piece by
         # piece (``window_scan``; ``piece_size`` bytes at a time); core=None: the numpy reference
-        self._native = None if entries or core is None else _window_scan(core, check_crc, piece_size)
+        self._native = None if entries or core is None else _window_scan(core, check_crc, crc_column, piece_size)
 
     def __iter__(self) -> Iterator[RecordBatch]:
         with ReadOnlyFile(self.path) as fh:
@@ -195,7 +197,8 @@ class FileScan:
             starts, stop, next_pos = self._walk_window(window, pos, size, hi)
             batch = None
             if len(starts):
-                batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc)
+                batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc,
+                                            self.crc_column)
                 batch.carved = self.carved
                 if bad is not None:
                     stop = bad
@@ -233,7 +236,8 @@ class FileScan:
                 stop, next_pos = _reference_stop(buf, pos, p, why == core.SCAN_LENGTH), None
                 agree = stop is not None
             if agree:
-                batch = _native_batch(self.path, self.file_base, buf, pos, core.SCAN_COLUMNS, cols, props, rows)
+                batch = _native_batch(self.path, self.file_base, buf, pos, core.SCAN_COLUMNS, cols, props, rows,
+                                      self.crc_column)
             else:                       # never expected: the reference path decides this window
                 batch, stop, next_pos = self._reference_window(window, pos, size, hi)
             batch.carved = self.carved
@@ -254,7 +258,7 @@ class FileScan:
         starts, stop, next_pos = self._walk_window(window, pos, size, hi)
         if not len(starts):
             return RecordBatch(self.path, self.file_base, np.frombuffer(window, np.uint8), pos), stop, next_pos
-        batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc)
+        batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc, self.crc_column)
         return batch, (bad if bad is not None else stop), next_pos
 
     def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
@@ -468,7 +472,7 @@ def _walk_entries(window: bytes, base: int, file_base: int, file_size: int, hi: 
 
 
 def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: np.ndarray,
-                   check_crc: bool):
+                   check_crc: bool, crc_column: bool = False):
     """Decode every record starting at ``starts`` (window positions). Stops at the first bad one."""
     buf = np.frombuffer(window, dtype=np.uint8)
     cols = _decode_columns(buf, starts)
@@ -492,17 +496,20 @@ def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: 
                           detail=f"body CRC mismatch: stored {int(cols['body_crc'][first])}",
                           check="commitlog.body-crc")
             cols = {k: v[:first] for k, v in cols.items()}
+    if crc_column:
+        cols["body_crc_ok"] = body_crc_matches(buf, cols)
     cols["position"] = cols["position"] + base
     cols["phy_offset"] = cols["position"] + file_base
     return RecordBatch(path, file_base, buf, base, cols), bad
 
 
-def _window_scan(core, check_crc: bool, piece_size: int | None):
+def _window_scan(core, check_crc: bool, crc_column: bool, piece_size: int | None):
     from rmqtool.records.window_scan import WindowScan, scan_layout
     layout = _SCAN_LAYOUTS.get(id(core))
     if layout is None:
         layout = _SCAN_LAYOUTS[id(core)] = scan_layout(core, cl.MESSAGE_HEAD_DTYPE, _TAIL_DTYPE, _MIN_MESSAGE)
-    return WindowScan(core, layout, _NATIVE_NAMES, check_crc, piece_size)
+    crc_mode = core.CRC_STOP if check_crc else core.CRC_NOTE if crc_column else core.CRC_NONE
+    return WindowScan(core, layout, _NATIVE_NAMES, crc_mode, piece_size)
 
 
 #: the layout vector of each native core (in practice one), built from formats/ on first use
@@ -510,12 +517,15 @@ _SCAN_LAYOUTS: dict = {}
 
 
 def _native_batch(path: str, file_base: int, buf: np.ndarray, base: int, names: tuple, cols: np.ndarray,
-                  props: np.ndarray, rows: int) -> RecordBatch:
+                  props: np.ndarray, rows: int, crc_column: bool) -> RecordBatch:
     """The batch of the native window scan: its column rows by name, as ``_decode_window`` makes it."""
     out = {name: cols[i, :rows] for i, name in enumerate(names)}
+    crc_ok = out.pop("body_crc_ok")
     k = len(EXTRACTED_PROPERTIES)
     for j, name in enumerate(EXTRACTED_PROPERTIES):
         out[f"{name}_start"], out[f"{name}_len"] = props[j, :rows], props[k + j, :rows]
+    if crc_column:
+        out["body_crc_ok"] = crc_ok == 1
     out["position"] = out["position"] + base
     out["phy_offset"] = out["position"] + file_base
     return RecordBatch(path, file_base, buf, base, out)

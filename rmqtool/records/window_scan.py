@@ -90,11 +90,11 @@ _windows, _columns, _props = ArrayPool(), ArrayPool(), ArrayPool()
 class WindowScan:
     """One FileScan's native window reads (see the module's docstring)."""
 
-    def __init__(self, core, layout: np.ndarray, names: tuple, check_crc: bool, piece: int | None = None):
+    def __init__(self, core, layout: np.ndarray, names: tuple, crc_mode: int, piece: int | None = None):
         self.core = core
         self.layout = layout
         self.names = names
-        self.check_crc = check_crc
+        self.crc_mode = crc_mode          # core.CRC_NONE, CRC_STOP or CRC_NOTE
         self.piece = piece or PIECE
 
     def read_and_take(self, fh, pos: int, want: int, hi: int, buffer=None):
@@ -115,7 +115,7 @@ class WindowScan:
                 step = min(piece, want - read)
                 fh.read_into(window[read:read + step], pos + read)
                 read += step
-            taken, p, why = core.scan_records(window[:read], p, limit, self.check_crc, self.layout, self.names,
+            taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
                                               cols, props, rows)
             rows += taken
             if why == core.SCAN_FULL:

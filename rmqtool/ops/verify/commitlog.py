@@ -157,7 +157,8 @@ class CommitLogVerifier:
         # the last file holding data: every later file starts with zeros (the pre-allocated next file)
         last_file = not any(self._starts_with_data[idx + 1:])
         while True:
-            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, buffer=self.read_buffer)   # batches consumed one by one
+            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, buffer=self.read_buffer,   # batches consumed one by one
+                            crc_column=self.deep)
             first_carved = None
             count_before = self.records
             for batch in scan:
