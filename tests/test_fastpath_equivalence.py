@@ -463,3 +463,53 @@ def test_index_keys_native_equal_numpy(records, ascii_only):
     got = [x.tolist() for x in record_index_keys(batch)]
     want = [x.tolist() for x in record_index_keys(batch, core=None)]
     assert got == want
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 9), st.lists(st.integers(-1, 8), max_size=40), st.integers(1, 50), st.lists(st.integers(0, 60),
+       max_size=3), st.lists(st.integers(0, 9), max_size=9))
+def test_index_chain_replay_native_equals_numpy(slots, buckets, first, damage, newest_before):
+    """An IndexFile window's chain check (every entry links to its slot's newest earlier entry):
+    the native replay against the numpy test without a sort, on whole chains and damaged ones;
+    same verdict and the same newest entry per slot afterwards."""
+    from rmqtool.ops.verify.index import _Chains as IndexChainCheck
+    buckets = [b % slots if b >= 0 else -1 for b in buckets]
+    newest = np.zeros(slots, np.int32)
+    newest[:len(newest_before)] = [min(v, first - 1) for v in newest_before[:slots]]
+    state, prev = newest.copy(), []
+    for i, b in enumerate(buckets):
+        prev.append(int(state[b]) if b >= 0 else 0)
+        if b >= 0:
+            state[b] = first + i
+    for at in damage:
+        if prev:
+            prev[at % len(prev)] = at
+    bucket, prev = np.array(buckets, np.int64), np.array(prev, np.int64)
+    num = np.arange(first, first + len(buckets), dtype=np.int64)
+    results = []
+    for core in (native.core, None):
+        check = IndexChainCheck("f", slots, 100, np.zeros(slots, np.int32), None)
+        check.newest = newest.copy()
+        results.append((check._consistent(bucket, prev, num, first, core=core), check.newest.tolist()))
+    assert results[0] == results[1]
+
+
+@needs_native
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([b"TopicA", b"TopicB", b"T", b"", b"\xff\xfe", b"Aa", b"BB", b"x" * 70]),
+                         max_size=30), max_size=4))
+def test_verify_topic_ids_native_equal_numpy(batches):
+    """verify's topic table over several batches: the same topic id for every record and the same
+    names in the same order, native grouping or numpy (hash collisions and known topics included)."""
+    from types import SimpleNamespace
+    from rmqtool.ops.verify.records import TopicTable
+    tables = [TopicTable(), TopicTable()]
+    for topics in batches:
+        raw = b"".join(topics)
+        batch = SimpleNamespace(buf=np.frombuffer(raw, np.uint8),
+                                topic_start=np.array([sum(map(len, topics[:i])) for i in range(len(topics))], np.int64),
+                                topic_len=np.array([len(t) for t in topics], np.int64))
+        got = tables[0].topic_ids(batch).tolist()
+        want = tables[1].topic_ids(batch, core=None).tolist()
+        assert got == want and tables[0].names == tables[1].names

@@ -247,6 +247,27 @@ static PyObject *split_tokens(PyObject *self, PyObject *args)
     return result;
 }
 
+/* Java's String.hashCode continued from ``h`` over ``len`` ASCII bytes (h * 31 + c per byte,
+ * wrapping in 32 bits), four bytes per step so the multiplications do not wait on each other
+ * (the same sum: 32-bit arithmetic is exact modulo 2^32 in any order); ``any`` collects the bytes'
+ * bits (a byte >= 0x80 leaves bit 7 set). */
+static inline uint32_t java_hash_continue(uint32_t h, const unsigned char *p, int64_t len, unsigned char *any)
+{
+    const uint32_t m2 = 31u * 31u, m3 = m2 * 31u, m4 = m3 * 31u;
+    unsigned char bits = 0;
+    int64_t j = 0;
+    for (; j + 4 <= len; j += 4) {
+        h = h * m4 + (uint32_t)p[j] * m3 + (uint32_t)p[j + 1] * m2 + (uint32_t)p[j + 2] * 31u + p[j + 3];
+        bits |= p[j] | p[j + 1] | p[j + 2] | p[j + 3];
+    }
+    for (; j < len; j++) {
+        h = h * 31u + p[j];
+        bits |= p[j];
+    }
+    *any |= bits;
+    return h;
+}
+
 /* java_hash_spans(buf, starts, lengths, out_int32, out_high_uint8): Java String.hashCode of
  * every span read as ASCII (Horner, * 31, wrapping in 32 bits); high[i] = 1 when the span
  * holds a byte >= 0x80, whose UTF-8 decoding the caller hashes instead. */
@@ -271,14 +292,8 @@ static PyObject *java_hash_spans(PyObject *self, PyObject *args)
     if (bad < 0) {
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n) __builtin_prefetch(b + st[i + PREFETCH_AHEAD]);
-            const unsigned char *p = b + st[i];
-            uint32_t v = 0;
             unsigned char any = 0;
-            for (int64_t j = 0; j < ln[i]; j++) {
-                v = v * 31u + p[j];
-                any |= p[j];
-            }
-            hash[i] = v;
+            hash[i] = java_hash_continue(0, b + st[i], ln[i], &any);
             high[i] = any >> 7;
         }
     }
@@ -986,9 +1001,8 @@ static PyObject *index_keys(PyObject *self, PyObject *args)
         if (!indexed[i]) continue;
         uint32_t prefix = (uint32_t)th[i] * 31u + (uint32_t)joiner;
         if (ul[i] >= 0) {
-            uint32_t h = prefix;
             unsigned char any = 0;
-            for (int64_t j = 0; j < ul[i]; j++) { h = h * 31u + b[us[i] + j]; any |= b[us[i] + j]; }
+            uint32_t h = java_hash_continue(prefix, b + us[i], ul[i], &any);
             if (any >> 7) { high = 1; break; }
             if (count == room) { short_room = 1; break; }
             rec[count] = i;
@@ -999,9 +1013,10 @@ static PyObject *index_keys(PyObject *self, PyObject *args)
         while (j < len) {
             while (j < len && p[j] == (unsigned char)sep) j++;
             if (j == len) break;
-            uint32_t h = prefix;
+            int64_t from = j;
+            while (j < len && p[j] != (unsigned char)sep) j++;
             unsigned char any = 0;
-            for (; j < len && p[j] != (unsigned char)sep; j++) { h = h * 31u + p[j]; any |= p[j]; }
+            uint32_t h = java_hash_continue(prefix, p + from, j - from, &any);
             if (any >> 7) { high = 1; break; }
             if (count == room) { short_room = 1; break; }
             rec[count] = i;
@@ -1023,12 +1038,59 @@ done:
     return result;
 }
 
+
+/* chain_replay(bucket, prev, first, newest) -> bool: whether entries first, first+1, ... (bucket:
+ * their slot, int64; prev: their prevIndex, int64) each link to the newest earlier entry of their
+ * slot, ``newest`` (int32 per slot) holding each slot's newest entry before them: putKey's chains
+ * replayed entry by entry. True: ``newest`` now holds each slot's last entry. False (an entry links
+ * elsewhere, or has no slot): ``newest`` is left as it was. */
+static PyObject *chain_replay(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *bucket_obj, *prev_obj, *newest_obj;
+    long long first;
+    if (!PyArg_ParseTuple(args, "OOLO", &bucket_obj, &prev_obj, &first, &newest_obj)) return NULL;
+    Py_buffer bv, pv, nv;
+    if (PyObject_GetBuffer(bucket_obj, &bv, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(prev_obj, &pv, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&bv); return NULL; }
+    if (out_get(newest_obj, &nv, 0, 0) < 0) { PyBuffer_Release(&pv); PyBuffer_Release(&bv); return NULL; }
+    if (bv.len % 8 || pv.len != bv.len || nv.len % 4) {
+        PyBuffer_Release(&nv); PyBuffer_Release(&pv); PyBuffer_Release(&bv);
+        PyErr_SetString(PyExc_ValueError, "bucket and prev must be int64 of one length, newest int32");
+        return NULL;
+    }
+    Py_ssize_t n = bv.len / 8, slots = nv.len / 4;
+    const int64_t *bucket = bv.buf, *prev = pv.buf;
+    int32_t *newest = nv.buf;
+    int32_t *undo = malloc((size_t)(n ? n : 1) * sizeof *undo);   /* each entry's slot value before it */
+    if (!undo) { PyBuffer_Release(&nv); PyBuffer_Release(&pv); PyBuffer_Release(&bv); return PyErr_NoMemory(); }
+    Py_ssize_t done = 0;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (; done < n; done++) {
+        int64_t b = bucket[done];
+        if (b < 0 || b >= slots || prev[done] != newest[b]) { ok = 0; break; }
+        undo[done] = newest[b];
+        newest[b] = (int32_t)(first + done);
+    }
+    if (!ok)
+        while (done-- > 0) newest[bucket[done]] = undo[done];
+    Py_END_ALLOW_THREADS
+    free(undo);
+    PyBuffer_Release(&nv);
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&bv);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *crc32_kernel(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"index_keys", index_keys, METH_VARARGS,
      "index_keys(buf, indexed, topic_hash, u_start, u_len, k_start, k_len, joiner, sep, out_rec, out_hash): "
      "the index keys' records and hashes in the broker's order; -1 when a key is not ASCII"},
+    {"chain_replay", chain_replay, METH_VARARGS,
+     "chain_replay(bucket, prev, first, newest): whether every entry links to its slot's newest earlier entry"},
     {"span_groups", span_groups, METH_VARARGS,
      "span_groups(buf, starts, lengths, keys, out_group, out_first): equal spans numbered by first appearance"},
     {"scan_records", scan_records, METH_VARARGS,

@@ -33,7 +33,7 @@ from rmqtool.io.topicpath import queue_selected
 from formats.indexfile import entry_position
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
-from rmqtool.io.fileio import file_size, first_nonzero
+from rmqtool.io.fileio import CACHE_WINDOW, file_size, first_nonzero
 from rmqtool.records.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
@@ -87,9 +87,7 @@ class RebuildResult:
 #: window of the rebuild scan: every window is read into one reused buffer and dispatched
 #: before the next is read, so a file costs one window of fresh pages (not the whole file),
 #: and the per-window numpy temporaries are small enough for the allocator to keep and reuse.
-#: rebuild all, 1M messages, 2 workers, allocator tuned as by the CLI: CPU 4.47 s with fresh
-#: 64 MiB windows, 3.80 s with a reused 8 MiB one (4 MiB: same within noise).
-SCAN_WINDOW = 8 << 20
+SCAN_WINDOW = CACHE_WINDOW
 
 
 #: this process's scans run one after another: they share one read buffer

@@ -13,7 +13,7 @@ import numpy as np
 from formats import commitlog as cl
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, goes_to_consumequeue
 from rmqtool.errors import FileChangedError, RmqError
-from rmqtool.io.fileio import ReadOnlyFile, first_nonzero
+from rmqtool.io.fileio import CACHE_WINDOW, ReadOnlyFile, first_nonzero
 from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
@@ -158,7 +158,7 @@ class CommitLogVerifier:
         last_file = not any(self._starts_with_data[idx + 1:])
         while True:
             scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, buffer=self.read_buffer,   # batches consumed one by one
-                            crc_column=self.deep)
+                            crc_column=self.deep, chunk_size=CACHE_WINDOW)
             first_carved = None
             count_before = self.records
             for batch in scan:

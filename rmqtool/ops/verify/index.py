@@ -18,6 +18,7 @@ from formats.indexfile import (INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE, INDEX_HEADER
                                INDEX_SLOT_DTYPE, IndexEntry, entry_position, slot_position)
 from formats.derive import field_offsets
 from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.kernels import native
 from rmqtool.io.indexfile import IndexHeaderValues, parse_header
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
 from rmqtool.ops.verify.records import RecordTable, is_member
@@ -224,15 +225,19 @@ class _Chains:
         last[:-1] = ~same[1:]
         self.newest[b[last]] = num[order][last]
 
-    def _consistent(self, bucket, prev, num, first: int) -> bool:
+    def _consistent(self, bucket, prev, num, first: int, core=native.core) -> bool:
         """True (and ``newest`` moved on) when every entry of the window links to the previous
-        entry of its slot: the test without a sort, for the usual case of nothing wrong.
+        entry of its slot: the test without a sort, for the usual case of nothing wrong. With the
+        native ``core`` the chains are replayed entry by entry (``chain_replay``), the same test.
 
         Sufficient: every link goes to an earlier entry of the same slot inside the window or,
         leaving the window, to the slot's newest entry before it; no two links share a target.
         Then a slot's k entries have k distinct targets among {newest before, its first k-1
         entries}, and decreasing links leave one way to pick them: the chain in order.
         """
+        if core is not None and self.newest.dtype == np.int32 and self.newest.flags.c_contiguous:
+            return core.chain_replay(np.ascontiguousarray(bucket, np.int64), np.ascontiguousarray(prev, np.int64),
+                                     first, self.newest)
         if (bucket < 0).any() or (prev < 0).any() or (prev >= num).any():
             return False
         inside = prev >= first

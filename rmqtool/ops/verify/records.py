@@ -16,6 +16,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from rmqtool.io.dledger_layout import is_entry_file
+from rmqtool.kernels import native
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
 from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
@@ -73,17 +74,31 @@ class TopicTable:
     def lookup(self, name: str) -> int:
         return self.by_name.get(name, -1)
 
-    def topic_ids(self, batch) -> np.ndarray:
+    def topic_ids(self, batch, core=native.core) -> np.ndarray:
         """Topic id of every record of a batch (grouped by byte hash + length, then verified).
 
         Keys (hash, length) seen in earlier batches map straight to their id; those records'
         bytes are then compared with the topic's in one matrix pass. Only records with a new
-        key (or failing the comparison) are grouped and interned one topic at a time.
+        key (or failing the comparison) are grouped and interned one topic at a time, in the
+        order of their keys. With the native ``core`` the batch's records are grouped by one C
+        loop (``span_groups``, every member's bytes checked) and each group interned, new topics
+        in the same order; a key shared by two topics hands the batch to the path above.
         """
         buf = batch.buf
         starts, lens = batch.topic_start, batch.topic_len
         h, _ = span_hashes(buf, starts, lens)
         key = (h.astype(np.int64) & 0xFFFFFFFF) << 16 | (lens & 0xFFFF)
+        if core is not None and len(starts):
+            groups, first = np.empty(len(starts), np.int64), np.empty(len(starts), np.int64)
+            count = core.span_groups(buf, np.ascontiguousarray(starts, np.int64),
+                                     np.ascontiguousarray(np.maximum(lens, 0), np.int64), key, groups, first)
+            if count >= 0:
+                first = first[:count]
+                raws = [buf[a:a + b].tobytes() for a, b in zip(starts[first].tolist(), lens[first].tolist())]
+                fresh = sorted((int(key[i]), raw) for i, raw in zip(first.tolist(), raws) if raw not in self.ids)
+                for k, raw in fresh:
+                    self._remember(k, self.intern(raw))
+                return np.array([self.ids[raw] for raw in raws], dtype=np.int32)[groups]
         out = np.full(len(starts), -1, dtype=np.int32)
         self._known_topics(buf, starts, lens, key, out)
         rest = np.flatnonzero(out < 0)
