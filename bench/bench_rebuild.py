@@ -23,7 +23,6 @@ import os
 import shutil
 import sys
 import time
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -1,11 +1,8 @@
-"""The native window scan's memory reuse and the sparse-file skip of ``first_nonzero``."""
+"""The native window scan's memory reuse."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
-from rmqtool.io.fileio import first_nonzero
 from rmqtool.records.window_scan import ArrayPool
 
 
@@ -24,18 +21,3 @@ def test_array_pool_hands_out_only_arrays_nothing_holds():
     del view, c
     e = pool.take((2, 100), np.int64)
     assert e.shape == (2, 100) and e.dtype == np.int64
-
-
-def test_first_nonzero_skips_holes_and_finds_data_after_them(tmp_path):
-    path = tmp_path / "sparse"
-    with open(path, "wb") as fh:
-        fh.write(b"\x01" + bytes(4095))
-        fh.truncate(64 << 20)             # a hole to the end
-    assert first_nonzero(path, 1) is None
-    with open(path, "r+b") as fh:
-        fh.seek(40 << 20)
-        fh.write(b"\x00\x00\x07")          # data after the hole
-    assert first_nonzero(path, 1) == (40 << 20) + 2
-    assert first_nonzero(path, 0) == 0
-    assert first_nonzero(path, 1, hi=40 << 20) is None
-    assert os.path.getsize(path) == 64 << 20

@@ -7,7 +7,7 @@ import numpy as np
 
 from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.fileio import ReadOnlyFile, data_extent
 from rmqtool.io.segments import SegmentQueue
 
 
@@ -47,6 +47,20 @@ def logical_end(units: np.ndarray) -> int:
     return int(invalid[0]) if len(invalid) else len(units)
 
 
+def read_unit_file(path) -> tuple[np.ndarray, int]:
+    """The units of one ConsumeQueue file (``CQ_UNIT_DTYPE``, whole units only) and the file's
+    size. A pre-allocated file's tail past its last data run is a hole of zero units, all invalid:
+    one of them stands for the rest (where the logical end falls, and what follows it, are the
+    same), so the hole is not read."""
+    with ReadOnlyFile(path) as fh:
+        size = fh.size()
+        usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+        extent = data_extent(fh, size)
+        length = min(-(-extent // CQ_UNIT_SIZE) * CQ_UNIT_SIZE + CQ_UNIT_SIZE, usable)
+        raw = fh.read(0, length, exact=False)
+    return np.frombuffer(raw[:len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE], CQ_UNIT_DTYPE), size
+
+
 def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUnits:
     """Read every file; the logical end is the first unit with offset < 0 or size <= 0."""
     parts, qoffs, fidx, poss = [], [], [], []
@@ -54,13 +68,10 @@ def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUn
     ended = False
     end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
     for i, seg in enumerate(queue.files):
-        with ReadOnlyFile(seg.path) as fh:
-            size = fh.size()
-            raw = fh.read(0, size, exact=False)
-        usable = len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
-        if usable != len(raw):
-            short.append((str(seg.path), len(raw)))
-        units = np.frombuffer(raw[:usable], CQ_UNIT_DTYPE)
+        units, size = read_unit_file(seg.path)
+        usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+        if usable != size:
+            short.append((str(seg.path), size))
         if ended:
             stale += int(np.count_nonzero(units["size"]))
             continue

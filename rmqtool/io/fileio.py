@@ -187,6 +187,24 @@ def _next_hole(fd: int, pos: int, end: int) -> int:
         return end
 
 
+def data_extent(fh: "ReadOnlyFile", size: int) -> int:
+    """Where the last data run of an open file ends: past it a sparse file holds only holes,
+    which read as zeros. ``size`` when the filesystem cannot say (or for a remote object)."""
+    if fh.remote is not None:
+        return size
+    pos = end = 0
+    try:
+        while pos < size:
+            pos = os.lseek(fh.fd, pos, os.SEEK_DATA)
+            end = pos = min(os.lseek(fh.fd, pos, os.SEEK_HOLE), size)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:              # ENXIO: no data from pos on
+            return size
+    except AttributeError:                        # no SEEK_DATA on this platform
+        return size
+    return end
+
+
 def first_nonzero(path, lo: int, hi: int | None = None) -> int | None:
     """Position of the first non-zero byte in [lo, hi) of a file, read in bounded chunks; the
     holes of a sparse file (zeros by definition) are skipped, not read."""

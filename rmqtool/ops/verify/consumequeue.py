@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import commitlog as cl
-from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
+from formats.consumequeue import (CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
 from rmqtool.broker.dispatch import goes_to_consumequeue
-from rmqtool.io.consumequeue import valid_units
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.consumequeue import read_unit_file, valid_units
 from rmqtool.ops.verify.findings import FindingSink
 from rmqtool.ops.verify.records import RecordTable
 
@@ -50,13 +49,11 @@ def read_queue(store, ref, sink: FindingSink) -> QueueUnits:
     parts, paths = [], []
     for i, seg in enumerate(q.files):
         paths.append(str(seg.path))
-        with ReadOnlyFile(seg.path) as fh:
-            raw = fh.read(0, fh.size(), exact=False)
-        usable = len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
-        if usable != len(raw):
+        units, size = read_unit_file(seg.path)
+        usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+        if usable != size:
             sink.add("cq.file-size", seg.path, usable,
-                     f"{len(raw)} bytes is not a whole number of {CQ_UNIT_SIZE}-byte units")
-        units = np.frombuffer(raw[:usable], CQ_UNIT_DTYPE)
+                     f"{size} bytes is not a whole number of {CQ_UNIT_SIZE}-byte units")
         parts.append((i, seg.start, units))
     empty = np.zeros(0, np.int64)
     if not parts:
