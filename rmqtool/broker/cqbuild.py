@@ -20,8 +20,9 @@ from rmqtool.io import install as inst
 from rmqtool.broker.dispatch import BatchDispatch, QueueLayout
 from rmqtool.io.topicpath import describe, queue_dir, queue_selected, topic_path_problem
 
-#: units held in memory before they are written out (all queues together)
-BUFFER_BYTES = 32 << 20
+#: units held in memory before they are written out (all queues together; what is left to
+#: place and write after the last batch: see dispatch.FOLD_KEYS)
+BUFFER_BYTES = 8 << 20
 
 
 @dataclass

@@ -912,8 +912,10 @@ def read_index_image(path, hash_slots: int, index_entries: int) -> IndexFileImag
     return IndexFileImage(header, slots, entries, hash_slots, index_entries)
 
 
-#: keys an IndexBuilder holds before it appends them to the open file (bounds its memory)
-FOLD_KEYS = 1 << 20
+#: keys an IndexBuilder holds before it appends them to the open file (bounds its memory, and
+#: what is left to fold after the last batch: rebuild all of 1M messages, 2.5M keys, alternating
+#: runs: 1.73 s mean with 1M keys and a 32 MiB CQ buffer, 1.53 s with 256k keys and 8 MiB)
+FOLD_KEYS = 1 << 18
 
 
 class IndexBuilder:
