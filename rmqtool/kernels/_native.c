@@ -311,28 +311,36 @@ static PyObject *java_hash_spans(PyObject *self, PyObject *args)
  * the last duplicate wins. out_start/out_len are int64 (len(names), records) arrays, written
  * only where a value is found (absolute buffer positions). Records with length <= 0 are skipped. */
 #define MAX_NAMES 16
+/* The property names of a tuple of bytes into name/name_len (at most MAX_NAMES); 0, or -1 with
+ * an exception set. The pointers stay valid while the tuple lives. */
+static int take_names(PyObject *names, const char **name, Py_ssize_t *name_len, Py_ssize_t *k)
+{
+    *k = PyTuple_GET_SIZE(names);
+    if (*k > MAX_NAMES) {
+        PyErr_SetString(PyExc_ValueError, "too many property names");
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < *k; j++) {
+        PyObject *item = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "property names must be bytes");
+            return -1;
+        }
+        name[j] = PyBytes_AS_STRING(item);
+        name_len[j] = PyBytes_GET_SIZE(item);
+    }
+    return 0;
+}
+
 static PyObject *split_properties(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *buf, *starts, *lengths, *names, *out_start, *out_len;
     if (!PyArg_ParseTuple(args, "OOOO!OO", &buf, &starts, &lengths, &PyTuple_Type, &names, &out_start, &out_len))
         return NULL;
-    Py_ssize_t k = PyTuple_GET_SIZE(names);
-    if (k > MAX_NAMES) {
-        PyErr_SetString(PyExc_ValueError, "too many property names");
-        return NULL;
-    }
     const char *name[MAX_NAMES];
-    Py_ssize_t name_len[MAX_NAMES];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        PyObject *item = PyTuple_GET_ITEM(names, j);
-        if (!PyBytes_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "property names must be bytes");
-            return NULL;
-        }
-        name[j] = PyBytes_AS_STRING(item);
-        name_len[j] = PyBytes_GET_SIZE(item);
-    }
+    Py_ssize_t name_len[MAX_NAMES], k;
+    if (take_names(names, name, name_len, &k) < 0) return NULL;
     spans_t s;
     Py_ssize_t n;
     Py_buffer os, ol;
@@ -763,22 +771,9 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "crc_mode must be CRC_NONE, CRC_STOP or CRC_NOTE");
         return NULL;
     }
-    Py_ssize_t k = PyTuple_GET_SIZE(names);
-    if (k > MAX_NAMES) {
-        PyErr_SetString(PyExc_ValueError, "too many property names");
-        return NULL;
-    }
     const char *name[MAX_NAMES];
-    Py_ssize_t name_len[MAX_NAMES];
-    for (Py_ssize_t j = 0; j < k; j++) {
-        PyObject *item = PyTuple_GET_ITEM(names, j);
-        if (!PyBytes_Check(item)) {
-            PyErr_SetString(PyExc_TypeError, "property names must be bytes");
-            return NULL;
-        }
-        name[j] = PyBytes_AS_STRING(item);
-        name_len[j] = PyBytes_GET_SIZE(item);
-    }
+    Py_ssize_t name_len[MAX_NAMES], k;
+    if (take_names(names, name, name_len, &k) < 0) return NULL;
     Py_buffer w, lv, cv, pv;
     if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     if (PyObject_GetBuffer(layout, &lv, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&w); return NULL; }

@@ -181,27 +181,19 @@ class FileScan:
             yield from self._walk(fh, size)
 
     def _walk(self, fh: ReadOnlyFile, size: int) -> Iterator[RecordBatch]:
-        if self._native is not None:
-            yield from self._walk_native(fh, size)
-            return
         pos = self.lo
         hi = size if self.hi is None else min(self.hi, size)
         messages = 0
+        take_window = self._reference_read if self._native is None else self._native_read
         while True:
             if pos >= hi:
                 kind = END_EOF if pos >= size else END_RANGE
                 self.end = FileEnd(self.path, self.file_base, size, pos, kind, messages)
                 return
             want = min(self.chunk_size, size - pos)
-            window = self._read_reused(fh, pos, want) if self.reuse_buffer else fh.read(pos, want)
-            starts, stop, next_pos = self._walk_window(window, pos, size, hi)
-            batch = None
-            if len(starts):
-                batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc,
-                                            self.crc_column)
+            batch, stop, next_pos = take_window(fh, pos, want, size, hi)
+            if batch is not None:
                 batch.carved = self.carved
-                if bad is not None:
-                    stop = bad
                 if len(batch):
                     messages += len(batch)
                     yield batch
@@ -214,52 +206,34 @@ class FileScan:
                 self.chunk_size = min(self.chunk_size * 2, size)
             pos = next_pos
 
-    def _walk_native(self, fh: ReadOnlyFile, size: int) -> Iterator[RecordBatch]:
-        """``_walk`` with the native window scan (``window_scan``): the same batches and ends."""
-        pos = self.lo
-        hi = size if self.hi is None else min(self.hi, size)
-        messages = 0
-        core = self._native.core
-        while True:
-            if pos >= hi:
-                kind = END_EOF if pos >= size else END_RANGE
-                self.end = FileEnd(self.path, self.file_base, size, pos, kind, messages)
-                return
-            want = min(self.chunk_size, size - pos)
-            window, cols, props, rows, p, why = self._native.read_and_take(
-                fh, pos, want, hi, self._buffer if self.reuse_buffer else None)
-            buf = np.frombuffer(window, dtype=np.uint8)
-            if why == core.SCAN_CHAIN:
-                rest, stop, next_pos = _walk_chain_scalar(window, pos, size, hi, p)
-                agree = not rest        # the core takes every record the loop would take
-            else:
-                stop, next_pos = _reference_stop(buf, pos, p, why == core.SCAN_LENGTH), None
-                agree = stop is not None
-            if agree:
-                batch = _native_batch(self.path, self.file_base, buf, pos, core.SCAN_COLUMNS, cols, props, rows,
-                                      self.crc_column)
-            else:                       # never expected: the reference path decides this window
-                batch, stop, next_pos = self._reference_window(window, pos, size, hi)
-            batch.carved = self.carved
-            if len(batch):
-                messages += len(batch)
-                yield batch
-            if stop is not None:
-                stop.path, stop.file_base, stop.file_size, stop.messages = (
-                    self.path, self.file_base, size, messages)
-                self.end = stop
-                return
-            if next_pos == pos:     # one record larger than the window: widen it
-                self.chunk_size = min(self.chunk_size * 2, size)
-            pos = next_pos
+    def _reference_read(self, fh: ReadOnlyFile, pos: int, want: int, size: int, hi: int):
+        """One window read, walked and decoded by the reference path: (batch or None, stop, resume)."""
+        window = self._read_reused(fh, pos, want) if self.reuse_buffer else fh.read(pos, want)
+        return self._reference_window(window, pos, size, hi)
 
     def _reference_window(self, window, pos: int, size: int, hi: int):
-        """One window as the reference path walks and decodes it: (batch, stop, resume)."""
         starts, stop, next_pos = self._walk_window(window, pos, size, hi)
         if not len(starts):
-            return RecordBatch(self.path, self.file_base, np.frombuffer(window, np.uint8), pos), stop, next_pos
+            return None, stop, next_pos
         batch, bad = _decode_window(window, pos, self.path, self.file_base, starts, self.check_crc, self.crc_column)
         return batch, (bad if bad is not None else stop), next_pos
+
+    def _native_read(self, fh: ReadOnlyFile, pos: int, want: int, size: int, hi: int):
+        """``_reference_read`` by the native window scan (``window_scan``): the same batch and ends."""
+        core = self._native.core
+        window, cols, props, rows, p, why = self._native.read_and_take(
+            fh, pos, want, hi, self._buffer if self.reuse_buffer else None)
+        buf = np.frombuffer(window, dtype=np.uint8)
+        if why == core.SCAN_CHAIN:
+            rest, stop, next_pos = _walk_chain_scalar(window, pos, size, hi, p)
+            agree = not rest            # the core takes every record the loop would take
+        else:
+            stop, next_pos = _reference_stop(buf, pos, p, why == core.SCAN_LENGTH), None
+            agree = stop is not None
+        if not agree:                   # never expected: the reference path decides this window
+            return self._reference_window(window, pos, size, hi)
+        return (_native_batch(self.path, self.file_base, buf, pos, core.SCAN_COLUMNS, cols, props, rows,
+                              self.crc_column), stop, next_pos)
 
     def _read_reused(self, fh: ReadOnlyFile, pos: int, want: int) -> memoryview:
         """``fh.read(pos, want)`` (exact) into the scan's reused buffer."""
