@@ -749,7 +749,7 @@ static int decode_one(const unsigned char *b, int64_t p, int64_t total, const in
     return 0;
 }
 
-/* scan_records(window, p, limit, crc_mode, layout, names, cols, props, row) -> (taken, stop, why):
+/* scan_records(window, p, limit, crc_mode, layout, names, cols, props, row[, entries]) -> (taken, stop, why):
  * from window position p, the records message_run takes (a MESSAGE magic below ``limit``, TOTALSIZE
  * >= min_message, ending inside the window), each decoded into column row ``row`` + i of ``cols``
  * (int64, C_COUNT rows of ``cap``), its property value spans into ``props`` (int64, 2 * len(names)
@@ -757,16 +757,30 @@ static int decode_one(const unsigned char *b, int64_t p, int64_t total, const in
  * CRC as ``crc_mode`` says (CRC_NONE, CRC_STOP, CRC_NOTE; an empty body always matches). Stops
  * (``why``) at the first position that is not such a record (SCAN_CHAIN), a record that is not
  * well formed (SCAN_LENGTH) or, with CRC_STOP, whose CRC differs (SCAN_CRC), or when the columns
- * are full (SCAN_FULL); ``stop`` is that position. */
+ * are full (SCAN_FULL); ``stop`` is that position.
+ * ``entries`` (window_pos, entry_magic, body_offset, pos_at, body_length_at): the window is a
+ * DLedger data file's, and the walk takes the entries entry_run takes (each holding one whole
+ * record at its body_offset), decoding each entry's record; positions are then entry starts. */
 static PyObject *scan_records(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *window, *layout, *names, *cols_obj, *props_obj;
+    PyObject *window, *layout, *names, *cols_obj, *props_obj, *entries = Py_None;
     long long p0, limit, row0;
     int crc_mode;
-    if (!PyArg_ParseTuple(args, "OLLiOO!OOL", &window, &p0, &limit, &crc_mode, &layout, &PyTuple_Type, &names,
-                          &cols_obj, &props_obj, &row0))
+    if (!PyArg_ParseTuple(args, "OLLiOO!OOL|O", &window, &p0, &limit, &crc_mode, &layout, &PyTuple_Type, &names,
+                          &cols_obj, &props_obj, &row0, &entries))
         return NULL;
+    long long window_pos = 0, body_offset = 0, pos_at = 0, body_length_at = 0;
+    long entry_magic = 0;
+    int framed = entries != Py_None;
+    if (framed) {
+        if (!PyArg_ParseTuple(entries, "LlLLL", &window_pos, &entry_magic, &body_offset, &pos_at, &body_length_at))
+            return NULL;
+        if (pos_at < 0 || body_length_at < 0 || pos_at + 8 > body_offset || body_length_at + 4 > body_offset) {
+            PyErr_SetString(PyExc_ValueError, "entry layout: fields must lie inside the header");
+            return NULL;
+        }
+    }
     if (crc_mode < CRC_NONE || crc_mode > CRC_NOTE) {
         PyErr_SetString(PyExc_ValueError, "crc_mode must be CRC_NONE, CRC_STOP or CRC_NOTE");
         return NULL;
@@ -821,13 +835,31 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
     int64_t *cols = cv.buf, *vs = pv.buf, *vl = (int64_t *)pv.buf + k * cap;
     uint32_t v1 = (uint32_t)L[L_MAGIC_V1], v2 = (uint32_t)L[L_MAGIC_V2];
     Py_BEGIN_ALLOW_THREADS
+    int64_t step, rec, total;          /* bytes to the next record (or entry), where this record starts, its length */
+    if (framed) {                      /* entry_run's conditions: the header and the record's prefix fit */
+        last = limit;
+        if (n - body_offset - 8 + 1 < last) last = n - body_offset - 8 + 1;
+    }
     while (p >= 0 && p < last) {
-        uint32_t magic = be32(b + p + 4);
-        if (magic != v1 && magic != v2) break;
-        int64_t total = (int32_t)be32(b + p);
-        if (total < L[L_MIN_MESSAGE] || total > n - p) break;
+        if (framed) {
+            if ((int32_t)be32(b + p) != entry_magic) break;
+            step = (int32_t)be32(b + p + 4);
+            if (step < body_offset + L[L_MIN_MESSAGE] || step > n - p) break;
+            if (be64(b + p + pos_at) != window_pos + p) break;
+            total = (int32_t)be32(b + p + body_length_at);
+            uint32_t magic = be32(b + p + body_offset + 4);
+            if (total != step - body_offset || (int32_t)be32(b + p + body_offset) != total
+                || (magic != v1 && magic != v2)) break;
+            rec = p + body_offset;
+        } else {
+            uint32_t magic = be32(b + p + 4);
+            if (magic != v1 && magic != v2) break;
+            total = step = (int32_t)be32(b + p);
+            if (total < L[L_MIN_MESSAGE] || total > n - p) break;
+            rec = p;
+        }
         if (row == cap) { why = SCAN_FULL; break; }
-        if (decode_one(b, p, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
+        if (decode_one(b, rec, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
         for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = 0; vl[j * cap + row] = -1; }
         int64_t props_len = cols[C_PROPS_LEN * cap + row];
         if (props_len > 0)
@@ -843,7 +875,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         }
         cols[C_BODY_CRC_OK * cap + row] = crc_ok;
         row++;
-        p += total;
+        p += step;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&pv);

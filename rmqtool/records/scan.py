@@ -171,9 +171,10 @@ class FileScan:
         # a DLedger member's data file: records sit inside entries (docs/format-dledger.md)
         entries = is_entry_file(self.path)
         self._walk_window = _walk_entries_window(file_base) if entries else _walk_chain
-        # a classic CommitLog file with the native ``core``: each window read and decoded piece by
-        # piece (``window_scan``; ``piece_size`` bytes at a time); core=None: the numpy reference
-        self._native = None if entries or core is None else _window_scan(core, check_crc, crc_column, piece_size)
+        # with the native ``core`` each window is read and decoded piece by piece (``window_scan``;
+        # ``piece_size`` bytes at a time; a DLedger file entry by entry); core=None: the numpy reference
+        self._entries = entries
+        self._native = None if core is None else _window_scan(core, check_crc, crc_column, piece_size, entries)
 
     def __iter__(self) -> Iterator[RecordBatch]:
         with ReadOnlyFile(self.path) as fh:
@@ -222,13 +223,17 @@ class FileScan:
         """``_reference_read`` by the native window scan (``window_scan``): the same batch and ends."""
         core = self._native.core
         window, cols, props, rows, p, why = self._native.read_and_take(
-            fh, pos, want, hi, self._buffer if self.reuse_buffer else None)
+            fh, pos, want, hi, self._buffer if self.reuse_buffer else None, self.file_base)
         buf = np.frombuffer(window, dtype=np.uint8)
-        if why == core.SCAN_CHAIN:
-            rest, stop, next_pos = _walk_chain_scalar(window, pos, size, hi, p)
-            agree = not rest            # the core takes every record the loop would take
-        else:
-            stop, next_pos = _reference_stop(buf, pos, p, why == core.SCAN_LENGTH), None
+        if why == core.SCAN_CHAIN:      # where the walk ends is judged by the reference loop
+            if self._entries:
+                rest, stop, next_pos = _walk_entries(window, pos, self.file_base, size, hi, p, core=None)
+            else:
+                rest, stop, next_pos = _walk_chain_scalar(window, pos, size, hi, p)
+            agree = not len(rest)       # the core takes every record the loop would take
+        else:                           # a malformed record or a CRC stop (in an entry: its record)
+            at = p + dl.ENTRY_BODY_OFFSET if self._entries else p
+            stop, next_pos = _reference_stop(buf, pos, at, why == core.SCAN_LENGTH), None
             agree = stop is not None
         if not agree:                   # never expected: the reference path decides this window
             return self._reference_window(window, pos, size, hi)
@@ -477,13 +482,15 @@ def _decode_window(window: bytes, base: int, path: str, file_base: int, starts: 
     return RecordBatch(path, file_base, buf, base, cols), bad
 
 
-def _window_scan(core, check_crc: bool, crc_column: bool, piece_size: int | None):
+def _window_scan(core, check_crc: bool, crc_column: bool, piece_size: int | None, entries: bool = False):
     from rmqtool.records.window_scan import WindowScan, scan_layout
     layout = _SCAN_LAYOUTS.get(id(core))
     if layout is None:
         layout = _SCAN_LAYOUTS[id(core)] = scan_layout(core, cl.MESSAGE_HEAD_DTYPE, _TAIL_DTYPE, _MIN_MESSAGE)
     crc_mode = core.CRC_STOP if check_crc else core.CRC_NOTE if crc_column else core.CRC_NONE
-    return WindowScan(core, layout, _NATIVE_NAMES, crc_mode, piece_size)
+    entry_layout = (dl.ENTRY_MAGIC, dl.ENTRY_BODY_OFFSET, dl.ENTRY_HEADER_OFFSETS["pos"],
+                    dl.ENTRY_HEADER_OFFSETS["body_length"]) if entries else None
+    return WindowScan(core, layout, _NATIVE_NAMES, crc_mode, piece_size, entry_layout)
 
 
 #: the layout vector of each native core (in practice one), built from formats/ on first use

@@ -90,15 +90,19 @@ _windows, _columns, _props = ArrayPool(), ArrayPool(), ArrayPool()
 class WindowScan:
     """One FileScan's native window reads (see the module's docstring)."""
 
-    def __init__(self, core, layout: np.ndarray, names: tuple, crc_mode: int, piece: int | None = None):
+    def __init__(self, core, layout: np.ndarray, names: tuple, crc_mode: int, piece: int | None = None,
+                 entry_layout: tuple | None = None):
         self.core = core
         self.layout = layout
         self.names = names
         self.crc_mode = crc_mode          # core.CRC_NONE, CRC_STOP or CRC_NOTE
         self.piece = piece or PIECE
+        # a DLedger data file: (entry magic, body offset, pos field, body length field)
+        self.entry_layout = entry_layout
 
-    def read_and_take(self, fh, pos: int, want: int, hi: int, buffer=None):
-        """Read ``want`` bytes at file position ``pos`` and take the records in them.
+    def read_and_take(self, fh, pos: int, want: int, hi: int, buffer=None, file_base: int = 0):
+        """Read ``want`` bytes at file position ``pos`` and take the records in them (in a
+        DLedger data file based at ``file_base``: the records of the entries in them).
 
         Returns (window, columns, rows, stop position, why): ``columns`` the (columns, capacity)
         matrix and ``props`` rows filled for ``rows`` records; ``why`` is the core's stop reason
@@ -110,13 +114,14 @@ class WindowScan:
         cols = _columns.take((len(core.SCAN_COLUMNS), cap), np.int64)
         props = _props.take((2 * len(self.names), cols.shape[1]), np.int64, exact=True)
         rows, p, read, limit = 0, 0, 0, hi - pos
+        entries = None if self.entry_layout is None else (file_base + pos, *self.entry_layout)
         while True:
             if read < want:
                 step = min(piece, want - read)
                 fh.read_into(window[read:read + step], pos + read)
                 read += step
             taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
-                                              cols, props, rows)
+                                              cols, props, rows, entries)
             rows += taken
             if why == core.SCAN_FULL:
                 cols, props = _grown(cols, rows), _grown(props, rows)
