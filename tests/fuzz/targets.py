@@ -146,6 +146,17 @@ def run_dledger(data: bytes, seed, scratch: Path) -> int:
         b = _walk_entries(data, 0, seed.base, size, size, core=None)
         check((list(a[0]), a[1] and vars(a[1]), a[2]) == (list(b[0]), b[1] and vars(b[1]), b[2]),
               "the native entry run and the scalar entry walk differ")
+    # the file scanned entry by entry by the native window scan and by the reference entry walk
+    import random
+    import zlib
+    rng = random.Random(zlib.crc32(data))
+    kwargs = dict(chunk_size=rng.choice([1 << 16, rng.randrange(64, max(size, 65) + 64)]),
+                  lo=rng.choice([0, 0, rng.randrange(0, size + 1)]))
+    kwargs["check_crc"], kwargs["crc_column"] = rng.choice(((False, False), (True, False), (False, True)))
+    piece = rng.choice([None, rng.randrange(1, 4096)])
+    (_, a), (_, b) = _both_paths(lambda core: _scanned(path, seed.base, core, **kwargs,
+                                                       **({"piece_size": piece} if core is not None else {})))
+    check(a == b, f"native window scan of the entries differs from the reference ({kwargs})")
     hit = steps(find_record_start, path, seed.base, 1)
     if hit is not None:
         check(1 <= hit < size, "resync position outside the file")
