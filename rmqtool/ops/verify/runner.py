@@ -245,8 +245,11 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
         for k in range(len(records)):
             join_chunk(ctx, joined, records.chunk(k), routed_units.take(k), routed_entries.take(k))
     else:
-        for part in parts:
-            joined.merge(part)
+        try:
+            for part in parts:
+                joined.merge(part)
+        finally:
+            parts.close()             # the staging directory goes even when a merge fails
     times, lost, not_dispatched, not_indexed = joined.times, joined.lost, joined.not_dispatched, joined.not_indexed
     if deep:
         not_dispatched_finding(not_dispatched, dispatch_from, cq_sink)
