@@ -363,7 +363,7 @@ class QueueOffsetCheck:
             else:
                 opened.append(int(order[g]))
         if self.keep_firsts and opened:
-            self._keep(table, opened)
+            self._note_firsts(table, opened)
         for g in np.flatnonzero(np.append(first[1:], True)):
             self._last[(int(t[g]), int(q[g]))] = (int(o[g]), int(phy[g]))
         bad = np.flatnonzero(known & (o != prev_o + 1))
@@ -379,7 +379,7 @@ class QueueOffsetCheck:
                           f"record at {pos} ({table.topics.names[int(t[b])]}/{int(q[b])}) has QUEUEOFFSET "
                           f"{int(o[b])}, the previous record of the queue has {int(prev_o[b])}", excerpt_len=8)
 
-    def _keep(self, table: RecordTable, rows: list[int]) -> None:
+    def _note_firsts(self, table: RecordTable, rows: list[int]) -> None:
         rows = np.sort(np.asarray(rows, dtype=np.int64))
         names = ("phy", "position", "size", "queue_id", "queue_offset", "tx", "topic_id", "file_idx")
         cols = {name: table.cols[name][rows] for name in names}
