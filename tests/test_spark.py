@@ -212,6 +212,30 @@ def test_verify_spark_equals_local(spark, store_copy, case):
     assert (want["summary"]["findings"]["error"] > 0) == bool(case)
 
 
+@pytest.mark.parametrize("case", ["zeroed-middle", "queues-and-index"])
+def test_verify_joins_run_as_spark_tasks(spark, store_copy, case):
+    """verify --engine spark joins each chunk of records as a Spark task (chunk sizes that make
+    many chunk edges): the sequential report, byte for byte, capped or not, shallow or deep."""
+    from corruptions import corrupt
+    from rmqtool.engines.spark import SparkEngine
+    from rmqtool.ops.verify import VerifyOptions, verify
+    from test_verify_chunks import _mutate_queues_and_index
+    root = store_copy("basic")
+    corrupt(root, case) if case != "queues-and-index" else _mutate_queues_and_index(root, 3)
+    engine = SparkEngine(session=spark)
+    chunks = []
+    real_map = engine.map
+    engine.map = lambda items, fn, schema: chunks.append(len(items)) or real_map(items, fn, schema)
+
+    def rep(level, limit, eng=None, chunk_records=None):
+        r = verify(Store(root), VerifyOptions(level=level, limit_per_check=limit, chunk_records=chunk_records),
+                   engine=eng, split_size=30000).as_dict()
+        return json.dumps(r, sort_keys=True)
+    for level, limit, chunk_records in (("deep", None, 7), ("deep", 2, 40), ("shallow", None, 25)):
+        assert rep(level, limit, engine, chunk_records) == rep(level, limit), (level, limit)
+    assert len(chunks) == 3 and min(chunks) > 5
+
+
 def test_verify_cli_engine_spark(tmp_path):
     """The installed command with --engine spark (its own local session) prints the local JSON."""
     from conftest import run_cli_process

@@ -35,6 +35,16 @@ def test_put_take_discard_close(tmp_path):
     assert os.listdir(tmp_path) == []                    # the run directory goes, with what it held
 
 
+def test_read_leaves_the_part_for_a_rerun_task(tmp_path):
+    staging = Staging(str(tmp_path))
+    ref = staging.put(b"chunk")
+    assert staging.read(ref) == staging.read(ref) == b"chunk"
+    assert staging.take(ref) == b"chunk"
+    with pytest.raises(UnreadableError, match="staged part missing"):
+        staging.read(ref)
+    staging.close()
+
+
 def test_default_staging_is_a_temporary_directory_removed_on_close():
     staging = Staging()
     ref = staging.put(b"x")

@@ -232,6 +232,16 @@ class Engine:
     def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, object]]:
         raise NotImplementedError
 
+    def map(self, items: Sequence, fn, schema):
+        """Run ``fn(item) -> iterable of pyarrow.RecordBatch`` for every item, as tasks that walk no
+        CommitLog range (verify's chunk joins); returns a pyarrow Table (``schema``) in item order."""
+        import pyarrow as pa
+        tables = list(self._map(list(items), fn, schema)) if items else []
+        return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
+
+    def _map(self, items: list, fn, schema) -> Iterable[object]:
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 

@@ -15,6 +15,11 @@ def _run(task: Task, fn, schema) -> tuple[TaskStatus, pa.Table]:
     return status, table
 
 
+def _run_item(item, fn, schema) -> pa.Table:
+    batches = list(fn(item))
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
+
+
 class LocalEngine(Engine):
     """numpy in-process (``jobs`` = 1) or a process pool across tasks."""
 
@@ -29,12 +34,24 @@ class LocalEngine(Engine):
             for t in tasks:
                 yield _run(t, fn, schema)
             return
+        futures = [self._ensure_pool().submit(_run, t, fn, schema) for t in tasks]
+        for f in futures:
+            yield f.result()
+
+    def _map(self, items: list, fn, schema) -> Iterable[pa.Table]:
+        if self.jobs == 1 or len(items) == 1:
+            for item in items:
+                yield _run_item(item, fn, schema)
+            return
+        futures = [self._ensure_pool().submit(_run_item, item, fn, schema) for item in items]
+        for f in futures:
+            yield f.result()
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             from rmqtool.ops.rebuild import ignore_interrupts
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=ignore_interrupts)
-        futures = [self._pool.submit(_run, t, fn, schema) for t in tasks]
-        for f in futures:
-            yield f.result()
+        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:

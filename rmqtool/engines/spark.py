@@ -163,6 +163,18 @@ def task_runner(tasks: Sequence[Task], fn, schema: pa.Schema):
     return run
 
 
+def item_runner(items: Sequence, fn, schema: pa.Schema):
+    """The mapInArrow function of ``Engine.map``: row ``id`` of the task table runs ``fn(items[id])``."""
+    items = list(items)
+
+    def run(batches):
+        for ids in batches:
+            for i in ids.column(0).to_pylist():
+                for seq, out in enumerate(b for b in fn(items[i]) if b.num_rows):
+                    yield _with_status(out if out.schema == schema else out.cast(schema), i, seq)
+    return run
+
+
 class SparkEngine(Engine):
     """Runs stages as ``spark.range(n, numPartitions=p).mapInArrow(...)`` jobs.
 
@@ -226,6 +238,19 @@ class SparkEngine(Engine):
         except Exception as exc:           # a worker's error arrives wrapped in a JVM/py4j error
             raise job_error(exc) from None
         return split_results(table, schema, tasks)
+
+    def _map(self, items: list, fn, schema) -> Iterable[pa.Table]:
+        from pyspark.sql.pandas.types import from_arrow_schema
+        n = len(items)
+        parts = max(1, min(n, self.max_partitions or 4 * self.parallelism()))
+        df = self.spark.range(0, n, 1, numPartitions=parts).mapInArrow(
+            item_runner(items, fn, schema), from_arrow_schema(full_schema(schema)))
+        try:
+            table = df.toArrow() if hasattr(df, "toArrow") else pa.Table.from_pandas(df.toPandas())
+        except Exception as exc:           # a worker's error arrives wrapped in a JVM/py4j error
+            raise job_error(exc) from None
+        table = table.sort_by([("_task", "ascending"), ("_seq", "ascending")])
+        return [table.select(schema.names).cast(schema)]
 
     def close(self) -> None:
         if self._created and self.spark is not None:

@@ -19,7 +19,7 @@ from rmqtool.errors import UnreadableError, UsageError
 
 
 class Staging:
-    """A run directory for parts; pickled into the tasks, which only call ``put``."""
+    """A run directory for parts; pickled into the tasks, which call ``put`` (and ``read`` their input)."""
 
     def __init__(self, location: str | None = None):
         self.owned = location is None
@@ -48,6 +48,12 @@ class Staging:
     # --- driver ------------------------------------------------------------------------------
     def take(self, ref: str) -> bytes:
         """Read a part and remove it."""
+        data = self.read(ref)
+        self.discard(ref)
+        return data
+
+    def read(self, ref: str) -> bytes:
+        """Read a part and leave it (a task's input: a re-run task reads it again)."""
         path = _join(self.root, ref)
         try:
             if _is_uri(self.root):
@@ -59,7 +65,6 @@ class Staging:
         except FileNotFoundError:
             raise UnreadableError("staged part missing (was the staging location cleaned while "
                                   "the run used it?)", path) from None
-        self.discard(ref)
         return data
 
     def discard(self, ref: str) -> None:

@@ -50,6 +50,13 @@ class RecordTimes:
             if self.physic_ts:
                 self.newer += int(np.count_nonzero(ts > self.physic_ts))
 
+    def merge(self, other: "RecordTimes") -> None:
+        """Add the times gathered from other records (an engine task's chunk)."""
+        self.records += other.records
+        self.trusted += other.trusted
+        self.newest = max(self.newest, other.newest)
+        self.newer += other.newer
+
 
 def check_checkpoint(store, cp: CheckpointValues | RmqError | None, times: RecordTimes | None, valid_end: int,
                      index_end_ts: int | None, sink: FindingSink) -> dict | None:

@@ -323,8 +323,12 @@ class QueueOffsetCheck:
     """
 
     def __init__(self, sink: FindingSink, topic_id: int | None = None, queue_id: int | None = None,
-                 damaged: list[tuple[int, int]] = (), skip_topics=()):
+                 damaged: list[tuple[int, int]] = (), skip_topics=(), keep_firsts: bool = False):
         self.sink, self.topic_id, self.queue_id = sink, topic_id, queue_id
+        #: ``keep_firsts``: the first record of each queue met (no record before it to compare
+        #: with) is kept in ``firsts``, so ``stitch`` can compare it later (an engine task's chunk)
+        self.keep_firsts = keep_firsts
+        self.firsts: RecordTable | None = None
         #: BatchCQ topics: their queue offsets step by the inner count (checked on their units)
         self.skip_topics = np.asarray(skip_topics, dtype=np.int64)
         self.damage_starts = np.sort(np.asarray([a for a, _ in damaged], dtype=np.int64))
@@ -350,11 +354,16 @@ class QueueOffsetCheck:
         first[1:] = (t[1:] != t[:-1]) | (q[1:] != q[:-1])
         prev_o, prev_phy = np.roll(o, 1), np.roll(phy, 1)
         known = ~first
+        opened = []
         for g in np.flatnonzero(first):           # a queue's first record here: its last one before
             last = self._last.get((int(t[g]), int(q[g])))
             if last is not None:
                 prev_o[g], prev_phy[g] = last
                 known[g] = True
+            else:
+                opened.append(int(order[g]))
+        if self.keep_firsts and opened:
+            self._note_firsts(table, opened)
         for g in np.flatnonzero(np.append(first[1:], True)):
             self._last[(int(t[g]), int(q[g]))] = (int(o[g]), int(phy[g]))
         bad = np.flatnonzero(known & (o != prev_o + 1))
@@ -369,3 +378,19 @@ class QueueOffsetCheck:
             self.sink.add("commitlog.queue-offset", path, pos + at,
                           f"record at {pos} ({table.topics.names[int(t[b])]}/{int(q[b])}) has QUEUEOFFSET "
                           f"{int(o[b])}, the previous record of the queue has {int(prev_o[b])}", excerpt_len=8)
+
+    def _note_firsts(self, table: RecordTable, rows: list[int]) -> None:
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        names = ("phy", "position", "size", "queue_id", "queue_offset", "tx", "topic_id", "file_idx")
+        cols = {name: table.cols[name][rows] for name in names}
+        if self.firsts is not None:
+            cols = {name: np.concatenate([self.firsts.cols[name], cols[name]]) for name in names}
+        self.firsts = RecordTable(cols, table.topics, table.files)
+
+    def stitch(self, later: "QueueOffsetCheck") -> None:
+        """Go on with ``later``, a checker (``keep_firsts``) fed the next records on its own: the
+        first record of each of its queues is checked against the last one carried here, then
+        its last records are carried on."""
+        if later.firsts is not None:
+            self.feed(later.firsts)
+        self._last.update(later._last)

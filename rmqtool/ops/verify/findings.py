@@ -181,6 +181,9 @@ class FindingSink:
         """Count one finding; False when it cannot be among the ``limit`` kept."""
         self.counts[(check, severity)] += 1
         self.by_kind[check.split(".")[0]][severity] += 1
+        return self._admits(check, severity, key)
+
+    def _admits(self, check: str, severity: str, key: tuple) -> bool:
         if self.limit is None:
             return True
         cut = self._cut.get((check, severity))
@@ -196,6 +199,17 @@ class FindingSink:
         bucket.sort(key=lambda kept: (sort_key(kept[1]), kept[0]))    # equal keys: arrival order
         del bucket[self.limit:]
         self._cut[(check, severity)] = sort_key(bucket[-1][1])
+
+    def merge(self, later: "FindingSink") -> None:
+        """Take in what ``later`` collected (engine tasks' sinks, in report order), as if its findings
+        had come here after this sink's: all counted, kept by the same rule (its kept ones suffice:
+        a finding it dropped had ``limit`` of its own before it)."""
+        self.counts.update(later.counts)
+        for kind, severities in later.by_kind.items():
+            self.by_kind[kind].update(severities)
+        for finding in later.findings:
+            if self._admits(finding.check, finding.severity, sort_key(finding)):
+                self._keep(finding)
 
     @property
     def findings(self) -> list[Finding]:

@@ -34,6 +34,13 @@ class Pending:
         room = LIST_LIMIT - len(self.listing)
         self.listing.extend(table.describe(i) for i in rows[:max(room, 0)])
 
+    def merge(self, later: "Pending") -> None:
+        """Append what ``later`` gathered over the records after these (an engine task's chunk)."""
+        if self.first is None:
+            self.first = later.first
+        self.count += later.count
+        self.listing.extend(later.listing[:max(LIST_LIMIT - len(self.listing), 0)])
+
 
 def recovery_walk(store, dispatch_from: int, replay=None) -> dict:
     """Start files for both modes and the valid end of the mode the abort file selects.

@@ -339,6 +339,12 @@ class PastEnd:
         low = int(entries.min())
         self.files[path] = (n + len(entries), low if first is None else min(first, low))
 
+    def merge(self, later: "PastEnd") -> None:
+        """Add what ``later`` counted over the records after these (an engine task's chunk)."""
+        for path, (n, low) in later.files.items():
+            had, first = self.files.get(path, (0, None))
+            self.files[path] = (had + n, low if first is None else min(first, low))
+
     def report(self, geometry, valid_end: int, sink: FindingSink) -> None:
         for path, (n, first) in self.files.items():
             sink.add("index.entry-target", path, entry_position(geometry.hash_slots, first),

@@ -15,20 +15,19 @@ import numpy as np
 
 from rmqtool.io.checkpoint import CheckpointValues
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
-from rmqtool.ops.verify.checkpoint import RecordTimes, check_checkpoint, read_checkpoint_first
-from rmqtool.ops.verify.chunks import RoutedRows, SpillDir, runs
-from rmqtool.ops.verify.commitlog import CommitLogVerifier, QueueOffsetCheck, valid_end_from_walk
-from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, deep_unit_checks, missing_units, not_dispatched_finding,
-                                         queue_part, read_queue, shallow_unit_checks, unit_rows)
+from rmqtool.ops.verify.checkpoint import check_checkpoint, read_checkpoint_first
+from rmqtool.ops.verify.chunks import RoutedRows, SpillDir
+from rmqtool.ops.verify.commitlog import CommitLogVerifier, valid_end_from_walk
+from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, not_dispatched_finding, read_queue,
+                                         shallow_unit_checks, unit_rows)
 from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
-from rmqtool.ops.verify.queuekinds import (batch_dispatched, batch_unit_checks, is_light_queue, lmq_unit_checks,
-                                           missing_batch_units)
+from rmqtool.ops.verify.joins import JoinContext, JoinState, join_chunk
+from rmqtool.ops.verify.queuekinds import batch_unit_checks, is_light_queue, lmq_unit_checks
 from rmqtool.ops.verify.timer import check_timer_store
 from rmqtool.ops.verify.rocksdb_cq import check_rocksdb_cq
-from rmqtool.ops.verify.forecast import Pending, forecast, identify, recovery_walk, truncated_units
-from rmqtool.ops.verify.index import (ENTRY_ROW, PastEnd, check_index_file, deep_index_checks, entry_rows, missing_keys,
-                                  not_indexed_finding)
+from rmqtool.ops.verify.forecast import forecast, identify, recovery_walk, truncated_units
+from rmqtool.ops.verify.index import ENTRY_ROW, check_index_file, entry_rows, not_indexed_finding
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
 LEVELS = ("shallow", "deep")
@@ -163,15 +162,6 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     records = clv.walk(engine, split_size, prepared)
     tid = records.topics.lookup(options.topic) if options.topic is not None else None
 
-    def selected(table):
-        c = table.cols
-        mask = np.ones(len(table), dtype=bool)
-        if tid is not None:
-            mask &= c["topic_id"] == tid
-            if options.queue_id is not None:
-                mask &= c["queue_id"] == options.queue_id
-        return mask
-
     # 2. the dispatch frontier: the furthest unit of every ConsumeQueue (read again in 4)
     refs = list(store.queues())
     dispatch_from = 0
@@ -241,49 +231,30 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     frontier = max((s.header.end_phy_offset for s in usable), default=None)
     lo = min((s.header.begin_phy_offset for s in usable), default=0)
 
-    # 6. the joins, one chunk of records (one CommitLog range) at a time
-    queue_offsets = None
-    if deep and "commitlog" in want:
-        queue_offsets = QueueOffsetCheck(sink, tid, options.queue_id if tid is not None else None, clv.damaged,
-                                         skip_topics=batch_tids)
+    # 6. the joins, one chunk of records (one CommitLog range) at a time: here, or as engine tasks
     physic_ts = checkpoint.physic_msg_timestamp if isinstance(checkpoint, CheckpointValues) else None
-    times = RecordTimes(end, physic_ts)
-    not_dispatched, not_indexed, lost = Pending(), Pending(), Pending()
-    past_end = PastEnd()
-    for k in range(len(records)):
-        table = records.chunk(k)
-        chosen = selected(table)
-        times.add(table)
-        lost.add(table, [int(i) for i in np.flatnonzero(chosen & (table.cols["phy"] >= end))])
-        if queue_offsets is not None:
-            queue_offsets.feed(table)
-        if deep:
-            found = np.zeros(len(table), dtype=bool)
-            if len(batch_tids):       # BatchCQ topics are dispatched to their BatchConsumeQueue
-                found |= np.isin(table.cols["topic_id"], batch_tids)
-                missing_batch_units(table, batch_dispatched(table, batch_tids, batch_offsets), batch_tids,
-                                    dispatch_from, end, cq_sink, chosen)
-            rows = _by(routed_units.take(k), "queue")
-            for q, part in _groups(rows, "queue"):
-                deep_unit_checks(queue_part(checked_queues[q], part), table, store, end, cq_sink, found)
-            not_dispatched.add(table, missing_units(table, found, min_qoffs, dispatch_from, end, cq_sink, chosen))
-        else:
-            not_dispatched.add(table, _past(table, dispatch_from, end, chosen, dispatchable=True))
-        if not usable:
-            continue
-        if deep:
-            rows = _by(routed_entries.take(k), "file")
-            pairs = [deep_index_checks(states[f], geometry, part, table, store, end, ix_sink, chosen, past_end)
-                     for f, part in _groups(rows, "file")]
-            indexed = np.concatenate(pairs) if pairs else np.zeros(0, np.int64)
-            not_indexed.add(table, missing_keys(table, indexed, lo, frontier, end, ix_sink, chosen))
-        else:
-            not_indexed.add(table, _past(table, frontier + 1, end, chosen, dispatchable=False))
-        del table
+    ctx = JoinContext(store, records.topics, records.files, deep, frozenset(want), options.limit_per_check, end,
+                      dispatch_from, min_qoffs, tid, options.queue_id, batch_tids, batch_offsets, checked_queues,
+                      states, geometry, bool(usable), lo, frontier, physic_ts, clv.damaged)
+    joined = JoinState.start(ctx, sink)
+    parts = None
+    if engine is not None:
+        from rmqtool.engines.joins import engine_joins
+        parts = engine_joins(engine, ctx, records, routed_units, routed_entries)
+    if parts is None:
+        for k in range(len(records)):
+            join_chunk(ctx, joined, records.chunk(k), routed_units.take(k), routed_entries.take(k))
+    else:
+        try:
+            for part in parts:
+                joined.merge(part)
+        finally:
+            parts.close()             # the staging directory goes even when a merge fails
+    times, lost, not_dispatched, not_indexed = joined.times, joined.lost, joined.not_dispatched, joined.not_indexed
     if deep:
         not_dispatched_finding(not_dispatched, dispatch_from, cq_sink)
         if usable:
-            past_end.report(geometry, end, ix_sink)
+            joined.past_end.report(geometry, end, ix_sink)
             not_indexed_finding(not_indexed, frontier, ix_sink)
     entries = sum(s.count for s in states)
 
@@ -321,20 +292,6 @@ def _queue_header(qu: QueueUnits) -> QueueUnits:
                       qu.min_qoff, qu.end_qoff)
 
 
-def _by(rows: np.ndarray, key: str) -> np.ndarray:
-    """Rows ordered by ``key``, keeping their order within a key (already so: no copy)."""
-    keys = rows[key]
-    if len(keys) < 2 or (keys[1:] >= keys[:-1]).all():
-        return rows
-    return rows[np.argsort(keys, kind="stable")]
-
-
-def _groups(rows: np.ndarray, key: str):
-    """(key value, its rows in their order) for each value present, ascending."""
-    for value, lo, hi in runs(rows[key]):
-        yield value, rows[lo:hi]
-
-
 def _count_findings(summary: dict, sink: FindingSink) -> None:
     """The summary's finding totals: by severity, by check, and per kind."""
     summary["findings"] = {sev: sink.total(sev) for sev in (ERROR, WARNING, INFO)}
@@ -345,17 +302,3 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
     for prefix, kind in _SEVERITY_KIND.items():
         for severity, n in sink.by_kind.get(prefix, {}).items():
             summary[kind]["findings"][severity] = summary[kind]["findings"].get(severity, 0) + n
-
-
-def _past(table, frontier: int, end: int, selected, dispatchable: bool) -> list[int]:
-    """Shallow-level listing of records in [frontier, end) (no per-key join)."""
-    from rmqtool.broker.dispatch import goes_to_consumequeue, goes_to_index
-    c = table.cols
-    if not len(table):
-        return []
-    mask = selected & ~c["carved"] & (c["phy"] >= frontier) & (c["phy"] + c["size"] <= end)
-    if dispatchable:
-        mask &= goes_to_consumequeue(c["tx"])
-    else:
-        mask &= goes_to_index(c["tx"])
-    return [int(i) for i in np.flatnonzero(mask)]
