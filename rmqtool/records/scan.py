@@ -23,7 +23,8 @@ from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError
 from rmqtool.io.dledger_layout import is_entry_file
-from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.io.fileio import CACHE_WINDOW, CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.io.storage import is_uri
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
@@ -151,7 +152,7 @@ class FileScan:
     """Iterate the record batches of one commitlog file; ``end`` is set when exhausted."""
 
     def __init__(self, path: Path | str, file_base: int, lo: int = 0, hi: int | None = None,
-                 check_crc: bool = False, chunk_size: int = CHUNK_SIZE, carved: bool = False,
+                 check_crc: bool = False, chunk_size: int | None = None, carved: bool = False,
                  reuse_buffer: bool = False, buffer: ReadBuffer | None = None, core=native.core,
                  piece_size: int | None = None, crc_column: bool = False):
         self.path = str(path)
@@ -160,6 +161,8 @@ class FileScan:
         self.check_crc = check_crc
         # crc_column: every batch also has ``body_crc_ok`` (body_crc_matches of each record)
         self.crc_column = crc_column
+        if chunk_size is None:          # the native scan of a local file: windows that stay in the cache
+            chunk_size = CACHE_WINDOW if core is not None and not is_uri(self.path) else CHUNK_SIZE
         self.chunk_size = max(chunk_size, 1 << 16)
         self.carved = carved
         # read every window into one buffer: no fresh allocation (and page faults) per window,
