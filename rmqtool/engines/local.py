@@ -30,20 +30,18 @@ class LocalEngine(Engine):
         self._pool: ProcessPoolExecutor | None = None
 
     def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, pa.Table]]:
-        if self.jobs == 1 or len(tasks) == 1:
-            for t in tasks:
-                yield _run(t, fn, schema)
-            return
-        futures = [self._ensure_pool().submit(_run, t, fn, schema) for t in tasks]
-        for f in futures:
-            yield f.result()
+        return self._each(_run, tasks, fn, schema)
 
     def _map(self, items: list, fn, schema) -> Iterable[pa.Table]:
+        return self._each(_run_item, items, fn, schema)
+
+    def _each(self, runner, items, fn, schema):
+        """``runner(item, fn, schema)`` of every item in order: here, or on the pool."""
         if self.jobs == 1 or len(items) == 1:
             for item in items:
-                yield _run_item(item, fn, schema)
+                yield runner(item, fn, schema)
             return
-        futures = [self._ensure_pool().submit(_run_item, item, fn, schema) for item in items]
+        futures = [self._ensure_pool().submit(runner, item, fn, schema) for item in items]
         for f in futures:
             yield f.result()
 
