@@ -1,13 +1,14 @@
 """The native window scan: a read window filled piece by piece, each piece walked and decoded
 while its bytes are still in the CPU cache.
 
-``scan.FileScan`` reads a window (up to 64 MiB) and then walks, decodes, splits properties and
+The reference ``scan.FileScan`` reads a window and then walks, decodes, splits properties and
 CRCs it in separate passes; by the time a pass reaches a record the window has left the cache,
 so every pass pays memory latency per record. Here the window is read in ``PIECE`` bytes at a
 time and after each piece the native ``scan_records`` takes every record that lies whole in what
 has been read: the chain walk, the columns, the property spans and (asked) the body CRC in one
-pass. The result is the batch the reference path makes from the same window: where the walk stops
-is judged by the same scalar loop (``scan._walk_chain_scalar``), a malformed record's or a bad
+pass (in a DLedger data file, entry by entry). The result is the batch the reference path makes
+from the same window: where the walk stops is judged by the same scalar loop
+(``scan._walk_chain_scalar``, ``scan._walk_entries``), a malformed record's or a bad
 CRC's ``FileEnd`` is described by the reference decoder, and anything this path does not expect
 is handed to the reference path whole (``tests/test_fastpath_equivalence.py``).
 """
