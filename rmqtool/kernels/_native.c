@@ -411,6 +411,43 @@ static int window_and_starts(PyObject *window, PyObject *out, long long step, Py
     return 0;
 }
 
+static inline int64_t be64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
+}
+
+/* The one chain rule of the walks (message_run, scan_records): the TOTALSIZE of the MESSAGE record
+ * at p when a MESSAGE magic sits there, TOTALSIZE >= min_message and the record ends inside the n
+ * bytes; -1 otherwise. The caller has checked that the 8-byte prefix fits. */
+static inline int64_t message_step(const unsigned char *b, int64_t n, int64_t p, uint32_t v1, uint32_t v2,
+                                   int64_t min_message)
+{
+    uint32_t magic = be32(b + p + 4);
+    if (magic != v1 && magic != v2) return -1;
+    int64_t total = (int32_t)be32(b + p);
+    return total < min_message || total > n - p ? -1 : total;
+}
+
+/* The one entry rule of the DLedger walks (entry_run, scan_records): the size of the entry at p when
+ * it has the entry magic, a size that holds a message and ends inside the n bytes, its own pos
+ * (window_pos + p) and a body that is one whole MESSAGE record (whose length goes to *total); -1
+ * otherwise. The caller has checked that the header and the record's prefix fit. */
+static inline int64_t entry_step(const unsigned char *b, int64_t n, int64_t p, int64_t window_pos, long entry_magic,
+                                 int64_t body_offset, int64_t pos_at, int64_t body_length_at, int64_t min_message,
+                                 uint32_t v1, uint32_t v2, int64_t *total)
+{
+    if ((int32_t)be32(b + p) != entry_magic) return -1;
+    int64_t size = (int32_t)be32(b + p + 4);
+    if (size < body_offset + min_message || size > n - p) return -1;
+    if (be64(b + p + pos_at) != window_pos + p) return -1;
+    int64_t body = (int32_t)be32(b + p + body_length_at);
+    uint32_t magic = be32(b + p + body_offset + 4);
+    if (body != size - body_offset || (int32_t)be32(b + p + body_offset) != body || (magic != v1 && magic != v2))
+        return -1;
+    *total = body;
+    return size;
+}
+
 /* message_run(window, limit, min_message, magic_v1, magic_v2, out_starts) -> (count, stop):
  * from position 0, follow TOTALSIZE while a MESSAGE magic sits at a position below ``limit``
  * (with room for the 8-byte prefix) whose TOTALSIZE is at least ``min_message`` and whose
@@ -436,10 +473,8 @@ static PyObject *message_run(PyObject *self, PyObject *args)
     int64_t *starts = o.buf;
     Py_BEGIN_ALLOW_THREADS
     while (p >= 0 && p < last) {
-        uint32_t magic = be32(b + p + 4);
-        if (magic != magic_v1 && magic != magic_v2) break;
-        int64_t total = (int32_t)be32(b + p);
-        if (total < min_message || total > n - p) break;
+        int64_t total = message_step(b, n, p, (uint32_t)magic_v1, (uint32_t)magic_v2, min_message);
+        if (total < 0) break;
         starts[count++] = p;                  /* count <= n / min_message: p grows by >= min_message */
         p += total;
     }
@@ -449,10 +484,6 @@ static PyObject *message_run(PyObject *self, PyObject *args)
     return Py_BuildValue("LL", (long long)count, (long long)p);
 }
 
-static inline int64_t be64(const unsigned char *p)
-{
-    return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
-}
 
 /* entry_run(window, limit, window_pos, entry_magic, body_offset, pos_at, body_length_at,
  *           min_message, magic_v1, magic_v2, out_starts) -> (count, stop):
@@ -483,14 +514,9 @@ static PyObject *entry_run(PyObject *self, PyObject *args)
     int64_t *starts = o.buf;
     Py_BEGIN_ALLOW_THREADS
     while (p < limit && p <= n - body_offset - 8) {        /* header and the record's prefix fit */
-        if ((int32_t)be32(b + p) != entry_magic) break;
-        int64_t size = (int32_t)be32(b + p + 4);
-        if (size < body_offset + min_message || size > n - p) break;
-        if (be64(b + p + pos_at) != window_pos + p) break;
-        int64_t body = (int32_t)be32(b + p + body_length_at);
-        int64_t total = (int32_t)be32(b + p + body_offset);
-        uint32_t magic = be32(b + p + body_offset + 4);
-        if (body != size - body_offset || total != body || (magic != magic_v1 && magic != magic_v2)) break;
+        int64_t total, size = entry_step(b, n, p, window_pos, entry_magic, body_offset, pos_at, body_length_at,
+                                         min_message, (uint32_t)magic_v1, (uint32_t)magic_v2, &total);
+        if (size < 0) break;
         starts[count++] = p + body_offset;    /* count <= n / size: p grows by >= body_offset + min_message */
         p += size;
     }
@@ -842,22 +868,14 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
     }
     while (p >= 0 && p < last) {
         if (framed) {
-            if ((int32_t)be32(b + p) != entry_magic) break;
-            step = (int32_t)be32(b + p + 4);
-            if (step < body_offset + L[L_MIN_MESSAGE] || step > n - p) break;
-            if (be64(b + p + pos_at) != window_pos + p) break;
-            total = (int32_t)be32(b + p + body_length_at);
-            uint32_t magic = be32(b + p + body_offset + 4);
-            if (total != step - body_offset || (int32_t)be32(b + p + body_offset) != total
-                || (magic != v1 && magic != v2)) break;
+            step = entry_step(b, n, p, window_pos, entry_magic, body_offset, pos_at, body_length_at,
+                              L[L_MIN_MESSAGE], v1, v2, &total);
             rec = p + body_offset;
         } else {
-            uint32_t magic = be32(b + p + 4);
-            if (magic != v1 && magic != v2) break;
-            total = step = (int32_t)be32(b + p);
-            if (total < L[L_MIN_MESSAGE] || total > n - p) break;
+            step = total = message_step(b, n, p, v1, v2, L[L_MIN_MESSAGE]);
             rec = p;
         }
+        if (step < 0) break;
         if (row == cap) { why = SCAN_FULL; break; }
         if (decode_one(b, rec, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
         for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = 0; vl[j * cap + row] = -1; }
