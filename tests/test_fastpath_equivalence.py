@@ -112,6 +112,10 @@ def test_native_entry_points_check_their_arguments():
         native.core.crc32_spans(buf, one, one, b"\0\0\0\0")          # read-only output
     with pytest.raises(ValueError):
         native.core.crc32_spans(buf, np.zeros(3, np.uint8), np.zeros(3, np.uint8), np.empty(0, np.uint32))
+    with pytest.raises(ValueError):
+        native.core.search_sorted(np.zeros(3, np.int64), np.zeros(3, np.uint8), True, np.empty(3, np.int64))
+    with pytest.raises(ValueError):
+        native.core.search_sorted(np.zeros(3, np.int64), np.zeros(3, np.int64), True, np.empty(2, np.int64))
 
 
 _PROPERTY_PIECES = [b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TAG", b"KEYSX", b"a", b"", b"\x01", b"\x02",
@@ -548,3 +552,42 @@ def test_native_window_scan_of_the_reference_dledger_store():
             rows = [{k: v.tolist() for k, v in b.columns.items()} for b in got]
             assert rows == [{k: v.tolist() for k, v in b.columns.items()} for b in want]
             assert vars(got.end) == vars(want.end) and sum(len(r["position"]) for r in rows) > 0
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(-40, 40), max_size=300), st.lists(st.integers(-50, 50), min_size=64, max_size=400),
+       st.sampled_from(["any", "ascending", "descending", "runs"]), st.sampled_from(["left", "right"]),
+       st.sampled_from([0, 1 << 40, -(1 << 62)]))
+def test_search_sorted_native_equals_numpy(a, v, order, side, shift):
+    """The galloping search gives numpy.searchsorted's answer for any order of values (the joins
+    ask in nearly ascending order), with duplicates, values outside ``a`` and an empty ``a``."""
+    from rmqtool.kernels.search import is_member, search_sorted
+    a = np.sort(np.array(a, np.int64)) + shift
+    v = np.array(v, np.int64) + shift
+    if order == "ascending":
+        v = np.sort(v)
+    elif order == "descending":
+        v = np.sort(v)[::-1]
+    elif order == "runs":
+        v = np.concatenate([np.sort(part) for part in np.array_split(v, 5)])
+    got = search_sorted(a, v, side)
+    assert got.dtype == np.int64 and got.tolist() == np.searchsorted(a, v, side=side).tolist()
+    assert search_sorted(a, v, side, core=None).tolist() == got.tolist()
+    pool = np.random.default_rng(len(v)).permutation(a)
+    assert is_member(v, pool).tolist() == np.isin(v, pool).tolist() == is_member(v, pool, core=None).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([-(1 << 31), -1, 0, 1, 2, (1 << 31) - 1]),
+                          st.integers(0, 1 << 40)), max_size=60, unique_by=lambda r: r[2]),
+       st.booleans())
+def test_queue_order_equals_lexsort(rows, ascending):
+    """QUEUEOFFSET continuity orders records by (topic, queue, offset): one stable sort when the
+    offsets ascend, as in every walk's table; ``np.lexsort`` (the reference) when they do not."""
+    from rmqtool.ops.verify.commitlog import _queue_order
+    if ascending:
+        rows = sorted(rows, key=lambda r: r[2])
+    t, q, phy = (np.array(col, dtype) for col, dtype in zip(zip(*rows) if rows else ((), (), ()),
+                                                             (np.int32, np.int32, np.int64)))
+    assert _queue_order(t, q, phy).tolist() == np.lexsort((phy, q, t)).tolist()

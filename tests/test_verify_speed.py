@@ -281,7 +281,7 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
     from rmqtool.ops.verify import index as vix
     from rmqtool.ops.verify.commitlog import CommitLogVerifier
     from rmqtool.ops.verify.findings import FindingSink
-    from rmqtool.ops.verify.records import is_member
+    from rmqtool.kernels.search import is_member
     root = store_copy("basic")
     store = Store(root)
     geometry = store.index_geometry

@@ -8,6 +8,7 @@
  *   split_tokens      the tokens of KEYS values (split on spaces, empty ones dropped)
  *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
  *   index_chains      IndexFile.putKey's slot chains, key by key
+ *   search_sorted     numpy.searchsorted of values in (mostly) ascending order
  *
  * Inputs are read-only buffers and C-contiguous int64 arrays; outputs are caller-provided
  * arrays. Every position is checked against its buffer before a byte there is read; a span
@@ -1128,9 +1129,81 @@ static PyObject *chain_replay(PyObject *self, PyObject *args)
     return PyBool_FromLong(ok);
 }
 
+/* ---- search_sorted -----------------------------------------------------------------------------
+ * numpy.searchsorted(a, v, side) of an ascending int64 array: the first index whose element is not
+ * below (side 'left') or not at or below (side 'right') each value. Each search gallops out from the
+ * previous value's answer and then bisects, so values near each other (offsets in CommitLog order,
+ * record keys in record order) cost a few steps each instead of a walk down from the middle of a. */
+static inline int below(int64_t item, int64_t x, int right) { return right ? item <= x : item < x; }
+
+static Py_ssize_t gallop_search(const int64_t *a, Py_ssize_t n, int64_t x, int right, Py_ssize_t hint)
+{
+    Py_ssize_t lo, hi, step = 1;
+    if (hint < n && below(a[hint], x, right)) {          /* the answer lies in (hint, n] */
+        lo = hint + 1;
+        hi = n;
+        for (;;) {
+            Py_ssize_t probe = hint + step;
+            if (probe >= n) break;
+            if (!below(a[probe], x, right)) { hi = probe; break; }
+            lo = probe + 1;
+            step <<= 1;
+        }
+    } else {                                              /* the answer lies in [0, hint] */
+        lo = 0;
+        hi = hint;
+        for (;;) {
+            Py_ssize_t probe = hint - step;
+            if (probe < 0) break;
+            if (below(a[probe], x, right)) { lo = probe + 1; break; }
+            hi = probe;
+            step <<= 1;
+        }
+    }
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (below(a[mid], x, right)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* search_sorted(a, v, right, out): out[i] = numpy.searchsorted(a, v[i], 'right' if right else 'left'). */
+static PyObject *search_sorted(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *a_obj, *v_obj, *out_obj;
+    int right;
+    if (!PyArg_ParseTuple(args, "OOpO", &a_obj, &v_obj, &right, &out_obj)) return NULL;
+    Py_buffer av, vv, ov;
+    if (PyObject_GetBuffer(a_obj, &av, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(v_obj, &vv, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&av); return NULL; }
+    if (av.len % 8 || vv.len % 8) {
+        PyBuffer_Release(&vv); PyBuffer_Release(&av);
+        PyErr_SetString(PyExc_ValueError, "a and v must be int64 arrays");
+        return NULL;
+    }
+    Py_ssize_t n = av.len / 8, m = vv.len / 8;
+    if (out_get(out_obj, &ov, m, 8) < 0) { PyBuffer_Release(&vv); PyBuffer_Release(&av); return NULL; }
+    const int64_t *a = av.buf, *v = vv.buf;
+    int64_t *out = ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t at = n / 2;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        at = gallop_search(a, n, v[i], right, at);
+        out[i] = at;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&av);
+    Py_RETURN_NONE;
+}
+
 static PyObject *crc32_kernel(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
+    {"search_sorted", search_sorted, METH_VARARGS,
+     "search_sorted(a, v, right, out): numpy.searchsorted of ascending int64 a, galloping from answer to answer"},
     {"index_keys", index_keys, METH_VARARGS,
      "index_keys(buf, indexed, topic_hash, u_start, u_len, k_start, k_len, joiner, sep, out_rec, out_hash): "
      "the index keys' records and hashes in the broker's order; -1 when a key is not ASCII"},

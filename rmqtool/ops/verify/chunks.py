@@ -20,6 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from rmqtool.kernels.search import search_sorted
 from rmqtool.ops.verify.records import RecordTable, TopicTable
 
 #: records per chunk: the unit of memory of deep verify (about 80 bytes a record, plus 12 a key)
@@ -60,7 +61,7 @@ class RecordChunks:
         self.chunk_records = chunk_records or CHUNK_RECORDS
         self._pending: list[dict] = []
         self._pending_rows = 0
-        self._stored: list[str] = []          # npz path of every full chunk
+        self._stored: list[tuple[str, dict]] = []   # every full chunk: its file, each column's (dtype, offset, shape)
         self._last: RecordTable | None = None  # the final chunk, kept in memory
         self._first_phy: list[int] = []
         self._last_phy = -1
@@ -99,9 +100,16 @@ class RecordChunks:
         return table
 
     def _store(self, table: RecordTable) -> None:
-        path = self.spill.file(f"records-{len(self._stored)}.npz")
-        np.savez(path, **table.cols)
-        self._stored.append(path)
+        """The chunk's columns one after another in a raw file (their layout kept here)."""
+        path = self.spill.file(f"records-{len(self._stored)}.bin")
+        layout, at = {}, 0
+        with open(path, "wb") as fh:
+            for name, col in table.cols.items():
+                col = np.ascontiguousarray(col)
+                col.tofile(fh)
+                layout[name] = (col.dtype, at, col.shape)
+                at += col.nbytes
+        self._stored.append((path, layout))
         self._first_phy.append(int(table.cols["phy"][0]))
 
     # --- reading ------------------------------------------------------------------------------
@@ -112,8 +120,11 @@ class RecordChunks:
         """Chunk k as a record table (only ``columns`` when given)."""
         if k == len(self._stored):
             return self._last
-        with np.load(self._stored[k]) as data:
-            cols = {name: data[name] for name in (columns or data.files)}
+        path, layout = self._stored[k]
+        cols = {}
+        for name in columns or layout:
+            dtype, at, shape = layout[name]
+            cols[name] = np.fromfile(path, dtype=dtype, count=int(np.prod(shape)), offset=at).reshape(shape)
         return RecordTable(cols, self.topics, self.files)
 
     def __iter__(self):
@@ -122,7 +133,7 @@ class RecordChunks:
 
     def route(self, offsets: np.ndarray) -> np.ndarray:
         """The chunk whose CommitLog range holds each offset."""
-        return np.maximum(np.searchsorted(self.starts, offsets, side="right") - 1, 0)
+        return np.maximum(search_sorted(self.starts, offsets, side="right") - 1, 0)
 
     def count(self, lo: int, hi: int) -> int:
         """Walked (not carved) records starting in [lo, hi)."""
@@ -177,7 +188,7 @@ class RoutedRows:
         for k, parts in self._buffer.items():
             with open(self.chunks.spill.file(f"{self.name}-{k}.bin"), "ab") as fh:
                 for part in parts:
-                    fh.write(part.tobytes())
+                    np.ascontiguousarray(part).tofile(fh)
             self._written.add(k)
         self._buffer.clear()
         self._buffered = 0

@@ -2,7 +2,7 @@
 
 A queue's units are read into flat arrays and checked one queue at a time; for the deep
 join they are routed (``unit_rows``) to the chunk of records holding their offset, where
-the join is one ``np.searchsorted`` over the records' commitlog offsets.
+the join is one sorted search (``kernels.search``) over the records' commitlog offsets.
 """
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.kernels import native
 from rmqtool.io.indexfile import IndexHeaderValues, parse_header
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
-from rmqtool.ops.verify.records import RecordTable, is_member
+from rmqtool.kernels.search import is_member
+from rmqtool.ops.verify.records import RecordTable
 
 _ENTRY_FIELD = field_offsets(IndexEntry)
 INT_MAX = (1 << 31) - 1

@@ -3,7 +3,7 @@
 ``check_batch`` is a pure function from one ``RecordBatch`` to findings (body CRC,
 ``__CRC32#`` property CRC, stored PHYSICALOFFSET); ``batch_columns`` turns a batch into
 the per-record arrays (topic id, tagsCode, index key hashes, ...) that the ConsumeQueue
-and index cross-checks join with ``np.searchsorted``. Both run on numpy columns; only
+and index cross-checks join with ``kernels.search``. Both run on numpy columns; only
 the CRCs and non-ASCII strings take a per-record path. Another engine can call them on
 its own batches and concatenate the results with ``RecordTable.from_parts``.
 """
@@ -22,6 +22,7 @@ from rmqtool.records.scan import body_crc_matches
 from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
                                      schedule_delays)
 from rmqtool.kernels.javahash import span_hashes
+from rmqtool.kernels.search import search_sorted
 from rmqtool.ops.verify.dledger import entry_columns
 from rmqtool.ops.verify.findings import Finding, ERROR
 
@@ -39,15 +40,6 @@ def buf_excerpt(batch, position: int, length: int = 16, before: int = 16) -> str
 
 
 _SHORT_SPAN = 256                  # topic_ids compares topics up to this many bytes at once
-
-
-def is_member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """``np.isin`` by sort + searchsorted (numpy's hash-based unique is slow on millions of int64)."""
-    if not len(pool) or not len(values):
-        return np.zeros(len(values), dtype=bool)
-    s = np.sort(pool)
-    idx = np.minimum(np.searchsorted(s, values), len(s) - 1)
-    return s[idx] == values
 
 
 @dataclass
@@ -306,7 +298,7 @@ class RecordTable:
         if not len(phy):
             none = np.full(len(offsets), -1, dtype=np.int64)
             return none, none.copy()
-        idx = np.searchsorted(phy, offsets, side="right")
+        idx = search_sorted(phy, offsets, side="right")
         idx -= 1
         ok = idx >= 0
         safe = np.maximum(idx, 0)
