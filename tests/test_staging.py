@@ -141,3 +141,19 @@ def test_cli_staging_option(tmp_path, store_copy):
     assert os.listdir(tmp_path) == []
     bad = run_cli("verify", str(root), "--jobs", "2", "--staging", str(tmp_path / "missing"))
     assert bad.code == 2 and "--staging" in bad.err and "\n" not in bad.err.strip()
+
+
+@pytest.mark.parametrize("level", ["shallow", "deep"])
+def test_the_driver_never_reads_the_walked_records(level, tmp_path, monkeypatch):
+    """With a staging location the records go from the walk's tasks to the join tasks: the
+    driver adopts each part by reference (its count, first and last offset) and never reads it."""
+    def refuse(self, staging):
+        raise AssertionError("the driver read a part's columns")
+    root = reference_store("basic")
+    options = VerifyOptions(level=level, limit_per_check=None, chunk_records=7)     # many chunks of many parts
+    expected = verify(Store(root), options).as_dict()
+    monkeypatch.setattr("rmqtool.engines.verify.FilePart.cols", refuse)
+    with get_engine("local", jobs=2, staging=str(tmp_path)) as engine:
+        got = verify(Store(root), options, engine=engine, split_size=20000)
+    assert got.as_dict() == expected
+    assert os.listdir(tmp_path) == []

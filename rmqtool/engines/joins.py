@@ -1,7 +1,9 @@
 """`verify --engine spark|local --jobs N`: verify's joins as engine tasks, one per chunk of records.
 
-The driver leaves each chunk in staging (its records plus the ConsumeQueue units and index
-entries routed to it, ``ops.verify.chunks``) and runs one task per chunk: the task joins
+Each chunk's records are parts in staging already (left there by the walk's tasks,
+``engines.verify``; the few this process walked itself are put there now); the driver adds
+the ConsumeQueue units and index entries routed to the chunk (``ops.verify.chunks``) and
+runs one task per chunk: the task reads its parts, joins
 its chunk (``ops.verify.joins.join_chunk``, the checks of the sequential path) into a fresh
 state and leaves that state in staging: findings capped per check and counted in full, the
 record times, the capped pending listings, the queue offsets at the chunk's edges. The
@@ -35,10 +37,11 @@ class JoinStage:
     def __call__(self, item):
         from rmqtool.ops.verify.joins import JoinState, join_chunk
         from rmqtool.ops.verify.records import RecordTable
-        k, ref = item
-        cols, units, entries = pickle.loads(self.staging.read(ref))
+        k, ref, parts = item
+        units, entries = pickle.loads(self.staging.read(ref))
+        table = RecordTable.from_parts([part.load() for part in parts], self.ctx.topics, self.ctx.files)
         state = JoinState.start(self.ctx, task=True)
-        join_chunk(self.ctx, state, RecordTable(cols, self.ctx.topics, self.ctx.files), units, entries)
+        join_chunk(self.ctx, state, table, units, entries)
         out = self.staging.put(pickle.dumps(state, protocol=5))
         yield pa.RecordBatch.from_pylist([{"chunk": k, "ref": out}], schema=JOIN_SCHEMA)
 
@@ -53,8 +56,8 @@ def engine_joins(engine, ctx, records, routed_units, routed_entries):
     try:
         items = []
         for k in range(len(records)):
-            blob = pickle.dumps((records.chunk(k).cols, routed_units.take(k), routed_entries.take(k)), protocol=5)
-            items.append((k, staging.put(blob)))
+            blob = pickle.dumps((routed_units.take(k), routed_entries.take(k)), protocol=5)
+            items.append((k, staging.put(blob), records.staged(k, staging)))
             del blob
         task_ctx = replace(ctx, store=CommitLogOnly(ctx.store), topics=_plain(ctx.topics))
         table = engine.map(items, JoinStage(task_ctx, staging), JOIN_SCHEMA)
@@ -64,7 +67,9 @@ def engine_joins(engine, ctx, records, routed_units, routed_entries):
     if table.column("chunk").to_pylist() != list(range(len(items))):
         staging.close()
         raise RuntimeError("the engine did not return one join state per chunk")
-    return _states(staging, table.column("ref").to_pylist(), [ref for _, ref in items])
+    inputs = [ref for _, ref, _ in items]
+    inputs += [part.ref for _, _, parts in items for part in parts if part.staging is staging]   # put here
+    return _states(staging, table.column("ref").to_pylist(), inputs)
 
 
 def _states(staging, refs: list[str], inputs: list[str]):

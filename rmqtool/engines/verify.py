@@ -10,8 +10,11 @@ file whose walk stopped on bad bytes is carved past the corruption there (rare, 
 sequential). Findings and the record table are therefore identical to the local walk.
 
 The parts (record columns of a batch) do not travel back with the job's rows: each task
-leaves them in a staging directory (``rmqtool.io.staging``) and the driver takes them one
-at a time as its walk reaches them, so the driver holds one part, not the store's table.
+leaves them in a staging directory (``rmqtool.io.staging``) and returns what the driver
+needs without them (record count, first and last offset, findings, topic names). The driver
+never reads them: its record chunks refer to them (``chunks.StagedPart``) and the join tasks
+(``engines.joins``) read them there. Without a staging location (a cluster without
+``--staging``) the parts travel back in the rows and the driver holds one at a time.
 """
 from __future__ import annotations
 
@@ -23,13 +26,14 @@ import pyarrow as pa
 
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 
-PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("part", pa.binary()),
-                         ("ref", pa.string())])
+PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("first", pa.int64()),
+                         ("last", pa.int64()), ("meta", pa.binary()), ("part", pa.binary()), ("ref", pa.string())])
 
 
 class VerifyStage:
-    """Per task and batch: (columns with task-local topic ids, findings, topic table) pickled,
-    left in ``staging`` (only its reference travels back) or, without one, in the row."""
+    """Per task and batch: the columns (task-local topic ids) pickled, left in ``staging`` (only
+    its reference travels back) or, without one, in the row; beside them (``meta``) the
+    findings and the topic names by local id."""
 
     def __init__(self, deep: bool, staging=None):
         self.deep = deep
@@ -42,8 +46,11 @@ class VerifyStage:
             findings = check_batch(b, deep=self.deep)
             cols = batch_columns(b, topics, self.deep)
             raws = sorted(topics.ids, key=topics.ids.__getitem__)      # raw topic bytes by local id
-            blob = pickle.dumps((cols, findings, raws), protocol=5)
-            row = {"task": task.task_id, "records": len(b), "part": None, "ref": None}
+            blob = pickle.dumps(cols, protocol=5)
+            phy = cols["phy"]
+            row = {"task": task.task_id, "records": len(b), "first": int(phy[0]) if len(b) else None,
+                   "last": int(phy[-1]) if len(b) else None, "meta": pickle.dumps((findings, raws), protocol=5),
+                   "part": None, "ref": None}
             if self.staging is None:
                 row["part"] = blob
             else:
@@ -53,9 +60,18 @@ class VerifyStage:
 
 @dataclass
 class FilePart:
-    cols: dict
+    records: int
+    first: int | None       # CommitLog offsets of the first and last record
+    last: int | None
     findings: list
     topics: list            # raw topic bytes, index = the columns' topic_id
+    blob: bytes | None      # the pickled columns, when they travelled in the row
+    ref: str | None         # else where they are in staging
+
+    def cols(self, staging) -> dict:
+        """The columns (read on this process: only when they cannot be left where they are)."""
+        blob = self.blob if self.blob is not None else staging.take(self.ref)
+        return pickle.loads(blob)
 
 
 @dataclass
@@ -69,14 +85,17 @@ class EngineWalk:
     owns_staging: bool = True                     # False: one staging shared by a fleet's walks
 
     def parts(self, path: str):
-        """The file's parts in CommitLog order, each taken out of staging as it is reached."""
+        """The file's parts in CommitLog order (without their columns: ``FilePart.cols``)."""
         items = self.staged.pop(path, [])
         while items:
-            item = items.pop(0)
-            blob = item if isinstance(item, bytes) else self.staging.take(item)
-            cols, findings, raws = pickle.loads(blob)
-            del blob
-            yield FilePart(cols, findings, raws)
+            records, first, last, meta, blob, ref = items.pop(0)
+            findings, raws = pickle.loads(meta)
+            yield FilePart(records, first, last, findings, raws, blob, ref)
+
+    def keep_staging(self) -> None:
+        """The parts adopted by reference stay: closing this walk no longer removes its staging
+        (the caller closes ``staging`` once the joins have read them)."""
+        self.owns_staging = False
 
     def close(self) -> None:
         """Remove what was not taken (the whole staging directory when it is this walk's own)."""
@@ -86,8 +105,8 @@ class EngineWalk:
             else:
                 for items in self.staged.values():
                     for item in items:
-                        if isinstance(item, str):
-                            self.staging.discard(item)
+                        if item[-1] is not None:
+                            self.staging.discard(item[-1])
             self.staging = None
         self.staged.clear()
 
@@ -133,10 +152,10 @@ def fleet_walk(engine: Engine, stores, deep: bool, split_size: int | None = None
         walk.tasks += 1
         walk.ends[t.path] = ends[t.path]
     # engine.run returns rows in task order; a file's tasks are planned in byte order
-    column = "part" if staging is None else "ref"
-    for tid, item in zip(table.column("task").to_pylist(), table.column(column).to_pylist()):
+    names = ("task", "records", "first", "last", "meta", "part", "ref")
+    for tid, *item in zip(*(table.column(name).to_pylist() for name in names)):
         t = task_of[tid]
-        fleet.walks[t.store].staged.setdefault(t.path, []).append(item)
+        fleet.walks[t.store].staged.setdefault(t.path, []).append(tuple(item))
     return fleet
 
 
@@ -148,8 +167,6 @@ def engine_walk(engine: Engine, store, deep: bool, split_size: int | None = None
     return walk
 
 
-def remap_topics(part: FilePart, intern) -> np.ndarray:
-    """The part's topic ids in the verifier's numbering (``intern(raw bytes) -> id``)."""
-    mapping = np.array([intern(raw) for raw in part.topics], dtype=np.int32)
-    ids = np.asarray(part.cols["topic_id"])
-    return mapping[ids] if len(ids) else ids.astype(np.int32)
+def topic_mapping(part: FilePart, intern) -> np.ndarray:
+    """The run's topic id of each of the part's local ones (``intern(raw bytes) -> id``)."""
+    return np.array([intern(raw) for raw in part.topics], dtype=np.int32)

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,20 +31,86 @@ ROW_BUFFER = 16 << 20
 
 
 class SpillDir:
-    """A temporary directory made on first use and removed by ``close``."""
+    """A temporary directory made on first use and removed by ``close`` (with whatever else
+    was handed to ``on_close``: an engine walk's staging, kept until the joins have read it)."""
 
     def __init__(self):
         self.path: str | None = None
+        self._closers: list = []
 
     def file(self, name: str) -> str:
         if self.path is None:
             self.path = tempfile.mkdtemp(prefix="rmqtool-verify-")
         return os.path.join(self.path, name)
 
+    def on_close(self, fn) -> None:
+        self._closers.append(fn)
+
     def close(self) -> None:
-        if self.path is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.path = None
+        closers, self._closers = self._closers, []
+        try:
+            for fn in reversed(closers):      # the last handed over first
+                fn()
+        finally:
+            if self.path is not None:
+                shutil.rmtree(self.path, ignore_errors=True)
+                self.path = None
+
+
+@dataclass
+class StagedPart:
+    """Records an engine task walked and left in staging (``engines.verify``): read where
+    they are joined, never by the driver. ``topics`` maps the task's topic ids to the run's."""
+    staging: object
+    ref: str
+    topics: np.ndarray
+    file_idx: int
+
+    def load(self) -> dict:
+        import pickle
+        cols = pickle.loads(self.staging.read(self.ref))
+        ids = np.asarray(cols["topic_id"])
+        cols["topic_id"] = self.topics[ids] if len(ids) else ids.astype(np.int32)
+        cols["file_idx"] = np.full(len(cols["phy"]), self.file_idx, dtype=np.int32)
+        return cols
+
+
+@dataclass
+class Piece:
+    """Consecutive records of a chunk, with what is known of them without reading them: in
+    memory (``cols``), in a spill file (``spilled``: path, each column's dtype/offset/shape), or
+    in an engine's staging (``staged``)."""
+    rows: int
+    first: int                    # CommitLog offset of the first record, and of the last
+    last: int
+    walked: int                   # records not carved
+    cols: dict | None = None
+    spilled: tuple | None = None
+    staged: StagedPart | None = None
+
+    @classmethod
+    def of(cls, cols: dict) -> "Piece":
+        phy = cols["phy"]
+        carved = int(np.count_nonzero(cols["carved"])) if "carved" in cols else 0
+        return cls(len(phy), int(phy[0]), int(phy[-1]), len(phy) - carved, cols=cols)
+
+    def load(self, columns: tuple[str, ...] | None = None) -> dict:
+        if self.cols is not None:
+            return self.cols
+        if self.staged is not None:
+            return self.staged.load()
+        path, layout = self.spilled
+        cols = {}
+        for name in columns or layout:
+            dtype, at, shape = layout[name]
+            cols[name] = np.fromfile(path, dtype=dtype, count=int(np.prod(shape)), offset=at).reshape(shape)
+        return cols
+
+
+def _merged(pieces: list[Piece], topics, files) -> Piece:
+    """In-memory pieces as one table's columns (key_rec rebased)."""
+    table = RecordTable.from_parts([p.cols for p in pieces], topics, files)
+    return Piece(len(table), pieces[0].first, pieces[-1].last, sum(p.walked for p in pieces), cols=table.cols)
 
 
 class RecordChunks:
@@ -52,6 +119,9 @@ class RecordChunks:
     ``starts[k]`` is the CommitLog offset where chunk k's range begins (its first record;
     0 for the first chunk), so an offset belongs to chunk ``route(offset)``. There is
     always at least one chunk (possibly empty), so every unit and entry has one to go to.
+    A chunk is a list of ``Piece``: records this process walked (in memory, or spilled once
+    the chunk is full) and records an engine task left in staging (``adopt``), which stay
+    there until the chunk's joins read them.
     """
 
     def __init__(self, topics: TopicTable, files: list[str], spill: SpillDir, chunk_records: int | None = None):
@@ -59,73 +129,123 @@ class RecordChunks:
         self.files = files
         self.spill = spill
         self.chunk_records = chunk_records or CHUNK_RECORDS
-        self._pending: list[dict] = []
+        self._pending: list[Piece] = []
         self._pending_rows = 0
-        self._stored: list[tuple[str, dict]] = []   # every full chunk: its file, each column's (dtype, offset, shape)
-        self._last: RecordTable | None = None  # the final chunk, kept in memory
-        self._first_phy: list[int] = []
+        self._chunks: list[list[Piece]] = []
+        self._spilled = 0
+        self._adopted = False
         self._last_phy = -1
         self.records = 0
 
     # --- filling ------------------------------------------------------------------------------
     def append(self, cols: dict) -> None:
         """One batch's columns (``batch_columns`` plus ``file_idx``), in CommitLog order."""
-        n = len(cols["phy"])
-        if not n:
-            return
-        self._pending.append(cols)
-        self._pending_rows += n
-        self.records += n
+        if len(cols["phy"]):
+            self._add(Piece.of(cols))
+
+    def adopt(self, part: StagedPart, rows: int, first: int, last: int) -> None:
+        """Records left in staging by an engine task (none carved), in CommitLog order."""
+        if not self._adopted:
+            self.spill.on_close(self._discard_adopted)
+        self._adopted = True
+        if rows:
+            self._add(Piece(rows, first, last, rows, staged=part))
+        else:
+            part.staging.discard(part.ref)
+
+    def _discard_adopted(self) -> None:
+        """The adopted parts leave staging with this run (a fleet's staging outlives it)."""
+        for piece in (p for pieces in [*self._chunks, self._pending] for p in pieces):
+            if piece.staged is not None:
+                piece.staged.staging.discard(piece.staged.ref)
+
+    def _add(self, piece: Piece) -> None:
+        if piece.first <= self._last_phy or piece.last < piece.first:
+            raise ValueError("record batches are not in commitlog order")
+        self._last_phy = piece.last
+        self._pending.append(piece)
+        self._pending_rows += piece.rows
+        self.records += piece.rows
         if self._pending_rows >= self.chunk_records:
-            self._store(self._take())
+            self._chunks.append(self._settle(self._pending, spill=True))
+            self._pending, self._pending_rows = [], 0
 
-    def finish(self) -> "RecordChunks":
-        """End of the walk: the rest becomes the last chunk (an empty one for an empty walk)."""
-        table = self._take()
-        if len(table) or not self._stored:
-            self._first_phy.append(int(table.cols["phy"][0]) if len(table) else 0)
-            self._last = table
-        self._first_phy[0] = 0
-        self.starts = np.asarray(self._first_phy, dtype=np.int64)
-        return self
+    def _settle(self, pieces: list[Piece], spill: bool) -> list[Piece]:
+        """A chunk's pieces with each run of in-memory ones merged (and spilled, ``spill``)."""
+        out: list[Piece] = []
+        run: list[Piece] = []
+        for piece in [*pieces, None]:
+            if piece is not None and piece.cols is not None:
+                run.append(piece)
+                continue
+            if run:
+                merged = _merged(run, self.topics, self.files)
+                out.append(self._spill(merged) if spill else merged)
+                run = []
+            if piece is not None:
+                out.append(piece)
+        return out
 
-    def _take(self) -> RecordTable:
-        table = RecordTable.from_parts(self._pending, self.topics, self.files)
-        self._pending, self._pending_rows = [], 0
-        if len(table):
-            first = int(table.cols["phy"][0])
-            if first <= self._last_phy:
-                raise ValueError("record batches are not in commitlog order")
-            self._last_phy = int(table.cols["phy"][-1])
-        return table
-
-    def _store(self, table: RecordTable) -> None:
-        """The chunk's columns one after another in a raw file (their layout kept here)."""
-        path = self.spill.file(f"records-{len(self._stored)}.bin")
+    def _spill(self, piece: Piece) -> Piece:
+        """The piece's columns one after another in a raw file (their layout kept here)."""
+        path = self.spill.file(f"records-{self._spilled}.bin")
+        self._spilled += 1
         layout, at = {}, 0
         with open(path, "wb") as fh:
-            for name, col in table.cols.items():
+            for name, col in piece.cols.items():
                 col = np.ascontiguousarray(col)
                 col.tofile(fh)
                 layout[name] = (col.dtype, at, col.shape)
                 at += col.nbytes
-        self._stored.append((path, layout))
-        self._first_phy.append(int(table.cols["phy"][0]))
+        return Piece(piece.rows, piece.first, piece.last, piece.walked, spilled=(path, layout))
+
+    def finish(self) -> "RecordChunks":
+        """End of the walk: the rest becomes the last chunk (an empty one for an empty walk)."""
+        if self._pending or not self._chunks:
+            self._chunks.append(self._settle(self._pending, spill=False))
+        self._pending, self._pending_rows = [], 0
+        self.starts = np.asarray([pieces[0].first if pieces else 0 for pieces in self._chunks], dtype=np.int64)
+        self.starts[0] = 0
+        return self
 
     # --- reading ------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self._chunks)
 
     def chunk(self, k: int, columns: tuple[str, ...] | None = None) -> RecordTable:
         """Chunk k as a record table (only ``columns`` when given)."""
-        if k == len(self._stored):
-            return self._last
-        path, layout = self._stored[k]
-        cols = {}
-        for name in columns or layout:
-            dtype, at, shape = layout[name]
-            cols[name] = np.fromfile(path, dtype=dtype, count=int(np.prod(shape)), offset=at).reshape(shape)
-        return RecordTable(cols, self.topics, self.files)
+        pieces = self._chunks[k]
+        if len(pieces) == 1 and pieces[0].cols is not None:
+            return RecordTable(pieces[0].cols, self.topics, self.files)
+        parts = [piece.load(columns) for piece in pieces]
+        if columns is not None:
+            parts = [{name: part[name] for name in columns} for part in parts]
+        return RecordTable.from_parts(parts, self.topics, self.files)
+
+    def staged(self, k: int, staging) -> list[StagedPart]:
+        """Chunk k as parts in staging, where an engine task can read them: what this process
+        holds of it is put into ``staging`` (records it walked itself: carved, or appended
+        since the engine's walk)."""
+        out = []
+        for piece in self._chunks[k]:
+            if piece.staged is not None:
+                out.append(piece.staged)
+                continue
+            import pickle
+            cols = dict(piece.load())
+            file_idx = cols.pop("file_idx")
+            ids = np.arange(len(self.topics.names), dtype=np.int32)
+            ref = staging.put(pickle.dumps(cols, protocol=5))
+            parts = np.flatnonzero(np.diff(file_idx)) + 1 if len(file_idx) else []
+            if len(parts):           # records of several files: a part per file
+                staging.discard(ref)
+                for lo, hi in zip([0, *parts.tolist()], [*parts.tolist(), len(file_idx)]):
+                    sub = _rows(cols, lo, hi)
+                    out.append(StagedPart(staging, staging.put(pickle.dumps(sub, protocol=5)), ids,
+                                          int(file_idx[lo])))
+            else:
+                out.append(StagedPart(staging, ref, ids, int(file_idx[0])))
+        return out
 
     def __iter__(self):
         for k in range(len(self)):
@@ -136,13 +256,30 @@ class RecordChunks:
         return np.maximum(search_sorted(self.starts, offsets, side="right") - 1, 0)
 
     def count(self, lo: int, hi: int) -> int:
-        """Walked (not carved) records starting in [lo, hi)."""
+        """Walked (not carved) records starting in [lo, hi); a piece wholly inside or outside is
+        counted from what is known of it, only one that straddles an end is read."""
         n = 0
-        for k in range(len(self)):
-            c = self.chunk(k, ("phy", "carved")).cols
-            if len(c["phy"]):
+        for k, pieces in enumerate(self._chunks):
+            for piece in pieces:
+                if piece.last < lo or piece.first >= hi:
+                    continue
+                if lo <= piece.first and piece.last < hi:
+                    n += piece.walked
+                    continue
+                c = piece.load(("phy", "carved"))
                 n += int(np.count_nonzero(~c["carved"] & (c["phy"] >= lo) & (c["phy"] < hi)))
         return n
+
+
+def _rows(cols: dict, lo: int, hi: int) -> dict:
+    """Records [lo, hi) of a part's columns (key_rec rebased to them)."""
+    out = {name: col[lo:hi] for name, col in cols.items() if name not in ("key_rec", "key_hash")}
+    if "key_rec" in cols:
+        kr = cols["key_rec"]
+        a, b = np.searchsorted(kr, lo), np.searchsorted(kr, hi)
+        out["key_rec"] = kr[a:b] - lo
+        out["key_hash"] = cols["key_hash"][a:b]
+    return out
 
 
 def runs(values: np.ndarray):

@@ -17,7 +17,7 @@ from rmqtool.io.fileio import CACHE_WINDOW, ReadOnlyFile, first_nonzero
 from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
-from rmqtool.ops.verify.chunks import RecordChunks, SpillDir
+from rmqtool.ops.verify.chunks import RecordChunks, SpillDir, StagedPart
 from rmqtool.ops.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
@@ -45,6 +45,7 @@ class CommitLogVerifier:
         self.damaged: list[tuple[int, int]] = []       # [stop, resync) CommitLog ranges carved past
         self.bytes = 0
         self.read_buffer = ReadBuffer()                 # one for every file's walk, one after another
+        self._by_reference = False                      # engine parts adopted without being read
         self.dledger = None
         if store.dledger:
             from rmqtool.ops.verify.dledger import EntryChecks
@@ -77,6 +78,12 @@ class CommitLogVerifier:
         if prepared is None and engine is not None:
             from rmqtool.engines.verify import engine_walk
             prepared = engine_walk(engine, self.store, self.deep, split_size)
+        if prepared is not None and prepared.staging is not None and self.dledger is None:
+            # the parts are adopted where they are: the staging outlives the walk, until the joins
+            if prepared.owns_staging:
+                self.chunks.spill.on_close(prepared.staging.close)
+                prepared.keep_staging()
+            self._by_reference = True
         try:
             self._walk_files(files, prepared)
         finally:
@@ -132,20 +139,26 @@ class CommitLogVerifier:
 
     def _adopt_file(self, idx: int, seg, prepared) -> None:
         """Take the engine's batches of one file, then go on from where its walk stopped."""
-        from rmqtool.engines.verify import remap_topics
+        from rmqtool.engines.verify import topic_mapping
         path = str(seg.path)
         for part in prepared.parts(path):
-            cols = part.cols
-            cols["topic_id"] = remap_topics(part, self.topics.intern)
-            cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
+            mapping = topic_mapping(part, self.topics.intern)
             for f in part.findings:
                 self._note(idx, f, False)
                 if self.report_records:
                     self.sink.put(f)
-            if self.dledger is not None:
-                self.dledger.feed(path, cols)
-            self.chunks.append(cols)
-            self.records += len(cols["phy"])
+            if self._by_reference and part.ref is not None:      # left where the task put it
+                self.chunks.adopt(StagedPart(prepared.staging, part.ref, mapping, idx), part.records,
+                                  part.first, part.last)
+            else:
+                cols = part.cols(prepared.staging)
+                ids = np.asarray(cols["topic_id"])
+                cols["topic_id"] = mapping[ids] if len(ids) else ids.astype(np.int32)
+                cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
+                if self.dledger is not None:
+                    self.dledger.feed(path, cols)
+                self.chunks.append(cols)
+            self.records += part.records
         _, pos = prepared.ends.get(path, (END_EOF, 0))
         self.bytes += pos
         # the end is judged here: a walk resumed at the stop position stops there again (or,
