@@ -384,3 +384,21 @@ def test_a_vanished_file_ends_its_tasks_like_a_changed_file(store_copy):
     with get_engine("local") as eng:
         table = eng.run(tasks, ScanStage("none"), arrow_schema("none"))
     assert table.num_rows > 0 and str(victim) not in table.column("file").to_pylist()
+
+
+def test_spark_partitions_one_per_full_task_small_ones_grouped():
+    """Seventeen 128 MiB tasks and seven empty tails on two slots: a partition each (the slots end
+    together); a thousand 1 MiB tasks: grouped 16 MiB to a partition; few small ones: four per slot."""
+    from rmqtool.engines.spark import SparkEngine
+    engine = SparkEngine.__new__(SparkEngine)
+    engine.max_partitions = None
+    engine.parallelism = lambda: 2
+    full = 128 << 20
+    assert engine.partitions([full] * 16 + [full * 4 // 5] + [full] * 7) == 24
+    assert engine.partitions([1 << 20] + [full] * 3) == 4
+    assert engine.partitions([1 << 20] * 1000) == 1000 // 16
+    assert engine.partitions([1 << 20] * 20) == 8
+    assert engine.partitions([1] * 5) == 5
+    assert engine.partitions([]) == 1
+    engine.max_partitions = 3
+    assert engine.partitions([full] * 24) == 3

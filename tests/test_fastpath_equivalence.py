@@ -555,7 +555,7 @@ def test_native_window_scan_of_the_reference_dledger_store():
 
 
 @needs_native
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(-40, 40), max_size=300), st.lists(st.integers(-50, 50), min_size=64, max_size=400),
        st.sampled_from(["any", "ascending", "descending", "runs"]), st.sampled_from(["left", "right"]),
        st.sampled_from([0, 1 << 40, -(1 << 62)]))

@@ -2,8 +2,8 @@
 
 Each task opens its own CommitLog file by path (CommitLog bytes never travel through the
 JVM; ``binaryFile`` / ``sc.binaryFiles`` run it out of memory). The task table is
-``spark.range(n, numPartitions=n)``: one Spark task per rmqtool task, in Classic and in
-Spark Connect alike. Stage output and each task's status row share one Arrow stream.
+``spark.range(n, numPartitions=p)``: a Spark task per rmqtool task of full size (small ones
+grouped, ``SparkEngine.partitions``), in Classic and in Spark Connect alike. Stage output and each task's status row share one Arrow stream.
 
 Session: ``--remote`` / ``SPARK_REMOTE`` (Spark Connect), else the session spark-submit
 configured, else ``--master`` (default ``local[*]``). pyspark is imported lazily.
@@ -175,12 +175,17 @@ def item_runner(items: Sequence, fn, schema: pa.Schema):
     return run
 
 
+#: bytes of CommitLog below which tasks share a Spark partition (Spark's cost per task, ~10-50 ms,
+#: is then more than their work)
+MIN_PARTITION_BYTES = 16 << 20
+
+
 class SparkEngine(Engine):
     """Runs stages as ``spark.range(n, numPartitions=p).mapInArrow(...)`` jobs.
 
-    One task table row per rmqtool task; ``p`` is the number of tasks, capped at four
-    times the session's task slots (``max_partitions`` overrides), so a store of many
-    small files does not pay Spark's per-task cost for each of them.
+    One task table row per rmqtool task; ``p`` (``partitions``) is one per task of full size,
+    small tasks grouped, so a store of many small files does not pay Spark's per-task cost
+    for each of them.
     """
 
     name = "spark"
@@ -220,12 +225,24 @@ class SparkEngine(Engine):
             except Exception:
                 return 8
 
+    def partitions(self, sizes: Sequence[int]) -> int:
+        """Spark partitions for tasks of these sizes in bytes (consecutive tasks share one): a
+        partition per task of full size, so the slots end together (a store of 17 full tasks on two
+        slots is not cut into 8 partitions of 3), small tasks (small files, empty tails) grouped to
+        ``MIN_PARTITION_BYTES``, at least four partitions per slot; ``max_partitions`` overrides."""
+        n = len(sizes)
+        if self.max_partitions:
+            return max(1, min(n, self.max_partitions))
+        largest, total = max(sizes, default=0), sum(sizes)
+        full = min(-(-total // largest), total // MIN_PARTITION_BYTES) if largest > 0 else 0
+        return max(1, min(n, max(4 * self.parallelism(), full)))
+
     def dataframe(self, tasks: Sequence[Task], fn, schema: pa.Schema):
         """The raw job as a DataFrame (stage columns + status columns), not yet run."""
         from pyspark.sql.pandas.types import from_arrow_schema
         n = len(tasks)
         spark_schema = from_arrow_schema(full_schema(schema))
-        parts = max(1, min(n, self.max_partitions or 4 * self.parallelism()))
+        parts = self.partitions([t.hi - t.lo for t in tasks])
         return self.spark.range(0, n, 1, numPartitions=parts).mapInArrow(
             task_runner(tasks, fn, schema), spark_schema)
 
@@ -242,7 +259,7 @@ class SparkEngine(Engine):
     def _map(self, items: list, fn, schema) -> Iterable[pa.Table]:
         from pyspark.sql.pandas.types import from_arrow_schema
         n = len(items)
-        parts = max(1, min(n, self.max_partitions or 4 * self.parallelism()))
+        parts = self.partitions([1] * n)
         df = self.spark.range(0, n, 1, numPartitions=parts).mapInArrow(
             item_runner(items, fn, schema), from_arrow_schema(full_schema(schema)))
         try:
