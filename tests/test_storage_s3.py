@@ -56,9 +56,12 @@ def _answers(name: str) -> dict:
 
 
 def _golden_cases():
+    """Every golden case of the first store; of the others, verify's (what differs between stores
+    is what verify finds: a crashed tail, mixed versions)."""
     for name in STORES:
         for case, argv in cases(name, _answers(name)).items():
-            yield pytest.param(name, case, argv, id=f"{name}-{case}")
+            if name == STORES[0] or case.startswith("verify"):
+                yield pytest.param(name, case, argv, id=f"{name}-{case}")
 
 
 @pytest.mark.parametrize("name,case,argv", list(_golden_cases()))
