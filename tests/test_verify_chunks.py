@@ -160,3 +160,47 @@ def test_rows_go_to_the_chunk_holding_their_offset(phys, offsets, chunk_records)
             assert got["n"].tolist() == want
     finally:
         spill.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.booleans(), st.booleans()), min_size=1, max_size=12),
+       st.integers(1, 9), st.integers(-5, 400), st.integers(0, 400))
+def test_chunks_of_walked_and_adopted_parts_read_as_one_table(parts, chunk_records, lo, span):
+    """Chunks mixing records walked here (some carved) with parts adopted from staging: each chunk
+    reads as the concatenation of its records (topic ids renumbered, key records rebased), the
+    count of walked records in a range is the brute-force one, and closing leaves no part behind."""
+    import pickle
+    from rmqtool.io.staging import Staging
+    from rmqtool.ops.verify.chunks import StagedPart
+    spill, staging = SpillDir(), Staging()
+    try:
+        chunks = RecordChunks(TopicTable(), [], spill, chunk_records)
+        phy, want = 0, []
+        for n, staged, carved in parts:
+            rows = np.arange(phy, phy + 10 * n, 10, dtype=np.int64)
+            phy += 10 * n + 7
+            local_topics = np.arange(n, dtype=np.int32) % 2
+            cols = {"phy": rows, "carved": np.full(n, carved and not staged), "topic_id": local_topics,
+                    "key_rec": np.arange(n, dtype=np.int64), "key_hash": (rows % 97).astype(np.int32)}
+            mapping = np.array([5, 3], dtype=np.int32)
+            if staged:
+                ref = staging.put(pickle.dumps(cols, protocol=5))
+                chunks.adopt(StagedPart(staging, ref, mapping, 1), n, int(rows[0]), int(rows[-1]))
+            else:
+                cols = dict(cols, topic_id=mapping[local_topics], file_idx=np.zeros(n, np.int32))
+                chunks.append(cols)
+            want += [(int(p), int(mapping[t]), bool(cols["carved"][i]), int(p % 97))
+                     for i, (p, t) in enumerate(zip(rows, local_topics))]
+        chunks.finish()
+        got = []
+        for k in range(len(chunks)):
+            c = chunks.chunk(k).cols
+            assert c["key_rec"].tolist() == list(range(len(c["phy"])))          # one key per record, rebased
+            got += list(zip(c["phy"].tolist(), c["topic_id"].tolist(), c["carved"].tolist(), c["key_hash"].tolist()))
+        assert got == want
+        hi = lo + span
+        assert chunks.count(lo, hi) == sum(1 for p, _, carved, _ in want if lo <= p < hi and not carved)
+    finally:
+        spill.close()
+    assert not Path(staging.root).exists() or not list(Path(staging.root).iterdir())
+    staging.close()

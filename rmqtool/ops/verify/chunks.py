@@ -102,6 +102,8 @@ class Piece:
         path, layout = self.spilled
         cols = {}
         for name in columns or layout:
+            if name not in layout:
+                continue
             dtype, at, shape = layout[name]
             cols[name] = np.fromfile(path, dtype=dtype, count=int(np.prod(shape)), offset=at).reshape(shape)
         return cols
@@ -219,7 +221,7 @@ class RecordChunks:
             return RecordTable(pieces[0].cols, self.topics, self.files)
         parts = [piece.load(columns) for piece in pieces]
         if columns is not None:
-            parts = [{name: part[name] for name in columns} for part in parts]
+            parts = [{name: part[name] for name in columns if name in part} for part in parts]
         return RecordTable.from_parts(parts, self.topics, self.files)
 
     def staged(self, k: int, staging) -> list[StagedPart]:
@@ -267,7 +269,10 @@ class RecordChunks:
                     n += piece.walked
                     continue
                 c = piece.load(("phy", "carved"))
-                n += int(np.count_nonzero(~c["carved"] & (c["phy"] >= lo) & (c["phy"] < hi)))
+                inside = (c["phy"] >= lo) & (c["phy"] < hi)
+                if "carved" in c:
+                    inside &= ~c["carved"]
+                n += int(np.count_nonzero(inside))
         return n
 
 
