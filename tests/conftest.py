@@ -167,3 +167,15 @@ def dledger_copy(dest: Path) -> Path:
     import subprocess
     subprocess.run(["cp", "-a", "--sparse=always", str(dledger_store()), str(dest)], check=True)
     return dest
+
+
+#: test files whose tests start JVMs or a local S3 server: the longest files of the suite, longest first
+_LONG_FILES = ("test_spark_cluster.py", "test_storage_s3.py", "test_spark.py", "test_every_engine.py",
+               "test_engines.py", "test_verify_engine_joins.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first: with a worker per core (pytest-xdist, one file per worker) the
+    short ones then fill in behind them and the workers end together."""
+    rank = {name: i for i, name in enumerate(_LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
