@@ -6,8 +6,7 @@ CRCs it in separate passes; by the time a pass reaches a record the window has l
 so every pass pays memory latency per record. Here the window is read in ``PIECE`` bytes at a
 time and after each piece the native ``scan_records`` takes every record that lies whole in what
 has been read: the chain walk, the columns, the property spans and (asked) the body CRC in one
-pass (in a DLedger data file, entry by entry). While it does, a reader thread reads the next
-piece (both release the GIL, so the copy from the page cache runs on the other core). The result is the batch the reference path makes
+pass (in a DLedger data file, entry by entry). The result is the batch the reference path makes
 from the same window: where the walk stops is judged by the same scalar loop
 (``scan._walk_chain_scalar``, ``scan._walk_entries``), a malformed record's or a bad
 CRC's ``FileEnd`` is described by the reference decoder, and anything this path does not expect
@@ -15,7 +14,6 @@ is handed to the reference path whole (``tests/test_fastpath_equivalence.py``).
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
@@ -116,58 +114,23 @@ class WindowScan:
         cap = max(want // BYTES_PER_ROW, 64)
         cols = _columns.take((len(core.SCAN_COLUMNS), cap), np.int64)
         props = _props.take((2 * len(self.names), cols.shape[1]), np.int64, exact=True)
-        rows, p, limit = 0, 0, hi - pos
+        rows, p, read, limit = 0, 0, 0, hi - pos
         entries = None if self.entry_layout is None else (file_base + pos, *self.entry_layout)
-        read = min(piece, want)
-        fh.read_into(window[:read], pos)
-        ahead = None                   # the next piece, being read by the reader thread meanwhile
-        try:
-            while True:
-                if ahead is None and read < want:
-                    step = min(piece, want - read)
-                    ahead = _reader().submit(fh.read_into, window[read:read + step], pos + read)
-                taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
-                                                  cols, props, rows, entries)
-                rows += taken
-                if why == core.SCAN_FULL:
-                    cols, props = _grown(cols, rows), _grown(props, rows)
-                    continue
-                if ahead is not None:
-                    done, ahead = ahead, None
-                    done.result()
-                    read += step
-                if why != core.SCAN_CHAIN or read == want:
-                    if read < want:    # the whole window, as the reference reads it (a stop is described from it)
-                        fh.read_into(window[read:], pos + read)
-                    return window, cols, props, rows, p, why
-        finally:
-            if ahead is not None:      # never leave a read into the window running
-                ahead.exception()
-
-
-_reader_pool = None
-_reader_lock = threading.Lock()
-
-
-def _reader():
-    """The thread that reads a window's next piece while the core scans the last one (both
-    release the GIL): one per process, started on first use, so after the command's options
-    (an idle I/O class) are applied."""
-    global _reader_pool
-    with _reader_lock:
-        if _reader_pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-            _reader_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmqtool-read")
-        return _reader_pool
-
-
-def _forget_reader() -> None:
-    global _reader_pool, _reader_lock
-    _reader_pool, _reader_lock = None, threading.Lock()    # a forked child has no threads: it starts its own
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_reader)
+        while True:
+            if read < want:
+                step = min(piece, want - read)
+                fh.read_into(window[read:read + step], pos + read)
+                read += step
+            taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
+                                              cols, props, rows, entries)
+            rows += taken
+            if why == core.SCAN_FULL:
+                cols, props = _grown(cols, rows), _grown(props, rows)
+                continue
+            if why != core.SCAN_CHAIN or read == want:
+                if read < want:        # the whole window, as the reference reads it (a stop is described from it)
+                    fh.read_into(window[read:], pos + read)
+                return window, cols, props, rows, p, why
 
 
 def _grown(matrix: np.ndarray, rows: int) -> np.ndarray:
