@@ -146,7 +146,7 @@ def _soak(tmp_path, seconds):
 
 
 def test_soak_short(tmp_path):
-    _soak(tmp_path, seconds=40)
+    _soak(tmp_path, seconds=20)
 
 
 @pytest.mark.slow
