@@ -14,6 +14,7 @@ a store whose records fit one chunk never touches the disk.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import tempfile
 from collections import defaultdict
@@ -59,20 +60,26 @@ class SpillDir:
 
 @dataclass
 class StagedPart:
-    """Records an engine task walked and left in staging (``engines.verify``): read where
-    they are joined, never by the driver. ``topics`` maps the task's topic ids to the run's."""
+    """Records left in staging, read where they are joined, never by the driver: an engine
+    task's (``engines.verify``; ``topics`` maps the task's topic ids to the run's, ``file_idx``
+    is their file), or the driver's own records put there for the join tasks (both None: the
+    columns carry the run's ids and their files)."""
     staging: object
     ref: str
-    topics: np.ndarray
-    file_idx: int
+    topics: np.ndarray | None = None
+    file_idx: int | None = None
 
     def load(self) -> dict:
-        import pickle
         cols = pickle.loads(self.staging.read(self.ref))
-        ids = np.asarray(cols["topic_id"])
-        cols["topic_id"] = self.topics[ids] if len(ids) else ids.astype(np.int32)
-        cols["file_idx"] = np.full(len(cols["phy"]), self.file_idx, dtype=np.int32)
-        return cols
+        return cols if self.topics is None else adopt_columns(cols, self.topics, self.file_idx)
+
+
+def adopt_columns(cols: dict, topics: np.ndarray, file_idx: int) -> dict:
+    """A task's columns in the run's numbering: topic ids mapped by ``topics``, the file's index."""
+    ids = np.asarray(cols["topic_id"])
+    cols["topic_id"] = topics[ids] if len(ids) else ids.astype(np.int32)
+    cols["file_idx"] = np.full(len(cols["phy"]), file_idx, dtype=np.int32)
+    return cols
 
 
 @dataclass
@@ -228,26 +235,9 @@ class RecordChunks:
         """Chunk k as parts in staging, where an engine task can read them: what this process
         holds of it is put into ``staging`` (records it walked itself: carved, or appended
         since the engine's walk)."""
-        out = []
-        for piece in self._chunks[k]:
-            if piece.staged is not None:
-                out.append(piece.staged)
-                continue
-            import pickle
-            cols = dict(piece.load())
-            file_idx = cols.pop("file_idx")
-            ids = np.arange(len(self.topics.names), dtype=np.int32)
-            ref = staging.put(pickle.dumps(cols, protocol=5))
-            parts = np.flatnonzero(np.diff(file_idx)) + 1 if len(file_idx) else []
-            if len(parts):           # records of several files: a part per file
-                staging.discard(ref)
-                for lo, hi in zip([0, *parts.tolist()], [*parts.tolist(), len(file_idx)]):
-                    sub = _rows(cols, lo, hi)
-                    out.append(StagedPart(staging, staging.put(pickle.dumps(sub, protocol=5)), ids,
-                                          int(file_idx[lo])))
-            else:
-                out.append(StagedPart(staging, ref, ids, int(file_idx[0])))
-        return out
+        return [piece.staged if piece.staged is not None
+                else StagedPart(staging, staging.put(pickle.dumps(piece.load(), protocol=5)))
+                for piece in self._chunks[k]]
 
     def __iter__(self):
         for k in range(len(self)):
@@ -274,17 +264,6 @@ class RecordChunks:
                     inside &= ~c["carved"]
                 n += int(np.count_nonzero(inside))
         return n
-
-
-def _rows(cols: dict, lo: int, hi: int) -> dict:
-    """Records [lo, hi) of a part's columns (key_rec rebased to them)."""
-    out = {name: col[lo:hi] for name, col in cols.items() if name not in ("key_rec", "key_hash")}
-    if "key_rec" in cols:
-        kr = cols["key_rec"]
-        a, b = np.searchsorted(kr, lo), np.searchsorted(kr, hi)
-        out["key_rec"] = kr[a:b] - lo
-        out["key_hash"] = cols["key_hash"][a:b]
-    return out
 
 
 def runs(values: np.ndarray):

@@ -17,7 +17,7 @@ from rmqtool.io.fileio import CACHE_WINDOW, ReadOnlyFile, first_nonzero
 from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
                           ReadBuffer, find_record_start)
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
-from rmqtool.ops.verify.chunks import RecordChunks, SpillDir, StagedPart
+from rmqtool.ops.verify.chunks import RecordChunks, SpillDir, StagedPart, adopt_columns
 from rmqtool.ops.verify.records import RecordTable, TopicTable, batch_columns, check_batch
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
@@ -151,10 +151,7 @@ class CommitLogVerifier:
                 self.chunks.adopt(StagedPart(prepared.staging, part.ref, mapping, idx), part.records,
                                   part.first, part.last)
             else:
-                cols = part.cols(prepared.staging)
-                ids = np.asarray(cols["topic_id"])
-                cols["topic_id"] = mapping[ids] if len(ids) else ids.astype(np.int32)
-                cols["file_idx"] = np.full(len(cols["phy"]), idx, dtype=np.int32)
+                cols = adopt_columns(part.cols(prepared.staging), mapping, idx)
                 if self.dledger is not None:
                     self.dledger.feed(path, cols)
                 self.chunks.append(cols)
