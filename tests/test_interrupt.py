@@ -3,6 +3,7 @@ an OS error is one line naming the path (exit 2), not an internal error."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,3 +85,19 @@ def test_ctrl_c_while_the_command_loads_is_interrupted_too(tmp_path):
     p = subprocess.run([sys.executable, "-m", "rmqtool", "info", str(tmp_path)], capture_output=True,
                        text=True, env=env, timeout=60)
     assert (p.returncode, p.stderr) == (130, "interrupted\n")
+
+
+def test_ctrl_c_inside_an_eval_while_loading_still_exits_130(tmp_path):
+    """The interrupt lands inside an ``eval`` of a string (typer evaluates the commands'
+    annotations so while the CLI loads): CPython remembers that and, once finished, would kill the
+    process with SIGINT (-2) instead of returning 130, which a loaded CI machine once showed."""
+    (tmp_path / "typer").mkdir()
+    (tmp_path / "typer" / "__init__.py").write_text(
+        "eval('(_ for _ in ()).throw(KeyboardInterrupt)')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    for argv in ([sys.executable, "-m", "rmqtool"], [shutil.which("rmqtool") or ""]):
+        if not argv[0]:
+            continue
+        p = subprocess.run([*argv, "info", str(tmp_path)], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert (p.returncode, p.stderr) == (130, "interrupted\n"), argv
