@@ -10,8 +10,8 @@ Usage: python bench/bench_verify.py [--gib 1.0] [--dir /tmp/rmqtool-bench-verify
 ``verify --jobs N``), still against crc32 on one core.
 Run it 3 times on an otherwise idle machine and quote min/median of the ratio (the first run builds the store).
 The baselines (bench/crc_floor.py): crc32 with fresh 64 MiB reads, and the floor (1 MiB reads into one buffer).
-With --tune-allocator a second verify runs after ``rmqtool.io.fileio.tune_allocator()`` (glibc mallopt, what a
-command entry may call; process-wide, so it comes second).
+glibc's allocator is tuned first as `rmqtool verify` does at entry (``rmqtool.io.fileio.tune_allocator``),
+unless --no-tune-allocator.
 """
 from __future__ import annotations
 
@@ -49,9 +49,12 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/rmqtool-bench-verify")
     ap.add_argument("--jobs", type=int, default=2,
                     help="also time `verify --jobs N` (the local engine's process pool; 0 or 1: skip)")
-    ap.add_argument("--tune-allocator", action="store_true",
-                    help="also time a verify after rmqtool.io.fileio.tune_allocator()")
+    ap.add_argument("--no-tune-allocator", action="store_true",
+                    help="leave glibc's malloc defaults (the rmqtool CLI tunes them for verify)")
     args = ap.parse_args()
+    if not args.no_tune_allocator:          # as `rmqtool verify` does at entry
+        from rmqtool.io.fileio import tune_allocator
+        tune_allocator()
     store = ensure_store(Path(args.dir), args.gib)
     nbytes = sum(seg.size for seg in store.commitlog.files)
     rates = crc32_rates([seg.path for seg in store.commitlog.files])
@@ -78,14 +81,6 @@ def main() -> None:
         print(f"verify --deep --jobs {args.jobs} {mb / pool_s:8.1f} MB/s ({pool_s:.2f} s)  = "
               f"{100 * crc_s / pool_s:.0f}% of zlib.crc32 on one core ({len(eng.tasks)} tasks; "
               f"report {'identical' if same else 'DIFFERENT'})")
-    if args.tune_allocator:
-        from rmqtool.io.fileio import tune_allocator
-        tuned = tune_allocator()
-        t = time.perf_counter()
-        verify(Store(args.dir), VerifyOptions(level="deep"))
-        tuned_s = time.perf_counter() - t
-        print(f"verify --deep, tuned allocator ({'applied' if tuned else 'not glibc'}) "
-              f"{mb / tuned_s:8.1f} MB/s ({tuned_s:.2f} s)  = {100 * crc_s / tuned_s:.0f}% of zlib.crc32")
 
 
 if __name__ == "__main__":

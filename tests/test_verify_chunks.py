@@ -17,6 +17,7 @@ from corruptions import CASES, DLEDGER_CASES, corrupt, corrupt_dledger
 from rmqtool.io.store import Store
 from rmqtool.ops.verify import VerifyOptions, verify
 from rmqtool.ops.verify import index as verify_index
+from rmqtool.ops.verify import runner as verify_runner
 from rmqtool.ops.verify.chunks import RecordChunks, RoutedRows, SpillDir
 from rmqtool.ops.verify.findings import CHECKS, FindingSink, sort_key
 from rmqtool.ops.verify.records import TopicTable
@@ -86,6 +87,18 @@ def test_chunked_report_equals_one_chunk_on_mutated_queues_and_index(store_copy,
     if topic:
         args = {"topic": topic[0]["topic"], "queue_id": topic[0]["queue_id"]}
         assert report(root, chunk_records=5, **args) == report(root, **args)
+    assert not list(spill_root.iterdir())
+
+
+@pytest.mark.parametrize("case", CASES[::3] + DLEDGER_CASES[:1])
+def test_joins_in_threads_equal_joins_in_sequence(store_copy, tmp_path, case, spill_root, monkeypatch):
+    """Chunks joined by a thread pool, each into its own state merged in chunk order, make the
+    report that joining them one after another into one state makes."""
+    root = corrupted_copy(store_copy, tmp_path, case)
+    monkeypatch.setattr(verify_runner, "join_threads", lambda chunks: 1)
+    in_sequence = report(root, chunk_records=5, limit=4)
+    monkeypatch.setattr(verify_runner, "join_threads", lambda chunks: 3)
+    assert report(root, chunk_records=5, limit=4) == in_sequence
     assert not list(spill_root.iterdir())
 
 

@@ -19,6 +19,7 @@ from rmqtool.engines import Engine, get_engine
 from rmqtool.errors import UnreadableError
 from rmqtool.io.store import Store
 from rmqtool.ops.verify import VerifyOptions, verify
+from rmqtool.ops.verify import joins as verify_joins
 from rmqtool.ops.verify import runner as verify_runner
 from rmqtool.ops.verify.findings import FindingSink, sort_key
 from rmqtool.ops.verify.forecast import Pending
@@ -59,12 +60,12 @@ def chunk_tasks(monkeypatch):
         return real(self, items, fn, schema)
     monkeypatch.setattr(Engine, "map", counting)
 
-    real_join = verify_runner.join_chunk
+    real_join = verify_runner.join_chunks
 
     def driver_join(*a, **kw):
         DRIVER_JOINS.append(1)
         return real_join(*a, **kw)
-    monkeypatch.setattr(verify_runner, "join_chunk", driver_join)
+    monkeypatch.setattr(verify_runner, "join_chunks", driver_join)
     return seen
 
 
@@ -150,8 +151,8 @@ def test_without_staging_the_driver_joins(store_copy, pool, monkeypatch):
     whole = report(root)
     monkeypatch.setattr(type(pool), "open_staging", lambda self: None)
     monkeypatch.setattr(Engine, "map", lambda *a, **kw: pytest.fail("chunk tasks without staging"))
-    real_join, joined = verify_runner.join_chunk, []
-    monkeypatch.setattr(verify_runner, "join_chunk", lambda *a: joined.append(1) or real_join(*a))
+    real_join, joined = verify_joins.join_chunk, []
+    monkeypatch.setattr(verify_joins, "join_chunk", lambda *a: joined.append(1) or real_join(*a))
     assert report(root, pool, chunk_records=9) == whole
     assert len(joined) > 1
 

@@ -84,8 +84,9 @@ class ArrayPool:
             return fresh
 
 
-#: read windows, and the column and property matrices filled from them
-_windows, _columns, _props = ArrayPool(), ArrayPool(), ArrayPool()
+#: read windows, and the column and property matrices filled from them: three of each, for a walk
+#: made one window ahead (``records.ahead``: one checked, one waiting, one being read)
+_windows, _columns, _props = ArrayPool(3), ArrayPool(3), ArrayPool(3)
 
 
 class WindowScan:

@@ -14,8 +14,9 @@ from formats import commitlog as cl
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, goes_to_consumequeue
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.io.fileio import CACHE_WINDOW, ReadOnlyFile, first_nonzero
+from rmqtool.records.ahead import one_ahead
 from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd, FileScan,
-                          ReadBuffer, find_record_start)
+                          find_record_start)
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
 from rmqtool.ops.verify.chunks import RecordChunks, SpillDir, StagedPart, adopt_columns
 from rmqtool.ops.verify.records import RecordTable, TopicTable, batch_columns, check_batch
@@ -44,7 +45,6 @@ class CommitLogVerifier:
         self.carved = 0
         self.damaged: list[tuple[int, int]] = []       # [stop, resync) CommitLog ranges carved past
         self.bytes = 0
-        self.read_buffer = ReadBuffer()                 # one for every file's walk, one after another
         self._by_reference = False                      # engine parts adopted without being read
         self.dledger = None
         if store.dledger:
@@ -167,11 +167,11 @@ class CommitLogVerifier:
         # the last file holding data: every later file starts with zeros (the pre-allocated next file)
         last_file = not any(self._starts_with_data[idx + 1:])
         while True:
-            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, buffer=self.read_buffer,   # batches consumed one by one
-                            crc_column=self.deep, chunk_size=CACHE_WINDOW)
+            # each window in its own pooled buffer: the next is read and scanned in a thread while this one is checked
+            scan = FileScan(seg.path, seg.start, lo=lo, carved=carved, crc_column=self.deep, chunk_size=CACHE_WINDOW)
             first_carved = None
             count_before = self.records
-            for batch in scan:
+            for batch in one_ahead(scan):
                 if carved and first_carved is None and len(batch):
                     first_carved = int(batch.position[0])
                 self._consume(idx, batch)

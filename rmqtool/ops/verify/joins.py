@@ -10,6 +10,7 @@ chunk to it. The sequential path feeds one state chunk after chunk; engine tasks
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,53 @@ class JoinState:
         self.not_dispatched.merge(later.not_dispatched)
         self.not_indexed.merge(later.not_indexed)
         self.past_end.merge(later.past_end)
+
+
+#: most threads the joins use (each holds one chunk of records and what was routed to it)
+MAX_JOIN_THREADS = 4
+
+
+def join_threads(chunks: int) -> int:
+    """Threads for joining ``chunks`` chunks: one per CPU this process may run on, at most
+    ``MAX_JOIN_THREADS`` and never more than there are chunks."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_JOIN_THREADS, chunks))
+
+
+def join_chunks(ctx: JoinContext, state: JoinState, chunks, threads: int = 1) -> None:
+    """``join_chunk`` over every (table, units, entries) of ``chunks`` (loaded in order, here),
+    into ``state``. With ``threads`` > 1 the chunks are joined by a thread pool (the core's loops
+    and numpy's large operations release the GIL), each into a fresh state merged in chunk order
+    as an engine task's is (``JoinState.merge``): the same state, at most ``threads`` + 1 chunks
+    held at once."""
+    if threads <= 1:
+        for table, units, entries in chunks:
+            join_chunk(ctx, state, table, units, entries)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def alone(table, units, entries) -> JoinState:
+        part = JoinState.start(ctx, task=True)
+        join_chunk(ctx, part, table, units, entries)
+        return part
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="rmqtool-join") as pool:
+        running = deque()
+        try:
+            for table, units, entries in chunks:
+                running.append(pool.submit(alone, table, units, entries))
+                del table, units, entries
+                if len(running) >= threads:
+                    state.merge(running.popleft().result())
+            while running:
+                state.merge(running.popleft().result())
+        finally:
+            for job in running:
+                job.cancel()
 
 
 def join_chunk(ctx: JoinContext, state: JoinState, table: RecordTable, units: np.ndarray,

@@ -22,7 +22,7 @@ from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, not_dispatche
                                          shallow_unit_checks, unit_rows)
 from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
-from rmqtool.ops.verify.joins import JoinContext, JoinState, join_chunk
+from rmqtool.ops.verify.joins import JoinContext, JoinState, join_chunks, join_threads
 from rmqtool.ops.verify.queuekinds import batch_unit_checks, is_light_queue, lmq_unit_checks
 from rmqtool.ops.verify.timer import check_timer_store
 from rmqtool.ops.verify.rocksdb_cq import check_rocksdb_cq
@@ -242,8 +242,8 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
         from rmqtool.engines.joins import engine_joins
         parts = engine_joins(engine, ctx, records, routed_units, routed_entries)
     if parts is None:
-        for k in range(len(records)):
-            join_chunk(ctx, joined, records.chunk(k), routed_units.take(k), routed_entries.take(k))
+        chunks = ((records.chunk(k), routed_units.take(k), routed_entries.take(k)) for k in range(len(records)))
+        join_chunks(ctx, joined, chunks, threads=join_threads(len(records)))
     else:
         try:
             for part in parts:
