@@ -47,9 +47,10 @@ def _wait_until_sigint_is_caught(pid: int, timeout: float = 10) -> None:
 
 @pytest.mark.parametrize("args", [
     ["dump", "commitlog", "{store}", "-f", "jsonl"],
+    ["verify", "{store}", "--level", "deep"],
     ["verify", "{store}", "--level", "deep", "--jobs", "2", "--split-size", "4194304"],
     ["rebuild", "all", "{store}", "--output", "{out}", "--workers", "2"],
-], ids=["dump", "verify-jobs", "rebuild-workers"])
+], ids=["dump", "verify-threads", "verify-jobs", "rebuild-workers"])
 def test_sigint_says_interrupted_and_exits_130(store, tmp_path, args):
     argv = [a.format(store=store, out=tmp_path / "out") for a in args]
     p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
