@@ -25,8 +25,9 @@ import numpy as np
 from rmqtool.kernels.search import search_sorted
 from rmqtool.ops.verify.records import RecordTable, TopicTable
 
-#: records per chunk: the unit of memory of deep verify (about 80 bytes a record, plus 12 a key)
-CHUNK_RECORDS = 1 << 18
+#: records per chunk: the unit of memory of deep verify (about 80 bytes a record, plus 12 a key;
+#: the joins' threads hold one chunk each, plus the next one loading)
+CHUNK_RECORDS = 1 << 17
 #: bytes of routed rows held in memory before they are appended to their chunk's file
 ROW_BUFFER = 16 << 20
 
