@@ -21,3 +21,14 @@ def test_array_pool_hands_out_only_arrays_nothing_holds():
     del view, c
     e = pool.take((2, 100), np.int64)
     assert e.shape == (2, 100) and e.dtype == np.int64
+
+
+def test_a_full_pool_replaces_its_smallest_free_array_whatever_the_shapes():
+    """Full, with free arrays of different shapes: the smallest goes (found by identity; comparing
+    arrays of other shapes element by element raised here once)."""
+    pool = ArrayPool(keep=3)
+    taken = [pool.take((2, n), np.int64) for n in (90, 30, 60)]     # the smallest not first
+    del taken                                   # all three free
+    held = [pool.take((2, 120), np.int64) for _ in range(2)]     # none is large enough: fresh ones
+    assert [a.shape[1] for a in pool._arrays] == [90, 120, 120]  # the smallest free one went, each time
+    assert all(any(a is h for a in pool._arrays) for h in held)

@@ -78,7 +78,9 @@ class ArrayPool:
             if len(self._arrays) >= self._keep:
                 free = [a for a in self._arrays if sys.getrefcount(a) == 3]
                 if free:                                 # replace a free one that was too small
-                    self._arrays.remove(min(free, key=lambda a: a.size))
+                    smallest = min(free, key=lambda a: a.size)
+                    # by identity: list.remove would compare arrays element by element
+                    del self._arrays[next(i for i, a in enumerate(self._arrays) if a is smallest)]
             if len(self._arrays) < self._keep:
                 self._arrays.append(fresh)
             return fresh
