@@ -79,18 +79,19 @@ class CqBuilder:
         self._batches = []
         key = topic << 32 | (qid.astype(np.int64) & 0xFFFFFFFF)
         order = np.argsort(key, kind="stable")
+        units = [c[order] for c in units]           # every queue's units together: a slice each
         bounds = [0, *(np.flatnonzero(np.diff(key[order])) + 1).tolist(), len(order)]
         for a, b in zip(bounds[:-1], bounds[1:]):
-            rows = order[a:b]
-            qk = (self._topic_names[int(topic[rows[0]])], int(qid[rows[0]]))
+            first = int(order[a])
+            qk = (self._topic_names[int(topic[first])], int(qid[first]))
             if not queue_selected(self.only, *qk):
                 continue
             q = self._queues.get(qk)
             if q is None:
                 q = self._queues[qk] = _Queue(QueueLayout(*qk, self.file_size, self.skipped),
                                               topic_path_problem(qk[0]))
-            cols = tuple(c[rows] for c in units)
-            q.units_seen += len(rows)
+            cols = tuple(c[a:b] for c in units)
+            q.units_seen += b - a
             q.max_end = max(q.max_end, int((cols[1].astype(np.int64) + cols[2]).max()))
             if q.problem is None:           # topic names come from data: never a path outside the store
                 q.pending.append(cols)
