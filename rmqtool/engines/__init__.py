@@ -290,6 +290,7 @@ def run_tasks(tasks: Sequence[Task], fn, schema, engine: Engine | str = "local",
 
 
 def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 

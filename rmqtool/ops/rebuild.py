@@ -290,7 +290,8 @@ class _Throttle:
 
 
 def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
+    from rmqtool.engines import default_jobs
+    return min(default_jobs(), 8)
 
 
 #: local rebuild: a file is split into pieces of at least this many bytes when there are

@@ -10,7 +10,6 @@ chunk to it. The sequential path feeds one state chunk after chunk; engine tasks
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,13 +103,10 @@ MAX_JOIN_THREADS = 4
 
 
 def join_threads(chunks: int) -> int:
-    """Threads for joining ``chunks`` chunks: one per CPU this process may run on, at most
-    ``MAX_JOIN_THREADS`` and never more than there are chunks."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_JOIN_THREADS, chunks))
+    """Threads for joining ``chunks`` chunks: one per CPU this process may run on
+    (``engines.default_jobs``), at most ``MAX_JOIN_THREADS`` and never more than there are chunks."""
+    from rmqtool.engines import default_jobs
+    return max(1, min(default_jobs(), MAX_JOIN_THREADS, chunks))
 
 
 def join_chunks(ctx: JoinContext, state: JoinState, chunks, threads: int = 1) -> None:
