@@ -236,17 +236,6 @@ def test_verify_joins_run_as_spark_tasks(spark, store_copy, case):
     assert len(chunks) == 3 and min(chunks) > 5
 
 
-def test_verify_cli_engine_spark(tmp_path):
-    """The installed command with --engine spark (its own local session) prints the local JSON."""
-    from conftest import run_cli_process
-    store = str(reference_store("mixed"))
-    a = run_cli_process("verify", store, "--level", "deep", "-f", "json")
-    b = run_cli_process("verify", store, "--level", "deep", "-f", "json", "--engine", "spark",
-                        "--master", "local[2]", "--split-size", "50000", timeout=300)
-    assert a.returncode == b.returncode == 0, b.stderr[-2000:]
-    assert json.loads(a.stdout) == json.loads(b.stdout)
-
-
 def test_query_key_scan_over_a_fleet_in_one_spark_job(spark):
     """query-key --scan --engine spark over several stores: per store the local scan's answer."""
     from rmqtool.engines.query import query_key_scan_stores
