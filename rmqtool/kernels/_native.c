@@ -957,6 +957,7 @@ static PyObject *span_groups(PyObject *self, PyObject *args)
             slot = grown;
             cap = bigger;
         }
+        if (i + PREFETCH_AHEAD < n) __builtin_prefetch(b + st[i + PREFETCH_AHEAD]);
         uint64_t h = (uint64_t)key[i] * 0x9E3779B97F4A7C15ULL;
         size_t at = (size_t)(h >> 20) & (cap - 1);
         for (;;) {
@@ -1044,6 +1045,11 @@ static PyObject *index_keys(PyObject *self, PyObject *args)
         if (kl[i] > 0 && (ks[i] < 0 || ks[i] > bv.len || kl[i] > bv.len - ks[i])) bad = i;
     }
     for (Py_ssize_t i = 0; bad < 0 && i < n && !high && !short_room; i++) {
+        if (i + PREFETCH_AHEAD < n) {        /* the spans lie a record apart: ask for them early */
+            Py_ssize_t a = i + PREFETCH_AHEAD;
+            if (ul[a] >= 0) __builtin_prefetch(b + us[a]);
+            if (kl[a] > 0) __builtin_prefetch(b + ks[a]);
+        }
         if (!indexed[i]) continue;
         uint32_t prefix = (uint32_t)th[i] * 31u + (uint32_t)joiner;
         if (ul[i] >= 0) {
