@@ -102,3 +102,19 @@ def test_ctrl_c_inside_an_eval_while_loading_still_exits_130(tmp_path):
         p = subprocess.run([*argv, "info", str(tmp_path)], capture_output=True, text=True, env=env,
                            timeout=60)
         assert (p.returncode, p.stderr) == (130, "interrupted\n"), argv
+
+
+@pytest.mark.parametrize("preset,expected", [(None, "1"), ("3", "3")])
+def test_the_command_starts_numpy_without_blas_threads(monkeypatch, preset, expected):
+    """rmqtool makes no BLAS call: the command asks OpenBLAS for one thread before numpy loads
+    (its start-up spin cost every command 0.1 s of CPU on two CPUs); a user's own value is kept."""
+    import rmqtool.__main__ as entry
+    import rmqtool.cli
+    if preset is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
+    seen = []
+    monkeypatch.setattr(rmqtool.cli, "main", lambda: seen.append(os.environ.get("OPENBLAS_NUM_THREADS")))
+    entry.run()
+    assert seen == [expected]
