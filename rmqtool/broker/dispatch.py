@@ -738,7 +738,8 @@ class IndexFileImage:
         return bytes(out)
 
     def write_to(self, fd: int) -> None:
-        """Write into an open file: truncate to size, then only the non-zero regions."""
+        """Write into an open file: truncate to size, then only the non-zero regions (their
+        writeback started at once: the fsync that follows finds less left to write)."""
         import os
         os.ftruncate(fd, index_file_size(self.hash_slots, self.index_entries))
         os.pwrite(fd, self.header.astype(INDEX_HEADER_DTYPE).tobytes(), 0)
@@ -746,10 +747,10 @@ class IndexFileImage:
         if used.any():
             lo, hi = int(used.argmax()), len(used) - int(used[::-1].argmax())
             pwrite_all(fd, _raw_bytes(self.slots[lo:hi], INDEX_SLOT_DTYPE),
-                        slot_position(self.hash_slots, lo))
+                        slot_position(self.hash_slots, lo), start_writeback=True)
         if len(self.entries):
             pwrite_all(fd, _raw_bytes(self.entries, INDEX_ENTRY_DTYPE),
-                        entry_position(self.hash_slots, FIRST_INDEX))
+                        entry_position(self.hash_slots, FIRST_INDEX), start_writeback=True)
 
 
 def _raw_bytes(a: np.ndarray, dtype) -> memoryview:

@@ -944,7 +944,9 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     except BaseException:
         cq.discard()
         raise
-    jobs = [cq, ix]
+    # finished in this order: the index's slot table is written (its writeback started) while the
+    # ConsumeQueue's last units are placed
+    jobs = [ix, cq]
     outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
                        config, workers, None, skip_corrupt)
     try:
