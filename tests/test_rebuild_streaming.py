@@ -162,3 +162,16 @@ def test_rebuild_takes_jobs_like_verify_and_export(store_copy, tmp_path):
     assert tree(tmp_path / "jobs" / "consumequeue") == tree(tmp_path / "old" / "consumequeue") == \
         tree(reference_store("basic") / "consumequeue")
     assert index_contents(tmp_path / "long" / "index") == index_contents(reference_store("basic") / "index")
+
+
+@pytest.mark.parametrize("topics,queues,low", [(4, 8, 0), (3, 1 << 16, 0), (2, 5, (1 << 32) - 3), (1, 1, 7)])
+def test_queue_order_is_the_stable_sort_of_the_keys(topics, queues, low):
+    """The radix path (few topics and queues) and the 64-bit path give ``np.argsort(kind="stable")``'s
+    order, queue ids read as unsigned 32-bit (a negative id from a damaged record sorts last)."""
+    from rmqtool.broker.cqbuild import queue_order
+    rng = np.random.default_rng(topics * queues)
+    topic = rng.integers(0, topics, 5000).astype(np.int64)
+    qid = (low + rng.integers(0, queues, 5000)) & 0xFFFFFFFF
+    key = topic << 32 | qid
+    assert np.array_equal(queue_order(key), np.argsort(key, kind="stable"))
+    assert len(queue_order(key[:0])) == 0
