@@ -1045,7 +1045,8 @@ static PyObject *index_keys(PyObject *self, PyObject *args)
         if (kl[i] > 0 && (ks[i] < 0 || ks[i] > bv.len || kl[i] > bv.len - ks[i])) bad = i;
     }
     for (Py_ssize_t i = 0; bad < 0 && i < n && !high && !short_room; i++) {
-        if (i + PREFETCH_AHEAD < n) {        /* the spans lie a record apart: ask for them early */
+        if (i + PREFETCH_AHEAD < n && indexed[i + PREFETCH_AHEAD]) {
+            /* the spans lie a record apart: ask for them early (only spans checked above) */
             Py_ssize_t a = i + PREFETCH_AHEAD;
             if (ul[a] >= 0) __builtin_prefetch(b + us[a]);
             if (kl[a] > 0) __builtin_prefetch(b + ks[a]);
