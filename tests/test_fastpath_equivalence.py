@@ -311,8 +311,30 @@ def commitlog_files(draw):
 def _scan_file(path, core, **kwargs):
     from rmqtool.records.scan import FileScan
     scan = FileScan(path, 0, core=core, **kwargs)
-    batches = [{k: (str(v.dtype), v.tolist()) for k, v in batch.columns.items()} for batch in scan]
+    batches = []
+    for batch in scan:
+        _check_known_hashes(batch)
+        batches.append({k: (str(v.dtype), v.tolist()) for k, v in batch.columns.items()})
     return batches, vars(scan.end)
+
+
+def _check_known_hashes(batch):
+    """The hashes a native scan made in its pass (``RecordBatch.hashes``) are the reference hashes of
+    the same spans, -1 exactly where a span holds a byte >= 0x80; and ``span_hashes(known=...)``
+    returns what it returns without them."""
+    from rmqtool.broker.dispatch import known_hashes
+    from rmqtool.kernels.javahash import span_hashes
+    for name, start, length in (("topic", "topic_start", "topic_len"), ("tags", "tags_start", "tags_len")):
+        known = known_hashes(batch, name)
+        if known is None:
+            continue
+        starts, lens = batch.columns[start], np.maximum(batch.columns[length], 0)
+        want, units = span_hashes(batch.buf, starts, lens, core=None)
+        ascii = np.array([bool((batch.buf[a:a + b] < 0x80).all()) for a, b in zip(starts.tolist(), lens.tolist())],
+                         dtype=bool)
+        assert known.tolist() == np.where(ascii, want.view(np.uint32).astype(np.int64), -1).tolist(), name
+        got = span_hashes(batch.buf, starts, lens, known=known)
+        assert got[0].tolist() == want.tolist() and got[1].tolist() == units.tolist()
 
 
 @needs_native
@@ -365,6 +387,9 @@ def test_scan_records_checks_its_arguments():
         core.scan_records(window, 300, 256, False, scan.layout, names, cols, props, 0)
     with pytest.raises(ValueError, match="crc_mode"):
         core.scan_records(window, 0, 256, 3, scan.layout, names, cols, props, 0)
+    for hash_prop in (-2, len(names)):
+        with pytest.raises(ValueError, match="hash_prop"):
+            core.scan_records(window, 0, 256, core.CRC_NONE, scan.layout, names, cols, props, 0, None, hash_prop)
     bad = scan.layout.copy()
     bad[core.SCAN_LAYOUT.index("head.sys_flag.at")] = 1 << 20
     with pytest.raises(ValueError, match="head field"):

@@ -111,6 +111,14 @@ def _col(batch, name: str) -> np.ndarray:
     return np.asarray(getattr(batch, name), dtype=np.int64)
 
 
+def known_hashes(batch, name: str, n: int | None = None) -> np.ndarray | None:
+    """The hashes of the first ``n`` records' ``name`` spans ("topic", "tags") that the native scan
+    made while each record was in the cache (``RecordBatch.hashes``; -1 where a span is not ASCII),
+    for ``span_hashes(known=...)``; None when the batch has none."""
+    h = (getattr(batch, "hashes", None) or {}).get(name)
+    return None if h is None else h[:n]
+
+
 def _commitlog_offsets(batch) -> np.ndarray:
     cols = getattr(batch, "columns", None)
     if isinstance(cols, dict) and "stored_phy_offset" in cols:
@@ -363,7 +371,7 @@ def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = No
     config = config or DispatchConfig()
     buf = np.asarray(batch.buf, dtype=np.uint8)
     tag_start, tag_len = _col(batch, "tags_start"), _col(batch, "tags_len")
-    tag_hash, _ = span_hashes(buf, tag_start, tag_len)
+    tag_hash, _ = span_hashes(buf, tag_start, tag_len, known=known_hashes(batch, "tags"))
     tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
     delays = delays if delays is not None else schedule_delays(batch)
     if len(delays.rows):
@@ -390,8 +398,8 @@ def record_index_keys(batch: DispatchColumns, n: int | None = None,
     k_start, k_len = _col(batch, "keys_start")[:n], _col(batch, "keys_len")[:n]
     u_start, u_len = _col(batch, "uniq_start")[:n], _col(batch, "uniq_len")[:n]
     if topic_hash is None:
-        topic_hash, _ = span_hashes(buf, _col(batch, "topic_start")[:n],
-                                    np.maximum(_col(batch, "topic_len")[:n], 0))
+        topic_hash, _ = span_hashes(buf, _col(batch, "topic_start")[:n], np.maximum(_col(batch, "topic_len")[:n], 0),
+                                    known=known_hashes(batch, "topic", n))
     indexed = goes_to_index(tx)
     if core is not None:
         room = n + int(((np.maximum(k_len, 0) + 1) // 2).sum())
@@ -434,7 +442,7 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
     t_start, t_len = _col(batch, "topic_start")[cut], np.maximum(_col(batch, "topic_len")[cut], 0)
 
     tx = sys_flag & cl.TRANSACTION_MASK
-    topic_hash, topic_units = span_hashes(buf, t_start, t_len)
+    topic_hash, topic_units = span_hashes(buf, t_start, t_len, known=known_hashes(batch, "topic", n))
     groups, topics = _topic_groups(buf, t_start, t_len, topic_hash)
     cq_rows = np.flatnonzero(goes_to_consumequeue(tx))
     if config.index_enabled:

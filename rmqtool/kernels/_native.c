@@ -642,13 +642,14 @@ static const char *const scan_layout_names[L_COUNT] = {
 enum {
     C_POSITION, C_SIZE, C_MAGIC, C_BODY_CRC, C_QUEUE_ID, C_FLAG, C_QUEUE_OFFSET, C_STORED_PHY, C_SYS_FLAG,
     C_BORN_TS, C_BORN_HOST_START, C_STORE_TS, C_STORE_HOST_START, C_RECONSUME, C_PREPARED, C_BODY_LENGTH,
-    C_BODY_START, C_BODY_LEN, C_TOPIC_START, C_TOPIC_LEN, C_PROPS_START, C_PROPS_LEN, C_BODY_CRC_OK, C_COUNT
+    C_BODY_START, C_BODY_LEN, C_TOPIC_START, C_TOPIC_LEN, C_PROPS_START, C_PROPS_LEN, C_BODY_CRC_OK,
+    C_TOPIC_HASH, C_PROP_HASH, C_COUNT
 };
 static const char *const scan_column_names[C_COUNT] = {
     "position", "size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "stored_phy_offset",
     "sys_flag", "born_timestamp", "born_host_start", "store_timestamp", "store_host_start", "reconsume_times",
     "prepared_transaction_offset", "body_length", "body_start", "body_len", "topic_start", "topic_len",
-    "props_start", "props_len", "body_crc_ok",
+    "props_start", "props_len", "body_crc_ok", "topic_hash", "prop_hash",
 };
 /* why scan_records stopped */
 enum { SCAN_CHAIN = 0, SCAN_LENGTH = 1, SCAN_CRC = 2, SCAN_FULL = 3 };
@@ -776,7 +777,8 @@ static int decode_one(const unsigned char *b, int64_t p, int64_t total, const in
     return 0;
 }
 
-/* scan_records(window, p, limit, crc_mode, layout, names, cols, props, row[, entries]) -> (taken, stop, why):
+/* scan_records(window, p, limit, crc_mode, layout, names, cols, props, row[, entries[, hash_prop]])
+ *   -> (taken, stop, why):
  * from window position p, the records message_run takes (a MESSAGE magic below ``limit``, TOTALSIZE
  * >= min_message, ending inside the window), each decoded into column row ``row`` + i of ``cols``
  * (int64, C_COUNT rows of ``cap``), its property value spans into ``props`` (int64, 2 * len(names)
@@ -787,15 +789,19 @@ static int decode_one(const unsigned char *b, int64_t p, int64_t total, const in
  * are full (SCAN_FULL); ``stop`` is that position.
  * ``entries`` (window_pos, entry_magic, body_offset, pos_at, body_length_at): the window is a
  * DLedger data file's, and the walk takes the entries entry_run takes (each holding one whole
- * record at its body_offset), decoding each entry's record; positions are then entry starts. */
+ * record at its body_offset), decoding each entry's record; positions are then entry starts.
+ * ``hash_prop`` (>= 0: that one of ``names``): the topic's and that property value's Java hash as
+ * java_hash_spans makes it (an absent value: 0) into topic_hash / prop_hash, while the record is in
+ * the cache; -1 where a span holds a byte >= 0x80 (the caller hashes those from the decoded text)
+ * or when not asked. */
 static PyObject *scan_records(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *window, *layout, *names, *cols_obj, *props_obj, *entries = Py_None;
     long long p0, limit, row0;
-    int crc_mode;
-    if (!PyArg_ParseTuple(args, "OLLiOO!OOL|O", &window, &p0, &limit, &crc_mode, &layout, &PyTuple_Type, &names,
-                          &cols_obj, &props_obj, &row0, &entries))
+    int crc_mode, hash_prop = -1;
+    if (!PyArg_ParseTuple(args, "OLLiOO!OOL|Oi", &window, &p0, &limit, &crc_mode, &layout, &PyTuple_Type, &names,
+                          &cols_obj, &props_obj, &row0, &entries, &hash_prop))
         return NULL;
     long long window_pos = 0, body_offset = 0, pos_at = 0, body_length_at = 0;
     long entry_magic = 0;
@@ -829,6 +835,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
     else if (cv.len % (8 * C_COUNT)) problem = "cols must be int64 (len(SCAN_COLUMNS), capacity)";
     else if (pv.len != 8 * 2 * k * cap) problem = "props must be int64 (2 * len(names), capacity)";
     else if (row0 < 0 || row0 > cap) problem = "row outside the columns";
+    else if (hash_prop < -1 || hash_prop >= k) problem = "hash_prop must be -1 or the index of one of names";
     else if (p0 < 0 || p0 > w.len) problem = "start outside the window";
     else if (L[L_MIN_MESSAGE] < 8 || L[L_MIN_MESSAGE] < L[L_HEAD_SIZE]) problem = "min_message below the head";
     else {
@@ -893,6 +900,18 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
             if (!crc_ok && crc_mode == CRC_STOP) { why = SCAN_CRC; break; }
         }
         cols[C_BODY_CRC_OK * cap + row] = crc_ok;
+        int64_t topic_hash = -1, prop_hash = -1;
+        if (hash_prop >= 0) {           /* spans inside the record (decode_one and split_one checked) */
+            unsigned char any = 0;
+            uint32_t h = java_hash_continue(0, b + cols[C_TOPIC_START * cap + row], cols[C_TOPIC_LEN * cap + row], &any);
+            topic_hash = any >> 7 ? -1 : (int64_t)h;
+            int64_t len = vl[hash_prop * cap + row];
+            any = 0;
+            h = len > 0 ? java_hash_continue(0, b + vs[hash_prop * cap + row], len, &any) : 0;
+            prop_hash = any >> 7 ? -1 : (int64_t)h;
+        }
+        cols[C_TOPIC_HASH * cap + row] = topic_hash;
+        cols[C_PROP_HASH * cap + row] = prop_hash;
         row++;
         p += step;
     }

@@ -79,9 +79,12 @@ def index_key_hash_array(hashes: np.ndarray) -> np.ndarray:
 # --- spans of one buffer (UTF-8 bytes) ----------------------------------------------------
 
 
-def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, core=native.core
+def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, core=native.core, known=None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(Java hashCode int32, length in UTF-16 units) of every byte span decoded as UTF-8.
+
+    ``known`` (int64 per span, e.g. a native scan's ``RecordBatch.hashes``): hashes already made of
+    ASCII spans (>= 0; their units are their lengths) and -1 where not; only the others are hashed.
 
     With the native ``core``: one C loop hashes every span as ASCII and marks those with a
     byte >= 0x80, which are hashed from the decoded string as below.
@@ -95,6 +98,14 @@ def span_hashes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, core=n
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 0)
     n = len(starts)
+    if known is not None and len(known) == n and n:
+        rest = np.flatnonzero(known < 0)
+        hashes = known.astype(np.uint32)
+        units = lengths.copy()
+        if len(rest):
+            h, u = span_hashes(buf, starts[rest], lengths[rest], core)
+            hashes[rest], units[rest] = h.view(np.uint32), u
+        return hashes.view(np.int32), units
     if n == 0 or not lengths.any():
         return np.zeros(n, np.int32), lengths.copy()
     if core is not None:

@@ -304,7 +304,8 @@ def select(batch, idx: np.ndarray):
     from rmqtool.records.scan import RecordBatch
     cols = {k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (len(batch),) else v)
             for k, v in batch.columns.items()}
-    return RecordBatch(batch.path, batch.file_base, batch.buf, batch.buf_base, cols, batch.carved)
+    hashes = {k: v[idx] for k, v in (getattr(batch, "hashes", None) or {}).items()}
+    return RecordBatch(batch.path, batch.file_base, batch.buf, batch.buf_base, cols, batch.carved, hashes)
 
 
 def batch_to_arrow(batch, store: str | None = None, body: str = "none") -> pa.RecordBatch:

@@ -41,6 +41,8 @@ _MAGIC_FIRST_BYTES = sorted({m.to_bytes(4, "big")[0] for m in cl.MESSAGE_MAGICS}
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 _TAIL_DTYPE = np.dtype([(sc.name, ">i4" if sc.sizeof() == 4 else ">i8") for sc in cl.MessageTail.subcons])
 
+#: the property whose value the native scan hashes with the topic (the dispatcher's tagsCode)
+HASHED_PROPERTY = "tags"
 # keys whose values the bulk property parser extracts, by upstream property name
 EXTRACTED_PROPERTIES = {
     "tags": cl.PROPERTY_TAGS,
@@ -91,6 +93,9 @@ class RecordBatch:
     buf_base: int                 # file position of buf[0]
     columns: dict = field(default_factory=dict)
     carved: bool = False          # found past a corruption by resync: not trusted
+    #: Java hashes of spans the native scan made while each record was in the cache ("topic" and
+    #: ``HASHED_PROPERTY``; int64, -1 where a span is not ASCII): ``span_hashes(known=...)`` skips them
+    hashes: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.columns.get("position", ()))
@@ -493,7 +498,8 @@ def _window_scan(core, check_crc: bool, crc_column: bool, piece_size: int | None
     crc_mode = core.CRC_STOP if check_crc else core.CRC_NOTE if crc_column else core.CRC_NONE
     entry_layout = (dl.ENTRY_MAGIC, dl.ENTRY_BODY_OFFSET, dl.ENTRY_HEADER_OFFSETS["pos"],
                     dl.ENTRY_HEADER_OFFSETS["body_length"]) if entries else None
-    return WindowScan(core, layout, _NATIVE_NAMES, crc_mode, piece_size, entry_layout)
+    return WindowScan(core, layout, _NATIVE_NAMES, crc_mode, piece_size, entry_layout,
+                      hash_prop=list(EXTRACTED_PROPERTIES).index(HASHED_PROPERTY))
 
 
 #: the layout vector of each native core (in practice one), built from formats/ on first use
@@ -505,6 +511,7 @@ def _native_batch(path: str, file_base: int, buf: np.ndarray, base: int, names: 
     """The batch of the native window scan: its column rows by name, as ``_decode_window`` makes it."""
     out = {name: cols[i, :rows] for i, name in enumerate(names)}
     crc_ok = out.pop("body_crc_ok")
+    hashes = {"topic": out.pop("topic_hash"), HASHED_PROPERTY: out.pop("prop_hash")}
     k = len(EXTRACTED_PROPERTIES)
     for j, name in enumerate(EXTRACTED_PROPERTIES):
         out[f"{name}_start"], out[f"{name}_len"] = props[j, :rows], props[k + j, :rows]
@@ -512,7 +519,7 @@ def _native_batch(path: str, file_base: int, buf: np.ndarray, base: int, names: 
         out["body_crc_ok"] = crc_ok == 1
     out["position"] = out["position"] + base
     out["phy_offset"] = out["position"] + file_base
-    return RecordBatch(path, file_base, buf, base, out)
+    return RecordBatch(path, file_base, buf, base, out, hashes=hashes)
 
 
 def _reference_stop(buf: np.ndarray, base: int, p: int, malformed: bool) -> FileEnd:

@@ -95,8 +95,10 @@ class WindowScan:
     """One FileScan's native window reads (see the module's docstring)."""
 
     def __init__(self, core, layout: np.ndarray, names: tuple, crc_mode: int, piece: int | None = None,
-                 entry_layout: tuple | None = None):
+                 entry_layout: tuple | None = None, hash_prop: int = -1):
         self.core = core
+        # which of ``names`` has its value hashed with the topic while in the cache (-1: none)
+        self.hash_prop = hash_prop
         self.layout = layout
         self.names = names
         self.crc_mode = crc_mode          # core.CRC_NONE, CRC_STOP or CRC_NOTE
@@ -125,7 +127,7 @@ class WindowScan:
                 fh.read_into(window[read:read + step], pos + read)
                 read += step
             taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
-                                              cols, props, rows, entries)
+                                              cols, props, rows, entries, self.hash_prop)
             rows += taken
             if why == core.SCAN_FULL:
                 cols, props = _grown(cols, rows), _grown(props, rows)

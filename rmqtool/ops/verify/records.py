@@ -19,8 +19,8 @@ from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
-from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, record_index_keys, record_tags_codes,
-                                     schedule_delays)
+from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, known_hashes, record_index_keys,
+                                     record_tags_codes, schedule_delays)
 from rmqtool.kernels.javahash import span_hashes
 from rmqtool.kernels.search import search_sorted
 from rmqtool.ops.verify.dledger import entry_columns
@@ -78,7 +78,7 @@ class TopicTable:
         """
         buf = batch.buf
         starts, lens = batch.topic_start, batch.topic_len
-        h, _ = span_hashes(buf, starts, lens)
+        h, _ = span_hashes(buf, starts, lens, known=known_hashes(batch, "topic"))
         key = (h.astype(np.int64) & 0xFFFFFFFF) << 16 | (lens & 0xFFFF)
         if core is not None and len(starts):
             groups, first = np.empty(len(starts), np.int64), np.empty(len(starts), np.int64)
