@@ -225,30 +225,39 @@ def test_remote_path_names():
     assert pickle.loads(pickle.dumps(p)) == p
 
 
+def _exported_rows(where: str) -> list:
+    """The rows of an export (a local directory or an ``s3://`` URI) by CommitLog offset, without the
+    ``file`` column (the CommitLog path each row was read from)."""
+    import pyarrow.dataset as ds
+    from rmqtool.io.storage import RemotePath, is_uri
+    if is_uri(where):
+        remote = RemotePath(where)
+        table = ds.dataset(remote.fs_path, filesystem=remote.fs, partitioning="hive", format="parquet").to_table()
+    else:
+        table = ds.dataset(where, partitioning="hive", format="parquet").to_table()
+    return table.sort_by([("phy_offset", "ascending")]).drop_columns(["file"]).to_pylist()
+
+
+def _exported_keys(s3, prefix: str) -> list[str]:
+    return [o["Key"] for o in s3.client.list_objects_v2(Bucket="fleet", Prefix=prefix)["Contents"]]
+
+
 def test_export_to_s3(s3, tmp_path):
     """export --to s3://...: the part files, _topics.json and _SUCCESS land in the bucket with the
     rows of a local export; a second export needs --force, and replaces only a previous export."""
-    import pyarrow.dataset as ds
-    pq = pytest.importorskip("pyarrow.parquet")
+    pytest.importorskip("pyarrow.parquet")
     store = str(reference_store("mixed"))
     assert run_cli("export", store, "--to", str(tmp_path / "local")).code == 0
     r = run_cli("export", store, "--to", "s3://fleet/exports/mixed", "--jobs", "2")
     assert r.code == 0, r.err
-    keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket="fleet", Prefix="exports/mixed/")["Contents"]]
+    keys = _exported_keys(s3, "exports/mixed/")
     assert "exports/mixed/_SUCCESS" in keys and "exports/mixed/_topics.json" in keys
     assert not any("/." in k for k in keys)                    # no temporaries left
-    import pyarrow.fs as pafs
-    from rmqtool.io.storage import RemotePath
-    remote = RemotePath("s3://fleet/exports/mixed")
-    got = ds.dataset(remote.fs_path, filesystem=remote.fs, partitioning="hive", format="parquet").to_table()
-    want = ds.dataset(str(tmp_path / "local"), partitioning="hive", format="parquet").to_table()
-    order = [("phy_offset", "ascending")]
-    assert got.sort_by(order).drop_columns(["file"]).to_pylist() == want.sort_by(order).drop_columns(["file"]).to_pylist()
+    assert _exported_rows("s3://fleet/exports/mixed") == _exported_rows(str(tmp_path / "local"))
     assert run_cli("export", store, "--to", "s3://fleet/exports/mixed").code == 3
     assert run_cli("export", store, "--to", "s3://fleet/exports/mixed", "--force").code == 0
     s3.put("fleet", "exports/other/notes.txt", b"x")
     assert run_cli("export", store, "--to", "s3://fleet/exports/other", "--force").code == 3
-    del pq, pafs
 
 
 @pytest.mark.spark
@@ -260,22 +269,15 @@ def test_spark_engine_exports_from_and_to_s3(s3, tmp_path):
     from rmqtool.engines.spark import find_java
     if find_java() is None:
         pytest.skip("no Java runtime")
-    import pyarrow.dataset as ds
     from conftest import run_cli_process
-    from rmqtool.io.storage import RemotePath
     uri = "s3://fleet/crashed"
     c = run_cli_process("export", uri, "--to", "s3://fleet/exports/spark", "--engine", "spark", "--master",
                         "local[2]", "--split-size", "50000", timeout=300)
     assert c.returncode == 0, c.stderr[-2000:]
-    keys = [o["Key"] for o in s3.client.list_objects_v2(Bucket="fleet", Prefix="exports/spark/")["Contents"]]
+    keys = _exported_keys(s3, "exports/spark/")
     assert "exports/spark/_SUCCESS" in keys and any(k.endswith(".parquet") for k in keys)
     assert run_cli("export", str(reference_store("crashed")), "--to", str(tmp_path / "local")).code == 0
-    remote = RemotePath("s3://fleet/exports/spark")
-    got = ds.dataset(remote.fs_path, filesystem=remote.fs, partitioning="hive", format="parquet").to_table()
-    want = ds.dataset(str(tmp_path / "local"), partitioning="hive", format="parquet").to_table()
-    order = [("phy_offset", "ascending")]
-    drop = [c for c in ("file", "store") if c in want.column_names]
-    assert got.sort_by(order).drop_columns(drop).to_pylist() == want.sort_by(order).drop_columns(drop).to_pylist()
+    assert _exported_rows("s3://fleet/exports/spark") == _exported_rows(str(tmp_path / "local"))
 
 
 def test_verify_parts_staged_on_s3(s3):
