@@ -24,6 +24,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <zlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* spans ahead whose first bytes are asked for early: spans lie far apart (one per record) */
 #define PREFETCH_AHEAD 8
@@ -87,6 +90,12 @@ static uint32_t crc32_clmul(const unsigned char *buf, size_t len, uint32_t crc)
 }
 #endif
 
+#ifdef CRC_FOLD_CONSTANTS
+/* zlib's own byte table (get_crc_table), for the few bytes after the folded blocks: a call into
+ * crc32_z per record cost more than its bytes */
+static const z_crc_t *crc_table;
+#endif
+
 /* zlib's crc32(0, buf, len). */
 static inline uint32_t crc32_span(const unsigned char *buf, size_t len)
 {
@@ -94,9 +103,9 @@ static inline uint32_t crc32_span(const unsigned char *buf, size_t len)
 #ifdef CRC_FOLD_CONSTANTS
     if (crc_use_clmul && len >= 64) {
         size_t blocks = len & ~(size_t)15;
-        crc = ~crc32_clmul(buf, blocks, ~crc);
-        buf += blocks;
-        len -= blocks;
+        uint32_t c = crc32_clmul(buf, blocks, ~crc);       /* the register, not yet inverted */
+        for (size_t i = blocks; i < len; i++) c = (uint32_t)crc_table[(c ^ buf[i]) & 0xff] ^ (c >> 8);
+        return ~c;
     }
 #endif
     return (uint32_t)crc32_z(crc, buf, (z_size_t)len);
@@ -306,42 +315,151 @@ static PyObject *java_hash_spans(PyObject *self, PyObject *args)
     return result;
 }
 
-/* split_properties(buf, starts, lengths, names, out_start, out_len): the spans of the values of
- * ``names`` (a tuple of bytes) in every record's properties, as the broker's parser reads them:
- * segments split on 0x02, a segment's key up to its first 0x01, its value the rest (non-empty);
- * the last duplicate wins. out_start/out_len are int64 (len(names), records) arrays, written
- * only where a value is found (absolute buffer positions). Records with length <= 0 are skipped. */
 #define MAX_NAMES 16
-/* The property names of a tuple of bytes into name/name_len (at most MAX_NAMES); 0, or -1 with
- * an exception set. The pointers stay valid while the tuple lives. */
-static int take_names(PyObject *names, const char **name, Py_ssize_t *name_len, Py_ssize_t *k)
+/* Property names, with each name of at most 8 bytes also as one word (its bytes, zero-padded) so a
+ * key is matched by one comparison. */
+typedef struct {
+    Py_ssize_t k;
+    const char *name[MAX_NAMES];
+    Py_ssize_t len[MAX_NAMES];
+    uint64_t word[MAX_NAMES];
+} names_t;
+
+/* The word of the first ``len`` (<= 8) bytes at p, the rest zero (in memory order on any host). */
+static inline uint64_t prefix_word(const unsigned char *p, Py_ssize_t len)
 {
-    *k = PyTuple_GET_SIZE(names);
-    if (*k > MAX_NAMES) {
+    unsigned char bytes[8] = {0};
+    memcpy(bytes, p, (size_t)len);
+    uint64_t w;
+    memcpy(&w, bytes, 8);
+    return w;
+}
+
+/* prefix_masks[n]: a word whose first n bytes in memory are 0xff */
+static uint64_t prefix_masks[9];
+
+static void init_prefix_masks(void)
+{
+    static const unsigned char ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    for (int n = 0; n <= 8; n++) prefix_masks[n] = prefix_word(ones, n);
+}
+
+/* The property names of a tuple of bytes (at most MAX_NAMES); 0, or -1 with an exception set.
+ * The pointers stay valid while the tuple lives. */
+static int take_names(PyObject *names, names_t *out)
+{
+    out->k = PyTuple_GET_SIZE(names);
+    if (out->k > MAX_NAMES) {
         PyErr_SetString(PyExc_ValueError, "too many property names");
         return -1;
     }
-    for (Py_ssize_t j = 0; j < *k; j++) {
+    for (Py_ssize_t j = 0; j < out->k; j++) {
         PyObject *item = PyTuple_GET_ITEM(names, j);
         if (!PyBytes_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "property names must be bytes");
             return -1;
         }
-        name[j] = PyBytes_AS_STRING(item);
-        name_len[j] = PyBytes_GET_SIZE(item);
+        out->name[j] = PyBytes_AS_STRING(item);
+        out->len[j] = PyBytes_GET_SIZE(item);
+        out->word[j] = out->len[j] <= 8 ? prefix_word((const unsigned char *)out->name[j], out->len[j]) : 0;
     }
     return 0;
 }
 
+/* The pair [seg, q) of one record's properties (which end at ``end``), its first 0x01 at ``eq``
+ * (NULL: none): a non-empty value whose name is one of ``names`` goes to vs[j] / vl[j]. */
+static inline void split_pair(const unsigned char *b, const unsigned char *seg, const unsigned char *eq,
+                              const unsigned char *q, const unsigned char *end, const names_t *restrict names,
+                              int64_t *restrict vs, int64_t *restrict vl, Py_ssize_t stride, Py_ssize_t row)
+{
+    if (!eq || eq + 1 >= q) return;
+    Py_ssize_t key_len = eq - seg, k = names->k;
+    /* a key of at most 8 bytes with 8 bytes to read: compared as one word */
+    int as_word = key_len <= 8 && end - seg >= 8;
+    uint64_t key = 0;
+    if (as_word) {
+        memcpy(&key, seg, 8);
+        key &= prefix_masks[key_len];
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (key_len != names->len[j]) continue;
+        if (as_word) {
+            if (key != names->word[j]) continue;
+        } else {
+            Py_ssize_t i = 0;
+            while (i < key_len && seg[i] == (unsigned char)names->name[j][i]) i++;
+            if (i != key_len) continue;
+        }
+        vs[j * stride + row] = (eq + 1) - b;
+        vl[j * stride + row] = q - (eq + 1);
+    }
+}
+
+#ifdef __SSE2__
+/* The separators of the 16 bytes at ``block`` from its byte ``skip`` on, in order: a 0x02 ends the
+ * pair that began at *seg, the first 0x01 of a pair is its *eq. */
+static inline void split_block(const unsigned char *b, const unsigned char *block, unsigned skip,
+                               const unsigned char **seg, const unsigned char **eq, const unsigned char *end,
+                               const names_t *names, int64_t *vs, int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)block);
+    unsigned pair_ends = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x02))) >> skip << skip;
+    unsigned marks = pair_ends | ((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x01))) >> skip << skip);
+    while (marks) {
+        unsigned i = (unsigned)__builtin_ctz(marks);
+        marks &= marks - 1;
+        if (pair_ends >> i & 1) {
+            split_pair(b, *seg, *eq, block + i, end, names, vs, vl, stride, row);
+            *seg = block + i + 1;
+            *eq = NULL;
+        } else if (!*eq) {
+            *eq = block + i;
+        }
+    }
+}
+#endif
+
+/* One record's property value spans (the rule of split_properties), into vs[j] / vl[j]. */
+static void split_one(const unsigned char *b, int64_t start, int64_t len, const names_t *names, int64_t *vs,
+                      int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
+{
+    const unsigned char *seg = b + start, *end = seg + len, *eq = NULL, *q = seg;
+#ifdef __SSE2__
+    /* sixteen bytes at a time, the separators' positions as bit masks visited in order (the values
+     * are short and separators frequent: a scalar loop stopped every few bytes); the last partial
+     * block as the 16 bytes that end the properties, the bytes already seen masked off */
+    for (; end - q >= 16; q += 16) split_block(b, q, 0, &seg, &eq, end, names, vs, vl, stride, row);
+    if (q < end && len >= 16) {
+        split_block(b, end - 16, (unsigned)(q - (end - 16)), &seg, &eq, end, names, vs, vl, stride, row);
+        q = end;
+    }
+#endif
+    for (;; q++) {                  /* the rest, byte by byte (short properties; all without SSE2) */
+        if (q == end || *q == 0x02) {
+            split_pair(b, seg, eq, q, end, names, vs, vl, stride, row);
+            if (q == end) break;
+            seg = q + 1;
+            eq = NULL;
+        } else if (*q == 0x01 && !eq) {
+            eq = q;
+        }
+    }
+}
+
+/* split_properties(buf, starts, lengths, names, out_start, out_len): the spans of the values of
+ * ``names`` (a tuple of bytes) in every record's properties, as the broker's parser reads them:
+ * segments split on 0x02, a segment's key up to its first 0x01, its value the rest (non-empty);
+ * the last duplicate wins. out_start/out_len are int64 (len(names), records) arrays, written
+ * only where a value is found (absolute buffer positions). Records with length <= 0 are skipped. */
 static PyObject *split_properties(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *buf, *starts, *lengths, *names, *out_start, *out_len;
     if (!PyArg_ParseTuple(args, "OOOO!OO", &buf, &starts, &lengths, &PyTuple_Type, &names, &out_start, &out_len))
         return NULL;
-    const char *name[MAX_NAMES];
-    Py_ssize_t name_len[MAX_NAMES], k;
-    if (take_names(names, name, name_len, &k) < 0) return NULL;
+    names_t nm;
+    if (take_names(names, &nm) < 0) return NULL;
+    Py_ssize_t k = nm.k;
     spans_t s;
     Py_ssize_t n;
     Py_buffer os, ol;
@@ -364,25 +482,8 @@ static PyObject *split_properties(PyObject *self, PyObject *args)
         if (ln[i] > 0 && (st[i] < 0 || st[i] > s.buf.len || ln[i] > s.buf.len - st[i])) { bad = i; break; }
     }
     if (bad < 0) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (ln[i] <= 0) continue;
-            const unsigned char *p = b + st[i], *end = p + ln[i];
-            while (p < end) {
-                const unsigned char *seg_end = memchr(p, 0x02, (size_t)(end - p));
-                if (!seg_end) seg_end = end;
-                const unsigned char *eq = memchr(p, 0x01, (size_t)(seg_end - p));
-                if (eq && eq + 1 < seg_end) {
-                    Py_ssize_t key_len = eq - p;
-                    for (Py_ssize_t j = 0; j < k; j++) {
-                        if (key_len == name_len[j] && memcmp(p, name[j], (size_t)key_len) == 0) {
-                            vs[j * stride + i] = (eq + 1) - b;
-                            vl[j * stride + i] = seg_end - (eq + 1);
-                        }
-                    }
-                }
-                p = seg_end + 1;
-            }
-        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (ln[i] > 0) split_one(b, st[i], ln[i], &nm, vs, vl, stride, i);
     }
     Py_END_ALLOW_THREADS
     PyObject *result = bad < 0 ? Py_NewRef(Py_None) : bad_span(bad, st, ln, s.buf.len);
@@ -682,42 +783,6 @@ static inline int64_t read_be(const unsigned char *p, int64_t size, int64_t is_s
 
 #define FIELD(L, base, name) read_be((base) + (L)[name##_AT], (L)[name##_SIZE], (L)[name##_SIGNED])
 
-/* One record's property value spans (the rule of split_properties), into out[j] / out[k + j]. */
-static void split_one(const unsigned char *b, int64_t start, int64_t len, Py_ssize_t k, const char *const *name,
-                      const Py_ssize_t *name_len, int64_t *vs, int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
-{
-    /* one pass over the bytes (the values are short: a call to memchr per separator costs more) */
-    const unsigned char *seg = b + start, *end = seg + len, *eq = NULL;
-    for (const unsigned char *q = seg;; q++) {
-        /* eight bytes at a time past bytes that cannot be a separator (none below 0x03) */
-        while (end - q >= 8) {
-            uint64_t x;
-            memcpy(&x, q, 8);
-            if ((x - 0x0303030303030303ULL) & ~x & 0x8080808080808080ULL) break;
-            q += 8;
-        }
-        if (q == end || *q == 0x02) {
-            if (eq && eq + 1 < q) {
-                Py_ssize_t key_len = eq - seg;
-                for (Py_ssize_t j = 0; j < k; j++) {
-                    if (key_len != name_len[j] || seg[0] != (unsigned char)name[j][0]) continue;
-                    Py_ssize_t i = 1;
-                    while (i < key_len && seg[i] == (unsigned char)name[j][i]) i++;
-                    if (i == key_len) {
-                        vs[j * stride + row] = (eq + 1) - b;
-                        vl[j * stride + row] = q - (eq + 1);
-                    }
-                }
-            }
-            if (q == end) break;
-            seg = q + 1;
-            eq = NULL;
-        } else if (*q == 0x01 && !eq) {
-            eq = q;
-        }
-    }
-}
-
 /* Decode the record at p (TOTALSIZE total, inside the buffer) into column row ``row``; 0 when it
  * is well formed (every part inside the record, topic length >= 0, computed length == TOTALSIZE),
  * -1 otherwise (nothing is read outside the record). */
@@ -818,9 +883,9 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "crc_mode must be CRC_NONE, CRC_STOP or CRC_NOTE");
         return NULL;
     }
-    const char *name[MAX_NAMES];
-    Py_ssize_t name_len[MAX_NAMES], k;
-    if (take_names(names, name, name_len, &k) < 0) return NULL;
+    names_t nm;
+    if (take_names(names, &nm) < 0) return NULL;
+    Py_ssize_t k = nm.k;
     Py_buffer w, lv, cv, pv;
     if (PyObject_GetBuffer(window, &w, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     if (PyObject_GetBuffer(layout, &lv, PyBUF_C_CONTIGUOUS) < 0) { PyBuffer_Release(&w); return NULL; }
@@ -889,7 +954,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = 0; vl[j * cap + row] = -1; }
         int64_t props_len = cols[C_PROPS_LEN * cap + row];
         if (props_len > 0)
-            split_one(b, cols[C_PROPS_START * cap + row], props_len, k, name, name_len, vs, vl, cap, row);
+            split_one(b, cols[C_PROPS_START * cap + row], props_len, &nm, vs, vl, cap, row);
         int64_t crc_ok = crc_mode == CRC_NONE ? -1 : 1;
         if (crc_mode != CRC_NONE) {
             int64_t body_len = cols[C_BODY_LEN * cap + row];
@@ -1302,9 +1367,11 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    init_prefix_masks();
 #ifdef CRC_FOLD_CONSTANTS
     __builtin_cpu_init();
     crc_use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    crc_table = get_crc_table();
     PyObject *fold = PyTuple_New(CRC_FOLD_CONSTANTS);
     if (!fold) { Py_DECREF(m); return NULL; }
     for (int i = 0; i < CRC_FOLD_CONSTANTS; i++) PyTuple_SET_ITEM(fold, i, PyLong_FromUnsignedLongLong(crc_fold[i]));
