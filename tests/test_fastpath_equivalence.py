@@ -219,25 +219,49 @@ def test_entry_run_native_equals_the_scalar_walk(case):
 
 @needs_native
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, (1 << 31) - 1), max_size=60), st.integers(1, 12),
-       st.lists(st.integers(-3, 40), min_size=12, max_size=12), st.integers(1, 30), st.booleans())
-def test_index_chains_native_equal_numpy(hashes, hash_slots, old_slots, count, first_file):
-    """putKey chains (prevIndex, slots, hashSlotCount, header) made key by key in C equal the
-    numpy formulation (one ordering of the keys by slot), from slots holding any old values."""
+@given(st.lists(st.tuples(st.integers(-(1 << 31), (1 << 31) - 1),
+                          st.one_of(st.integers(1_700_000_000_000, 1_700_000_900_000),
+                                    st.integers(-(1 << 63), (1 << 63) - 1))), max_size=60),
+       st.integers(1, 12), st.lists(st.integers(-3, 40), min_size=12, max_size=12), st.integers(1, 30),
+       st.booleans(), st.sampled_from([np.int32, np.int64]), st.sampled_from([0, -5, 1_700_000_000_000]))
+def test_index_entries_native_equal_numpy(keys, hash_slots, old_slots, count, first_file, hash_type, begin):
+    """putKey's entries (prevIndex chains, keyHash, phyOffset, timeDiff), slots, hashSlotCount and
+    header made key by key in C equal the numpy formulation (one ordering of the keys by slot), from
+    slots holding any old values, for any hash and timestamp (negative, wrapping differences) and a
+    begin timestamp that is unset, negative or set."""
     from formats.indexfile import INDEX_HEADER_DTYPE
     from rmqtool.broker.dispatch import append_index_keys
+    hashes = np.array([h for h, _ in keys], hash_type)
+    ts = np.array([t for _, t in keys], np.int64)
     results = []
     for core in (native.core, None):
         header = np.zeros(1, INDEX_HEADER_DTYPE)
         header["index_count"] = 1 if first_file else count
-        header["begin_timestamp"] = 0 if first_file else 1_700_000_000_000
+        header["begin_timestamp"] = begin
         header["hash_slot_count"] = 3
         slots = np.array(old_slots[:hash_slots], dtype=np.int32)
-        ts = 1_700_000_000_000 + np.arange(len(hashes), dtype=np.int64) * 700
-        new = append_index_keys(header, slots, 1 << 20, np.array(hashes, np.int64),
-                                np.arange(len(hashes), dtype=np.int64) * 100, ts, core=core)
+        new = append_index_keys(header, slots, 1 << 20, hashes, np.arange(len(hashes), dtype=np.int64) * 100, ts,
+                                core=core)
         results.append((new.tobytes(), slots.tolist(), header.tobytes()))
     assert results[0] == results[1]
+
+
+@needs_native
+def test_index_entries_checks_its_arguments():
+    from rmqtool.broker.dispatch import _index_entry_layout
+    core, layout = native.core, _index_entry_layout()
+    one, slots = np.zeros(1, np.int64), np.zeros(4, np.int32)
+    out = np.zeros(int(layout[0]), np.uint8)
+    assert core.index_entries(np.zeros(1, np.int32), one, one, slots, 1, 0, layout, out) == 1
+    for bad in [(np.zeros(1, np.uint32), one, one, slots, layout, out),          # not a signed int
+                (np.zeros(1, ">i4"), one, one, slots, layout, out),              # not native order
+                (np.zeros(1, np.int32), np.zeros(2, np.int64), one, slots, layout, out),
+                (np.zeros(1, np.int32), one, one, np.zeros(0, np.int32), layout, out),
+                (np.zeros(1, np.int32), one, one, slots, layout[:4], out),
+                (np.zeros(1, np.int32), one, one, slots, np.array([20, 0, 4, 12, 17], np.int64), out),
+                (np.zeros(1, np.int32), one, one, slots, layout, out[:-1])]:
+        with pytest.raises(ValueError):
+            core.index_entries(*bad[:4], 1, 0, *bad[4:])
 
 
 def _cli(*args, native_env: str) -> subprocess.CompletedProcess:

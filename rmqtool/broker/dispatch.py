@@ -17,6 +17,7 @@ the scalar Java hash of the decoded string (UTF-16 code units, U+FFFD replacemen
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
@@ -664,9 +665,15 @@ class QueueLayout:
         # position, each ending past the one before
         if (int(qoff[0]) * CQ_UNIT_SIZE == self.written_end and int(end_phy[0]) > self.max_phy
                 and bool((np.diff(qoff) == 1).all()) and bool((np.diff(end_phy) > 0).all())):
-            rows = np.arange(n)
             self.written_end += n * CQ_UNIT_SIZE
             self.max_phy = int(end_phy[-1])
+            if not lead:                  # every unit placed, none a filler
+                logical = np.empty(n, dtype=CQ_UNIT_DTYPE)
+                logical["commitlog_offset"], logical["size"], logical["tags_code"] = phy, size, tags
+                self.real_units += n
+                self.logical_units += n
+                return logical
+            rows = np.arange(n)
         else:
             rows = self._place(qoff, phy, end_phy)
         logical = np.zeros(lead + len(rows), dtype=CQ_UNIT_DTYPE)
@@ -837,11 +844,15 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
     key_hash = np.asarray(key_hash)
     phy = np.asarray(phy, dtype=np.int64)
     ts = np.asarray(ts, dtype=np.int64)
-    slot = np.remainder(key_hash, hash_slots, dtype=np.int64)
     if core is not None and slots.dtype == np.dtype(np.int32) and slots.flags.c_contiguous:
-        prev = np.empty(n, dtype=np.int32)
-        fresh = core.index_chains(slot, slots, count, prev)
-        return _new_entries(h, count, n, key_hash, phy, ts, prev, fresh)
+        if key_hash.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            key_hash = key_hash.astype(np.int64)
+        new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
+        fresh = core.index_entries(key_hash, np.ascontiguousarray(phy), np.ascontiguousarray(ts), slots, count,
+                                   _entries_begin(h, count, ts), _index_entry_layout(), new.view(np.uint8))
+        _entries_done(h, count, n, phy, ts, new, fresh)
+        return new
+    slot = np.remainder(key_hash, hash_slots, dtype=np.int64)
     order, s_sorted = _slot_chain_order(slot, hash_slots)
     del slot
     # along the sorted keys: a key's predecessor is the one before it when the slot is the same
@@ -869,23 +880,43 @@ def append_index_keys(header: np.ndarray, slots: np.ndarray, index_entries: int,
 def _new_entries(h, count: int, n: int, key_hash, phy, ts, prev, fresh: int) -> np.ndarray:
     """The entries of ``append_index_keys`` and its header update, given every key's prevIndex
     and how many slots the keys found empty."""
-    begin_ts = int(h["begin_timestamp"][0])
-    begin = begin_ts if count > FIRST_INDEX else int(ts[0])
     new = np.empty(n, dtype=INDEX_ENTRY_DTYPE)
     new["prev_index"] = prev
     del prev
     new["key_hash"] = key_hash
     new["phy_offset"] = phy
-    new["time_diff"] = _time_diff(ts, begin)
+    new["time_diff"] = _time_diff(ts, _entries_begin(h, count, ts))
+    _entries_done(h, count, n, phy, ts, new, fresh)
+    return new
+
+
+def _entries_begin(h, count: int, ts) -> int:
+    """The timestamp new entries' timeDiff counts from: the file's begin, or for a file's first
+    keys the first key's own."""
+    return int(h["begin_timestamp"][0]) if count > FIRST_INDEX else int(ts[0])
+
+
+def _entries_done(h, count: int, n: int, phy, ts, new: np.ndarray, fresh: int) -> None:
+    """After the entries are made: the first-entry timeDiff quirk and the header's update."""
     if count <= FIRST_INDEX:                       # the first-entry timeDiff quirk
-        new["time_diff"][0] = _time_diff(ts[:1], begin_ts)[0]
+        new["time_diff"][0] = _time_diff(ts[:1], int(h["begin_timestamp"][0]))[0]
         h["begin_timestamp"] = ts[0]
         h["begin_phy_offset"] = phy[0]
     h["end_timestamp"] = ts[-1]
     h["end_phy_offset"] = phy[-1]
     h["hash_slot_count"] = int(h["hash_slot_count"][0]) + fresh
     h["index_count"] = count + n
-    return new
+
+
+@lru_cache(maxsize=1)
+def _index_entry_layout() -> np.ndarray:
+    """``core.index_entries``' layout vector: the entry size and its four fields' positions, from
+    ``formats.indexfile`` (each big-endian, as the core writes them)."""
+    dt = INDEX_ENTRY_DTYPE
+    fields = ("key_hash", "phy_offset", "time_diff", "prev_index")
+    if any(dt.fields[f][0].byteorder not in (">",) for f in fields):
+        raise TypeError("index entry fields must be big-endian")
+    return np.array([dt.itemsize, *(dt.fields[f][1] for f in fields)], dtype=np.int64)
 
 
 def _time_diff(ts: np.ndarray, begin: int) -> np.ndarray:

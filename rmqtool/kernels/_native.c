@@ -7,7 +7,7 @@
  *   split_properties  the TAGS / KEYS / UNIQ_KEY / DELAY value spans of every record
  *   split_tokens      the tokens of KEYS values (split on spaces, empty ones dropped)
  *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
- *   index_chains      IndexFile.putKey's slot chains, key by key
+ *   index_entries     IndexFile.putKey key by key: slot chains and whole entries
  *   search_sorted     numpy.searchsorted of values in (mostly) ascending order
  *
  * Inputs are read-only buffers and C-contiguous int64 arrays; outputs are caller-provided
@@ -370,7 +370,7 @@ static int take_names(PyObject *names, names_t *out)
  * (NULL: none): a non-empty value whose name is one of ``names`` goes to vs[j] / vl[j]. */
 static inline void split_pair(const unsigned char *b, const unsigned char *seg, const unsigned char *eq,
                               const unsigned char *q, const unsigned char *end, const names_t *restrict names,
-                              int64_t *restrict vs, int64_t *restrict vl, Py_ssize_t stride, Py_ssize_t row)
+                              int64_t *restrict vs, int64_t *restrict vl)
 {
     if (!eq || eq + 1 >= q) return;
     Py_ssize_t key_len = eq - seg, k = names->k;
@@ -390,8 +390,8 @@ static inline void split_pair(const unsigned char *b, const unsigned char *seg, 
             while (i < key_len && seg[i] == (unsigned char)names->name[j][i]) i++;
             if (i != key_len) continue;
         }
-        vs[j * stride + row] = (eq + 1) - b;
-        vl[j * stride + row] = q - (eq + 1);
+        vs[j] = (eq + 1) - b;
+        vl[j] = q - (eq + 1);
     }
 }
 
@@ -400,7 +400,7 @@ static inline void split_pair(const unsigned char *b, const unsigned char *seg, 
  * pair that began at *seg, the first 0x01 of a pair is its *eq. */
 static inline void split_block(const unsigned char *b, const unsigned char *block, unsigned skip,
                                const unsigned char **seg, const unsigned char **eq, const unsigned char *end,
-                               const names_t *names, int64_t *vs, int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
+                               const names_t *names, int64_t *vs, int64_t *vl)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)block);
     unsigned pair_ends = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x02))) >> skip << skip;
@@ -409,7 +409,7 @@ static inline void split_block(const unsigned char *b, const unsigned char *bloc
         unsigned i = (unsigned)__builtin_ctz(marks);
         marks &= marks - 1;
         if (pair_ends >> i & 1) {
-            split_pair(b, *seg, *eq, block + i, end, names, vs, vl, stride, row);
+            split_pair(b, *seg, *eq, block + i, end, names, vs, vl);
             *seg = block + i + 1;
             *eq = NULL;
         } else if (!*eq) {
@@ -419,24 +419,25 @@ static inline void split_block(const unsigned char *b, const unsigned char *bloc
 }
 #endif
 
-/* One record's property value spans (the rule of split_properties), into vs[j] / vl[j]. */
+/* One record's property value spans (the rule of split_properties): vs[j] / vl[j] (one per name) are
+ * set where name j has a value, and left as they are elsewhere. */
 static void split_one(const unsigned char *b, int64_t start, int64_t len, const names_t *names, int64_t *vs,
-                      int64_t *vl, Py_ssize_t stride, Py_ssize_t row)
+                      int64_t *vl)
 {
     const unsigned char *seg = b + start, *end = seg + len, *eq = NULL, *q = seg;
 #ifdef __SSE2__
     /* sixteen bytes at a time, the separators' positions as bit masks visited in order (the values
      * are short and separators frequent: a scalar loop stopped every few bytes); the last partial
      * block as the 16 bytes that end the properties, the bytes already seen masked off */
-    for (; end - q >= 16; q += 16) split_block(b, q, 0, &seg, &eq, end, names, vs, vl, stride, row);
+    for (; end - q >= 16; q += 16) split_block(b, q, 0, &seg, &eq, end, names, vs, vl);
     if (q < end && len >= 16) {
-        split_block(b, end - 16, (unsigned)(q - (end - 16)), &seg, &eq, end, names, vs, vl, stride, row);
+        split_block(b, end - 16, (unsigned)(q - (end - 16)), &seg, &eq, end, names, vs, vl);
         q = end;
     }
 #endif
     for (;; q++) {                  /* the rest, byte by byte (short properties; all without SSE2) */
         if (q == end || *q == 0x02) {
-            split_pair(b, seg, eq, q, end, names, vs, vl, stride, row);
+            split_pair(b, seg, eq, q, end, names, vs, vl);
             if (q == end) break;
             seg = q + 1;
             eq = NULL;
@@ -482,8 +483,17 @@ static PyObject *split_properties(PyObject *self, PyObject *args)
         if (ln[i] > 0 && (st[i] < 0 || st[i] > s.buf.len || ln[i] > s.buf.len - st[i])) { bad = i; break; }
     }
     if (bad < 0) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (ln[i] > 0) split_one(b, st[i], ln[i], &nm, vs, vl, stride, i);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (ln[i] <= 0) continue;
+            int64_t found_start[MAX_NAMES], found_len[MAX_NAMES];
+            for (Py_ssize_t j = 0; j < k; j++) found_len[j] = -1;
+            split_one(b, st[i], ln[i], &nm, found_start, found_len);
+            for (Py_ssize_t j = 0; j < k; j++) {          /* written only where found */
+                if (found_len[j] < 0) continue;
+                vs[j * stride + i] = found_start[j];
+                vl[j * stride + i] = found_len[j];
+            }
+        }
     }
     Py_END_ALLOW_THREADS
     PyObject *result = bad < 0 ? Py_NewRef(Py_None) : bad_span(bad, st, ln, s.buf.len);
@@ -628,75 +638,134 @@ static PyObject *entry_run(PyObject *self, PyObject *args)
     return Py_BuildValue("LL", (long long)count, (long long)p);
 }
 
-/* index_chains(slot_of_key, slots, count, out_prev) -> slots newly used: IndexFile.putKey's
- * chain for each key in turn. slot_of_key: int64 slot of every key (each in [0, slots));
- * slots: the file's slot table (native int32, updated in place); count: the file's
- * indexCount before these keys (key i becomes entry count + i). A key's prevIndex is the
- * previous key of its slot here, else the slot's old value when that is a valid entry
- * (in (0, count]), else 0. Returns how many slots had no valid value (hashSlotCount grows). */
-static PyObject *index_chains(PyObject *self, PyObject *args)
+/* index_entries(key_hash, phy, ts, slots, count, begin, layout, out) -> slots newly used: IndexFile.putKey
+ * for each key in turn, its entry written whole. key_hash: int32 or int64 (each key's slot is its
+ * floor modulo the table's length, as numpy.remainder); phy, ts: int64; slots: the file's slot
+ * table (native int32, updated in place); count: the file's indexCount before these keys (key i
+ * becomes entry count + i); begin: the begin timestamp the time differences count from (<= 0: all
+ * 0); layout: int64 (entry size, then the positions of keyHash (4 bytes), phyOffset (8), timeDiff (4)
+ * and prevIndex (4), from formats/indexfile.py); out: room for one big-endian entry per key. A key's
+ * prevIndex is the previous key of its slot here, else the slot's old value when that is a valid
+ * entry (in (0, count]), else 0 (the slot counts as newly used); its timeDiff (ts - begin) / 1000
+ * clipped to [0, Integer.MAX_VALUE] (the difference wrapping in 64 bits, as numpy's does). */
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline int64_t floor_mod(int64_t h, int64_t m)
+{
+    int64_t r;
+    if (h >= 0 && h <= INT32_MAX && m <= INT32_MAX) r = (int64_t)((uint32_t)h % (uint32_t)m);   /* the usual case */
+    else r = h % m;
+    return r < 0 ? r + m : r;
+}
+
+/* keys ahead whose slots are asked for early: a random slot of a 20 MB table is a miss to memory,
+ * and a key's work is short */
+#define SLOTS_AHEAD 32
+
+enum { IX_SIZE, IX_HASH_AT, IX_PHY_AT, IX_DIFF_AT, IX_PREV_AT, IX_COUNT };
+
+static PyObject *index_entries(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *slot_obj, *slots_obj, *prev_obj;
-    long long count;
-    if (!PyArg_ParseTuple(args, "OOLO", &slot_obj, &slots_obj, &count, &prev_obj)) return NULL;
-    Py_buffer sk, sl, pv;
-    if (PyObject_GetBuffer(slot_obj, &sk, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    if (sk.len % 8) {
-        PyBuffer_Release(&sk);
-        PyErr_SetString(PyExc_ValueError, "slot_of_key must be int64");
+    PyObject *hash_obj, *phy_obj, *ts_obj, *slots_obj, *layout_obj, *out_obj;
+    long long count, begin;
+    if (!PyArg_ParseTuple(args, "OOOOLLOO", &hash_obj, &phy_obj, &ts_obj, &slots_obj, &count, &begin, &layout_obj,
+                          &out_obj))
         return NULL;
+    Py_buffer hb, pb, tb, sl, lv, ob;
+    int have = 0;
+    PyObject *result = NULL;
+    const char *problem = NULL;
+    if (PyObject_GetBuffer(hash_obj, &hb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    have = 1;
+    if (PyObject_GetBuffer(phy_obj, &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    have = 2;
+    if (PyObject_GetBuffer(ts_obj, &tb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    have = 3;
+    if (out_get(slots_obj, &sl, 0, 0) < 0) goto done;
+    have = 4;
+    if (PyObject_GetBuffer(layout_obj, &lv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    have = 5;
+    if (out_get(out_obj, &ob, 0, 0) < 0) goto done;
+    have = 6;
+    Py_ssize_t width = hb.itemsize, n = width ? hb.len / width : 0;
+    const int64_t *L = lv.buf;
+    const char *fmt = hb.format ? hb.format : "B";
+    int native_int = (fmt[0] == 'i' || fmt[0] == 'l' || fmt[0] == 'q') && fmt[1] == 0;
+    if (!native_int || (width != 4 && width != 8) || hb.len % width) problem = "key_hash must be int32 or int64";
+    else if (pb.len != 8 * n || tb.len != 8 * n) problem = "phy and ts must be int64, one per key";
+    else if (sl.len % 4 || sl.len == 0) problem = "slots must be a non-empty int32 table";
+    else if (lv.len != 8 * IX_COUNT) problem = "layout must be (entry size, keyHash, phyOffset, timeDiff, prevIndex)";
+    else if (L[IX_HASH_AT] < 0 || L[IX_HASH_AT] + 4 > L[IX_SIZE] || L[IX_PHY_AT] < 0 || L[IX_PHY_AT] + 8 > L[IX_SIZE]
+             || L[IX_DIFF_AT] < 0 || L[IX_DIFF_AT] + 4 > L[IX_SIZE] || L[IX_PREV_AT] < 0
+             || L[IX_PREV_AT] + 4 > L[IX_SIZE])
+        problem = "an entry field outside the entry";
+    else if (ob.len != L[IX_SIZE] * n) problem = "out must hold one entry per key";
+    if (problem) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        goto done;
     }
-    Py_ssize_t n = sk.len / 8;
-    if (out_get(slots_obj, &sl, 0, 0) < 0) { PyBuffer_Release(&sk); return NULL; }
-    if (out_get(prev_obj, &pv, n, 4) < 0) { PyBuffer_Release(&sl); PyBuffer_Release(&sk); return NULL; }
-    const int64_t *slot = sk.buf;
     int32_t *table = sl.buf;
-    int64_t hash_slots = sl.len / 4;
-    int32_t *prev = pv.buf;
-    Py_ssize_t bad = -1;
+    int64_t hash_slots = sl.len / 4, size = L[IX_SIZE];
+    const int64_t *phy = pb.buf, *ts = tb.buf;
+    const unsigned char *hashes = hb.buf;
+    unsigned char *out = ob.buf;
     long long fresh = 0;
-    /* which slots this run has written: their value is then the previous key, always taken */
+    /* which slots this call has written: their value is then the previous key, always taken */
     unsigned char *touched = calloc((size_t)(hash_slots / 8 + 1), 1);
     if (!touched) {
-        PyBuffer_Release(&pv);
-        PyBuffer_Release(&sl);
-        PyBuffer_Release(&sk);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS
+    int64_t ring[SLOTS_AHEAD];       /* the slots of the keys ahead, asked for early */
+#define KEY_HASH(i) (width == 4 ? (int64_t)((const int32_t *)hashes)[i] : ((const int64_t *)hashes)[i])
+    for (Py_ssize_t i = 0; i < n && i < SLOTS_AHEAD; i++) ring[i] = floor_mod(KEY_HASH(i), hash_slots);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (slot[i] < 0 || slot[i] >= hash_slots) { bad = i; break; }
-    }
-    if (bad < 0) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + PREFETCH_AHEAD < n) __builtin_prefetch(table + slot[i + PREFETCH_AHEAD]);
-            int64_t s_i = slot[i];
-            int64_t value = table[s_i];
-            int64_t entry = count + i;
-            if (touched[s_i >> 3] & (1u << (s_i & 7))) {
-                prev[i] = (int32_t)value;
-            } else if (value > 0 && value <= count) {     /* putKey: other values count as empty */
-                prev[i] = (int32_t)value;
-            } else {
-                prev[i] = 0;
-                fresh++;
-            }
-            touched[s_i >> 3] |= (unsigned char)(1u << (s_i & 7));
-            table[s_i] = (int32_t)entry;
+        int64_t s_i = ring[i % SLOTS_AHEAD];
+        if (i + SLOTS_AHEAD < n) {
+            int64_t ahead = floor_mod(KEY_HASH(i + SLOTS_AHEAD), hash_slots);
+            ring[i % SLOTS_AHEAD] = ahead;
+            __builtin_prefetch(table + ahead);
         }
+        int64_t value = table[s_i], prev;
+        if ((touched[s_i >> 3] & (1u << (s_i & 7))) || (value > 0 && value <= count)) {
+            prev = value;                /* putKey: other old values count as empty */
+        } else {
+            prev = 0;
+            fresh++;
+        }
+        touched[s_i >> 3] |= (unsigned char)(1u << (s_i & 7));
+        table[s_i] = (int32_t)(count + i);
+        int64_t diff = 0;
+        if (begin > 0) {
+            diff = (int64_t)((uint64_t)ts[i] - (uint64_t)begin);
+            diff = diff < 0 ? 0 : diff > (int64_t)INT32_MAX * 1000 ? (int64_t)INT32_MAX * 1000 : diff;
+            diff /= 1000;
+        }
+        unsigned char *e = out + i * size;
+        put_be32(e + L[IX_HASH_AT], (uint32_t)KEY_HASH(i));
+        put_be32(e + L[IX_PHY_AT], (uint32_t)((uint64_t)phy[i] >> 32));
+        put_be32(e + L[IX_PHY_AT] + 4, (uint32_t)phy[i]);
+        put_be32(e + L[IX_DIFF_AT], (uint32_t)diff);
+        put_be32(e + L[IX_PREV_AT], (uint32_t)prev);
     }
+#undef KEY_HASH
     Py_END_ALLOW_THREADS
     free(touched);
-    PyBuffer_Release(&pv);
-    PyBuffer_Release(&sl);
-    PyBuffer_Release(&sk);
-    if (bad >= 0) {
-        PyErr_Format(PyExc_ValueError, "key %zd has slot %lld outside [0, %lld)", bad, (long long)slot[bad],
-                     (long long)hash_slots);
-        return NULL;
-    }
-    return PyLong_FromLongLong(fresh);
+    result = PyLong_FromLongLong(fresh);
+done:
+    if (have >= 6) PyBuffer_Release(&ob);
+    if (have >= 5) PyBuffer_Release(&lv);
+    if (have >= 4) PyBuffer_Release(&sl);
+    if (have >= 3) PyBuffer_Release(&tb);
+    if (have >= 2) PyBuffer_Release(&pb);
+    if (have >= 1) PyBuffer_Release(&hb);
+    return result;
 }
 
 
@@ -951,10 +1020,12 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         if (step < 0) break;
         if (row == cap) { why = SCAN_FULL; break; }
         if (decode_one(b, rec, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
-        for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = 0; vl[j * cap + row] = -1; }
+        /* each name's span found here first, then stored once (start 0, length -1: absent) */
+        int64_t found_start[MAX_NAMES], found_len[MAX_NAMES];
+        for (Py_ssize_t j = 0; j < k; j++) { found_start[j] = 0; found_len[j] = -1; }
         int64_t props_len = cols[C_PROPS_LEN * cap + row];
-        if (props_len > 0)
-            split_one(b, cols[C_PROPS_START * cap + row], props_len, &nm, vs, vl, cap, row);
+        if (props_len > 0) split_one(b, cols[C_PROPS_START * cap + row], props_len, &nm, found_start, found_len);
+        for (Py_ssize_t j = 0; j < k; j++) { vs[j * cap + row] = found_start[j]; vl[j * cap + row] = found_len[j]; }
         int64_t crc_ok = crc_mode == CRC_NONE ? -1 : 1;
         if (crc_mode != CRC_NONE) {
             int64_t body_len = cols[C_BODY_LEN * cap + row];
@@ -970,9 +1041,9 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
             unsigned char any = 0;
             uint32_t h = java_hash_continue(0, b + cols[C_TOPIC_START * cap + row], cols[C_TOPIC_LEN * cap + row], &any);
             topic_hash = any >> 7 ? -1 : (int64_t)h;
-            int64_t len = vl[hash_prop * cap + row];
+            int64_t len = found_len[hash_prop];
             any = 0;
-            h = len > 0 ? java_hash_continue(0, b + vs[hash_prop * cap + row], len, &any) : 0;
+            h = len > 0 ? java_hash_continue(0, b + found_start[hash_prop], len, &any) : 0;
             prop_hash = any >> 7 ? -1 : (int64_t)h;
         }
         cols[C_TOPIC_HASH * cap + row] = topic_hash;
@@ -1305,8 +1376,9 @@ static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(window, p, limit, check_crc, layout, names, cols, props, row): the chain walk, columns, "
      "property spans and body CRC of every record in one pass; returns (taken, stop, why)"},
-    {"index_chains", index_chains, METH_VARARGS,
-     "index_chains(slot_of_key, slots, count, out_prev): putKey chains; returns slots newly used"},
+    {"index_entries", index_entries, METH_VARARGS,
+     "index_entries(key_hash, phy, ts, slots, count, begin, layout, out): putKey for each key, entries written; "
+     "returns slots newly used"},
     {"entry_run", entry_run, METH_VARARGS,
      "entry_run(window, limit, window_pos, entry_magic, body_offset, pos_at, body_length_at, min_message, "
      "magic_v1, magic_v2, out): the DLedger entries from 0 the scalar walk takes"},

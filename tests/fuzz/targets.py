@@ -860,36 +860,42 @@ def _both_paths(fn):
     return out
 
 
-def _check_index_chains(data: bytes, rng) -> None:
-    """putKey's chains from the input's bytes read as key hashes and old slot values (any
-    values, as a damaged IndexFile holds): the native core equals numpy; a slot outside the
-    table is refused, never written."""
+def _check_index_entries(data: bytes, rng) -> None:
+    """putKey's entries from the input's bytes read as key hashes, old slot values and timestamps
+    (any values, as a damaged IndexFile or CommitLog holds): the native core equals numpy; an
+    output of the wrong size is refused before the slot table is touched."""
     from formats.indexfile import INDEX_HEADER_DTYPE
-    from rmqtool.broker.dispatch import append_index_keys
+    from rmqtool.broker.dispatch import _index_entry_layout, append_index_keys
     from rmqtool.kernels import native
     words = np.frombuffer(data[:len(data) // 4 * 4], ">i4")
     n_slots = rng.randrange(1, 9)
-    slots_old, hashes = words[:n_slots], words[n_slots:n_slots + 64]
+    slots_old, hashes = words[:n_slots], words[n_slots:n_slots + 64].astype(rng.choice([np.int32, np.int64]))
     count = rng.choice([0, 1, rng.randrange(0, 1 << 20)])
+    begin = rng.choice([0, -1, 1_700_000_000_000, int(words[0]) << 20 if len(words) else 7])
+    phy = np.arange(len(hashes), dtype=np.int64) * 97
+    ts = 1_700_000_000_000 + np.arange(len(hashes), dtype=np.int64) * 333
+    if rng.random() < 0.3:              # timestamps from the input: any value, differences that wrap
+        ts = (hashes.astype(np.int64) << rng.randrange(0, 40)) * 1000
     results = []
     for core in (native.core, None):
         header = np.zeros(1, INDEX_HEADER_DTYPE)
         header["index_count"] = count
+        header["begin_timestamp"] = begin
         slots = np.zeros(n_slots, np.int32)
         slots[:len(slots_old)] = slots_old
-        phy = np.arange(len(hashes), dtype=np.int64) * 97
-        ts = 1_700_000_000_000 + np.arange(len(hashes), dtype=np.int64) * 333
-        new = append_index_keys(header, slots, (1 << 20) + 128, hashes.astype(np.int64), phy, ts, core=core)
+        new = append_index_keys(header, slots, (1 << 20) + 128, hashes, phy, ts, core=core)
         results.append((new.tobytes(), slots.tobytes(), header.tobytes()))
-    check(results[0] == results[1], "index chains differ between the native core and numpy")
+    check(results[0] == results[1], "index entries differ between the native core and numpy")
     if len(hashes):
-        bad = np.array([0, rng.choice([-1, n_slots, 1 << 40])], np.int64)
+        layout = _index_entry_layout()
         table = np.zeros(n_slots, np.int32)
+        one = np.zeros(1, np.int64)
         try:
-            native.core.index_chains(bad, table, 1, np.empty(2, np.int32))
-            check(False, "index_chains took a slot outside the table")
+            native.core.index_entries(hashes[:1], one, one, table, 1, 0, layout,
+                                      np.zeros(int(layout[0]) + rng.choice([-1, 1]), np.uint8))
+            check(False, "index_entries took an output of the wrong size")
         except ValueError:
-            check(not table.any(), "index_chains wrote before refusing a slot outside the table")
+            check(not table.any(), "index_entries wrote before refusing its output")
 
 
 def run_native(data: bytes, seed, scratch: Path) -> int:
@@ -926,7 +932,7 @@ def run_native(data: bytes, seed, scratch: Path) -> int:
     s, ln = starts[short], lengths[short]
     a, b = _both_paths(lambda core: [x.tolist() for x in javahash.span_hashes(buf, s, ln, core=core)])
     check(a == b, "span_hashes differ between the native core and numpy")
-    _check_index_chains(data, rng)
+    _check_index_entries(data, rng)
     # the chain of whole MESSAGE records from the start, up to a random limit
     from rmqtool.records.scan import _message_run
     limit = rng.choice([size, rng.randrange(-1, size + 2)])
