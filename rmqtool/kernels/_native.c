@@ -30,6 +30,10 @@
 
 /* spans ahead whose first bytes are asked for early: spans lie far apart (one per record) */
 #define PREFETCH_AHEAD 8
+#ifndef SCAN_AHEAD
+/* bytes ahead of the record being taken that scan_records asks for */
+#define SCAN_AHEAD 4096
+#endif
 
 /* ---- CRC32 (zlib's polynomial, reflected) of one span ------------------------------------------
  * zlib's crc32_z, or on x86-64 with PCLMULQDQ and SSE4.1 the carry-less-multiply folding of Gopal et
@@ -1019,6 +1023,10 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         }
         if (step < 0) break;
         if (row == cap) { why = SCAN_FULL; break; }
+        /* the bytes SCAN_AHEAD past this record's, asked for now: records lie one after the other,
+         * but where the next starts is known only from this one's length, too late to wait for */
+        for (int64_t at = p + SCAN_AHEAD, stop = p + step + SCAN_AHEAD < n ? p + step + SCAN_AHEAD : n; at < stop; at += 64)
+            __builtin_prefetch(b + at);
         if (decode_one(b, rec, total, L, cols, cap, row) < 0) { why = SCAN_LENGTH; break; }
         /* each name's span found here first, then stored once (start 0, length -1: absent) */
         int64_t found_start[MAX_NAMES], found_len[MAX_NAMES];
