@@ -914,7 +914,7 @@ def _index_entry_layout() -> np.ndarray:
     ``formats.indexfile`` (each big-endian, as the core writes them)."""
     dt = INDEX_ENTRY_DTYPE
     fields = ("key_hash", "phy_offset", "time_diff", "prev_index")
-    if any(dt.fields[f][0].byteorder not in (">",) for f in fields):
+    if any(not dt.fields[f][0].str.startswith(">") for f in fields):
         raise TypeError("index entry fields must be big-endian")
     return np.array([dt.itemsize, *(dt.fields[f][1] for f in fields)], dtype=np.int64)
 
