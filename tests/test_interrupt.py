@@ -118,3 +118,39 @@ def test_the_command_starts_numpy_without_blas_threads(monkeypatch, preset, expe
     monkeypatch.setattr(rmqtool.cli, "main", lambda: seen.append(os.environ.get("OPENBLAS_NUM_THREADS")))
     entry.run()
     assert seen == [expected]
+
+
+def _interrupted_before_ignoring():
+    """A worker initializer that a Ctrl-C reaches before it has run (as when the terminal's SIGINT
+    lands while the pool is forking): the signal is sent to this worker, then ignored."""
+    from rmqtool.engines.interrupts import ignore_interrupts
+    os.kill(os.getpid(), signal.SIGINT)
+    ignore_interrupts()
+
+
+def test_workers_forked_with_ctrl_c_held_survive_one_during_their_start():
+    """Workers are forked with SIGINT blocked: one that arrives before the initializer ignores it stays
+    pending and is discarded, never a KeyboardInterrupt traceback in the worker (without the block,
+    each worker dies in its initializer and the pool never runs a task)."""
+    import multiprocessing as mp
+    from rmqtool.engines.interrupts import interrupts_held
+    ctx = mp.get_context("fork")
+    with interrupts_held():
+        pool = ctx.Pool(2, initializer=_interrupted_before_ignoring)
+    try:
+        assert pool.map_async(abs, [-1, -2, -3]).get(timeout=20) == [1, 2, 3]
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def test_a_ctrl_c_held_while_forking_reaches_the_parent_after():
+    import threading
+    from rmqtool.engines.interrupts import interrupts_held
+    reached = False
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            reached = True                 # held: not raised inside the block
+        time.sleep(0.1)                    # (raised by now: on unblocking, at the latest here)
+    assert reached

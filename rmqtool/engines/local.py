@@ -7,6 +7,7 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 
 from rmqtool.engines import Engine, Task, TaskStatus, run_one
+from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held
 
 
 def _run(task: Task, fn, schema) -> tuple[TaskStatus, pa.Table]:
@@ -41,13 +42,13 @@ class LocalEngine(Engine):
             for item in items:
                 yield runner(item, fn, schema)
             return
-        futures = [self._ensure_pool().submit(runner, item, fn, schema) for item in items]
+        with interrupts_held():        # the first submit forks the workers
+            futures = [self._ensure_pool().submit(runner, item, fn, schema) for item in items]
         for f in futures:
             yield f.result()
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            from rmqtool.ops.rebuild import ignore_interrupts
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=ignore_interrupts)
         return self._pool
 

@@ -28,6 +28,7 @@ from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.ops.verify.queuekinds import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch)
+from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from formats.indexfile import entry_position
@@ -155,12 +156,6 @@ class _Shipped:
     offset: int                            # page-aligned
     length: int
     batches: list                          # per batch: (topics, records, stop, stop_at, [(dtype, count, at)])
-
-
-def ignore_interrupts() -> None:
-    """A pool worker leaves Ctrl-C to its parent, which ends the pool (no traceback per worker)."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _init_worker(fds: list[int], counter) -> None:
@@ -388,7 +383,8 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             for fd in fds:
                 os.close(fd)
             fds = []
-        pool = ctx.Pool(procs, initializer=_init_worker, initargs=(fds, ctx.Value("i", 0)))
+        with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
+            pool = ctx.Pool(procs, initializer=_init_worker, initargs=(fds, ctx.Value("i", 0)))
         throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * procs)
         raw = pool.imap(_dispatch_file, throttle)
         results = _consumed(raw, throttle)
