@@ -128,7 +128,21 @@ def _interrupted_before_ignoring():
     ignore_interrupts()
 
 
-def test_workers_forked_with_ctrl_c_held_survive_one_during_their_start():
+@pytest.fixture
+def python_sigint():
+    """Python's own Ctrl-C handler for the test's duration (a test runner's worker may ignore SIGINT
+    or handle it itself; workers forked meanwhile inherit it)."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set from the main thread only")
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_workers_forked_with_ctrl_c_held_survive_one_during_their_start(python_sigint):
     """Workers are forked with SIGINT blocked: one that arrives before the initializer ignores it stays
     pending and is discarded, never a KeyboardInterrupt traceback in the worker (without the block,
     each worker dies in its initializer and the pool never runs a task)."""
@@ -144,7 +158,7 @@ def test_workers_forked_with_ctrl_c_held_survive_one_during_their_start():
         pool.join()
 
 
-def test_a_ctrl_c_held_while_forking_reaches_the_parent_after():
+def test_a_ctrl_c_held_while_forking_reaches_the_parent_after(python_sigint):
     import threading
     from rmqtool.engines.interrupts import interrupts_held
     reached = False
