@@ -7,6 +7,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import load_answers, reference_store
 from rmqtool.broker.dispatch import (CqCollector, IndexBuilder, QueueLayout, QueueUnits, RecordColumns,
@@ -97,6 +99,38 @@ def test_queue_layout_fed_in_pieces_equals_whole(seed):
     assert b"".join(p.tobytes() for p in parts) == whole.units.tobytes()
     assert (placer.first_file, placer.real_units, placer.warnings) == (whole.first_file, whole.real_units,
                                                                       whole.warnings)
+
+
+class _EveryUnitPlacedOneByOne(QueueLayout):
+    """The reference: ``_place``'s per-unit rule for every batch, never the shortcut."""
+
+    def _each_unit_in_place(self, qoff, end_phy) -> bool:
+        return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_queue_layout_shortcut_equals_the_per_unit_rule(data):
+    """A batch whose units all sit where the writer stands skips ``_place``: the same units,
+    warnings and state as placing each one by the rule, for runs in order (the shortcut),
+    starting mid-file (leading fillers), with repeats, gaps and skipped ranges."""
+    first = data.draw(st.integers(0, 120), label="first queue offset")
+    steps = data.draw(st.lists(st.sampled_from([1, 1, 1, 1, 0, 2, 7]), min_size=1, max_size=200), label="steps")
+    moves = data.draw(st.lists(st.sampled_from([100, 100, 100, 0, -50]), min_size=len(steps),
+                               max_size=len(steps)), label="phy moves")
+    qoff = first + np.cumsum(steps) - steps[0]
+    phy = 10_000 + np.cumsum(moves)
+    size = np.asarray(data.draw(st.lists(st.integers(20, 90), min_size=len(steps), max_size=len(steps))), np.int32)
+    tags = np.arange(len(steps), dtype=np.int64) * 7919
+    skipped = [(int(phy[len(phy) // 2]) - 1, int(phy[len(phy) // 2]))] if data.draw(st.booleans()) else []
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(steps) - 1)), max_size=8), label="cuts")))
+
+    shortcut, reference = QueueLayout("T", 3, 800, skipped), _EveryUnitPlacedOneByOne("T", 3, 800, skipped)
+    for lo, hi in zip([0] + cuts, cuts + [len(steps)]):
+        batch = (qoff[lo:hi], phy[lo:hi], size[lo:hi], tags[lo:hi])
+        assert shortcut.add(*batch).tobytes() == reference.add(*batch).tobytes()
+    state = lambda q: (q.first_file, q.written_end, q.max_phy, q.real_units, q.logical_units, q.warnings)  # noqa: E731
+    assert state(shortcut) == state(reference)
 
 
 @pytest.mark.parametrize("name", ["basic", "mixed", "crashed"])

@@ -661,10 +661,7 @@ class QueueLayout:
             lead = (start - self.first_file) // CQ_UNIT_SIZE
             self.written_end = start
         end_phy = phy.astype(np.int64) + size
-        # the per-unit rule below, skipped when its result is known: every unit at the write
-        # position, each ending past the one before
-        if (int(qoff[0]) * CQ_UNIT_SIZE == self.written_end and int(end_phy[0]) > self.max_phy
-                and bool((np.diff(qoff) == 1).all()) and bool((np.diff(end_phy) > 0).all())):
+        if self._each_unit_in_place(qoff, end_phy):   # ``_place``'s rule skipped: its result is known
             self.written_end += n * CQ_UNIT_SIZE
             self.max_phy = int(end_phy[-1])
             if not lead:                  # every unit placed, none a filler
@@ -689,6 +686,13 @@ class QueueLayout:
         self.real_units += len(keep)
         self.logical_units += len(logical)
         return logical
+
+    def _each_unit_in_place(self, qoff, end_phy) -> bool:
+        """Whether ``_place`` would put every unit where the writer stands, none skipped and
+        no gap: each at the write position and ending past the one before
+        (``tests/test_rebuild_streaming.py`` proves both ways of placing equal)."""
+        return (int(qoff[0]) * CQ_UNIT_SIZE == self.written_end and int(end_phy[0]) > self.max_phy
+                and bool((np.diff(qoff) == 1).all()) and bool((np.diff(end_phy) > 0).all()))
 
     def _place(self, qoff, phy, end_phy) -> np.ndarray:
         """Row of each placed unit (-1: a filler unit), one unit at a time."""
