@@ -450,7 +450,10 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         key_rec, key_hash = record_index_keys(batch, n, topic_hash)
     else:
         key_rec, key_hash = np.zeros(0, np.int64), np.zeros(0, np.int32)
-    cq = (groups[cq_rows], qid[cq_rows], qoff[cq_rows], phy[cq_rows], size[cq_rows], tags_code[cq_rows])
+    # every record gets a unit (a batch without transaction halves, the usual case): copies of the
+    # columns instead of gathers by row number, the same arrays
+    pick = np.copy if len(cq_rows) == n else (lambda col: col[cq_rows])
+    cq = tuple(pick(col) for col in (groups, qid, qoff, phy, size, tags_code))
     bcq = None
     kinds = config.kinds
     if kinds.batch_cq_topics or kinds.multi_dispatch:
