@@ -437,14 +437,22 @@ def test_slot_chain_order_is_the_stable_argsort_also_past_the_packing_limit():
         assert order.tolist() == want.tolist() and s_sorted.tolist() == slot[want].tolist()
 
 
-def test_index_image_write_to_equals_to_bytes(tmp_path):
+@pytest.mark.parametrize("piece", [None, 1, 7, 64])
+def test_index_image_write_to_equals_to_bytes(tmp_path, monkeypatch, piece):
+    """The file ``write_to`` leaves is ``to_bytes`` byte for byte, however the slot table is cut
+    into pieces (pieces of zeros are left as holes)."""
     import os
+    import rmqtool.broker.dispatch as dispatch
     from rmqtool.broker.dispatch import build_index_image, empty_index_image
+    if piece is not None:
+        monkeypatch.setattr(dispatch, "SLOT_WRITE_PIECE", piece)
     rng = np.random.default_rng(0)
     for image in (empty_index_image(61, 350),
                   build_index_image(rng.integers(0, 1 << 31, 300).astype(np.int32), np.arange(300) * 97,
                                     np.arange(300) * 10 + 1_700_000_000_000, 61, 350, 5, 7),
-                  build_index_image(np.array([60, 121], np.int32), np.array([1, 2]), np.array([3, 4]), 61, 350)):
+                  build_index_image(np.array([60, 121], np.int32), np.array([1, 2]), np.array([3, 4]), 61, 350),
+                  build_index_image(np.array([3, 700, 701, 1003, 5], np.int32), np.arange(5) * 50,
+                                    np.arange(5) + 1_700_000_000_000, 1009, 40)):
         path = tmp_path / "ix"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
