@@ -36,7 +36,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqtool.io import storage
+from rmqtool.io import storage, writeback
 from rmqtool.errors import RefusedError, RmqError
 from rmqtool.io.topicpath import queue_selected
 
@@ -52,32 +52,15 @@ _RENAME_EXCHANGE = 2
 
 def pwrite_all(fd: int, data, pos: int, start_writeback: bool = False) -> None:
     """Write all of ``data`` at ``pos`` (pwrite may write less than asked). ``start_writeback``:
-    have the kernel start writing those pages to disk now (``sync_file_range``, no wait), so
-    the fsync before an install finds little left to write."""
+    the bytes are a build's, to be made durable before its install: their writeback starts now
+    (``writeback.written``), so the fsync before the install finds little left to write."""
     view = memoryview(data).cast("B")
     first, total = pos, len(view)
     while view:
         done = os.pwrite(fd, view[:1 << 30], pos)
         view, pos = view[done:], pos + done
     if start_writeback and total:
-        _start_writeback(fd, first, total)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range = None
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    global _sync_file_range
-    if _sync_file_range is None:
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-            fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-            _sync_file_range = fn
-        except (OSError, AttributeError):
-            _sync_file_range = False
-    if _sync_file_range:
-        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)      # advice: errors ignored
+        writeback.written(fd, first, total)
 
 
 def crash_point(step: str) -> None:
@@ -94,6 +77,7 @@ def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if path.is_dir() else os.O_RDONLY)
     try:
         os.fsync(fd)
+        writeback.raise_deferred(fd)         # an early flush's failure, which this fsync cannot see
     finally:
         os.close(fd)
 
