@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
-                                  PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
+from formats.consumequeue import (BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, CQ_UNIT_DTYPE, CQ_UNIT_SIZE,
+                                  PRE_BLANK_COMMITLOG_OFFSET, PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
 from rmqtool.io.fileio import ReadOnlyFile, data_extent
 from rmqtool.io.segments import SegmentQueue
 
@@ -89,3 +89,19 @@ def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUn
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
     return ConsumeQueueUnits(topic, queue_id, cat(parts, CQ_UNIT_DTYPE), cat(qoffs, np.int64),
                              cat(fidx, np.int32), cat(poss, np.int64), queue, end_q, stale, short)
+
+
+def read_batch_queue(store, ref) -> list[tuple[str, int, np.ndarray]]:
+    """(file, first unit position, units) of a BatchConsumeQueue, up to the first zero unit."""
+    out = []
+    for seg in store.queue(ref.topic, ref.queue_id, batch=True).files:
+        with ReadOnlyFile(seg.path) as fh:
+            raw = fh.read(0, fh.size(), exact=False)
+        units = np.frombuffer(raw[:len(raw) // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE], BCQ_UNIT_DTYPE)
+        end = np.flatnonzero((units["commitlog_offset"] == 0) & (units["size"] == 0))
+        if len(end):
+            units = units[:end[0]]
+        out.append((str(seg.path), seg.start, units))
+        if len(end):
+            break
+    return out

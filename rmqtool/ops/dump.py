@@ -136,7 +136,7 @@ def consumequeue_rows(store, topic: str | None, queue: int | None,
 
 def batch_queue_rows(store, ref) -> Iterator[dict]:
     """A BatchConsumeQueue's 46-byte units (``kind`` BATCH_UNIT; docs/format-lmq-batchcq.md)."""
-    from rmqtool.ops.verify.queuekinds import read_batch_queue
+    from rmqtool.io.consumequeue import read_batch_queue
     for path, start, units in read_batch_queue(store, ref):
         for k, u in enumerate(units):
             yield {"file": path, "position": k * BCQ_UNIT_SIZE, "kind": "BATCH_UNIT", "topic": ref.topic,

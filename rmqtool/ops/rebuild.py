@@ -25,7 +25,7 @@ from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_S
 from rmqtool.io import install as inst
 from rmqtool.broker.cqbuild import BcqBuilder, CqBuilder
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
-from rmqtool.ops.verify.queuekinds import read_batch_queue
+from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch)
 from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held

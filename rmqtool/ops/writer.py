@@ -800,7 +800,7 @@ class StoreWriter:
         after the queue's last unit, a unit at or below the last CommitLog offset skipped (``cqbuild``'s rule)."""
         from formats.consumequeue import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE
         from rmqtool.io.store import QueueRef
-        from rmqtool.ops.verify.queuekinds import read_batch_queue
+        from rmqtool.io.consumequeue import read_batch_queue
         queues: dict = {}
         for unit in self._bcq:
             queues.setdefault(unit[:2], []).append(unit[2:])

@@ -250,7 +250,7 @@ def run_kinds(data: bytes, seed, scratch: Path) -> int:
             old.unlink()
         _write(qdir / f"{0:020d}", body)
         from rmqtool.io.store import QueueRef
-        from rmqtool.ops.verify.queuekinds import read_batch_queue
+        from rmqtool.io.consumequeue import read_batch_queue
 
         class _Store:
             def queue(self, topic, qid, batch=False):

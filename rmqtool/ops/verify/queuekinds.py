@@ -18,7 +18,7 @@ import numpy as np
 from formats import commitlog as cl
 from formats.consumequeue import BCQ_UNIT_OFFSETS, BCQ_UNIT_SIZE
 from rmqtool.broker.queuekinds import QueueKinds, batch_position, lmq_units
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.output.schema import dispatch_tags_code
 from rmqtool.records.single import RecordReader
 
@@ -58,23 +58,6 @@ def lmq_unit_checks(qu, store, kinds: QueueKinds, valid_end: int, sink) -> None:
                          + "; ".join(why), excerpt_len=20)
     finally:
         reader.close()
-
-
-def read_batch_queue(store, ref) -> list[tuple[str, int, np.ndarray]]:
-    """(file, first unit position, units) of a BatchConsumeQueue, up to the first zero unit."""
-    from formats.consumequeue import BCQ_UNIT_DTYPE
-    out = []
-    for seg in store.queue(ref.topic, ref.queue_id, batch=True).files:
-        with ReadOnlyFile(seg.path) as fh:
-            raw = fh.read(0, fh.size(), exact=False)
-        units = np.frombuffer(raw[:len(raw) // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE], BCQ_UNIT_DTYPE)
-        end = np.flatnonzero((units["commitlog_offset"] == 0) & (units["size"] == 0))
-        if len(end):
-            units = units[:end[0]]
-        out.append((str(seg.path), seg.start, units))
-        if len(end):
-            break
-    return out
 
 
 def batch_unit_checks(store, ref, valid_end: int, sink) -> np.ndarray:
