@@ -13,7 +13,8 @@ from rmqtool.io import writeback
 
 @pytest.fixture
 def small_flushes(monkeypatch):
-    """An early flush every 4 KiB, the flushes counted per file."""
+    """An early flush every 4 KiB, the flushes counted per file (none from an earlier test in flight)."""
+    writeback._idle.wait()
     monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 4096)
     flushed = []
     real = os.fdatasync
@@ -53,6 +54,7 @@ def test_writes_without_start_writeback_are_not_flushed(tmp_path, small_flushes)
 
 
 def test_a_failed_early_flush_is_raised_by_that_files_fsync(tmp_path, monkeypatch):
+    writeback._idle.wait()
     monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 4096)
 
     def failing(fd):
@@ -70,6 +72,7 @@ def test_a_failed_early_flush_is_raised_by_that_files_fsync(tmp_path, monkeypatc
 
 
 def test_fsync_tree_raises_a_failed_early_flush(tmp_path, monkeypatch):
+    writeback._idle.wait()
     monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 4096)
     monkeypatch.setattr(writeback.os, "fdatasync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
     (tmp_path / "tree").mkdir()
