@@ -65,7 +65,7 @@ def raise_deferred(fd: int) -> None:
 
 def _flush(fd: int) -> None:
     try:
-        os.fdatasync(fd)
+        getattr(os, "fdatasync", os.fsync)(fd)         # macOS has no fdatasync
     except OSError as exc:
         st = os.fstat(fd)
         with _lock:
