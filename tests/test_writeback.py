@@ -81,3 +81,31 @@ def test_fsync_tree_raises_a_failed_early_flush(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(OSError, match="full"):
         inst.fsync_tree(tmp_path / "tree")
+
+
+def test_a_rebuild_flushed_after_every_write_is_upstreams_bytes(store_copy, tmp_path, monkeypatch):
+    from conftest import reference_store
+    from test_rebuild import GEOMETRY, index_contents, tree
+    import rmqtool.ops.rebuild as rb
+    from rmqtool.io.store import Store
+    writeback._idle.wait()
+    monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 1)
+    root = store_copy("mixed")
+    rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "out", workers=1)
+    assert tree(tmp_path / "out" / "consumequeue") == tree(reference_store("mixed") / "consumequeue")
+    assert index_contents(tmp_path / "out" / "index") == index_contents(reference_store("mixed") / "index")
+
+
+def test_a_failed_early_flush_fails_the_rebuild_and_leaves_the_store_as_it_was(store_copy, monkeypatch):
+    from test_rebuild import GEOMETRY, tree
+    import rmqtool.ops.rebuild as rb
+    from rmqtool.io.store import Store
+    writeback._idle.wait()
+    monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 1)
+    monkeypatch.setattr(writeback.os, "fdatasync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")))
+    root = store_copy("mixed")
+    before = tree(root)
+    with pytest.raises(OSError, match="Input/output error"):
+        rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, confirm=None, workers=1, allow_truncate=True)
+    writeback._idle.wait()
+    assert tree(root) == before
