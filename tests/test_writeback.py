@@ -109,3 +109,15 @@ def test_a_failed_early_flush_fails_the_rebuild_and_leaves_the_store_as_it_was(s
         rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, confirm=None, workers=1, allow_truncate=True)
     writeback._idle.wait()
     assert tree(root) == before
+
+
+def test_an_early_flush_that_cannot_start_does_not_fail_the_write(tmp_path, monkeypatch):
+    """No descriptor to spare for the flush: the write succeeds, the install's fsync makes it durable."""
+    writeback._idle.wait()
+    monkeypatch.setattr(writeback, "EARLY_FLUSH_BYTES", 4096)
+    monkeypatch.setattr(writeback.os, "dup", lambda fd: (_ for _ in ()).throw(OSError(errno.EMFILE, "Too many open files")))
+    _write(tmp_path / "c", 3)
+    monkeypatch.undo()
+    assert writeback._idle.is_set()
+    inst.fsync_path(tmp_path / "c")
+    assert (tmp_path / "c").read_bytes() == b"".join(bytes([k]) * 4096 for k in range(3))

@@ -450,10 +450,11 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         key_rec, key_hash = record_index_keys(batch, n, topic_hash)
     else:
         key_rec, key_hash = np.zeros(0, np.int64), np.zeros(0, np.int32)
-    # every record gets a unit (a batch without transaction halves, the usual case): copies of the
-    # columns instead of gathers by row number, the same arrays
-    pick = np.copy if len(cq_rows) == n else (lambda col: col[cq_rows])
-    cq = tuple(pick(col) for col in (groups, qid, qoff, phy, size, tags_code))
+    cq = (groups, qid, qoff, phy, size, tags_code)
+    if len(cq_rows) == n:       # every record gets a unit (no transaction halves): copies, not gathers
+        cq = tuple(col.copy() for col in cq)
+    else:
+        cq = tuple(col[cq_rows] for col in cq)
     bcq = None
     kinds = config.kinds
     if kinds.batch_cq_topics or kinds.multi_dispatch:

@@ -45,9 +45,14 @@ def written(fd: int, offset: int, length: int) -> None:
             return
         _since_flush = 0
         _idle.clear()
+    mine = None
     try:
         mine = os.dup(fd)               # the caller may close its descriptor while this one syncs
         threading.Thread(target=_flush, args=(mine,), name="rmqtool-early-flush", daemon=True).start()
+    except (OSError, RuntimeError):     # no descriptor or thread to spare: the install's fsync does it all
+        if mine is not None:
+            os.close(mine)
+        _idle.set()
     except BaseException:
         _idle.set()
         raise
