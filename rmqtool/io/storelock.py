@@ -30,7 +30,7 @@ import struct
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from rmqtool.io import liveness
+from rmqtool.io import liveness, ownership
 from rmqtool.errors import RefusedError, writing_to
 from rmqtool.io.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_side, side_path
 
@@ -90,8 +90,19 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _open(path: Path) -> int:
+    """Open (create when missing) a lock file; one it creates is owned like a new file in its
+    directory (``io.ownership``: a store's owner, not the user running rmqtool)."""
     try:
-        return os.open(path, _OPEN_FLAGS, 0o644)
+        try:
+            fd = os.open(path, _OPEN_FLAGS | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return os.open(path, _OPEN_FLAGS, 0o644)
+        try:
+            ownership.inherit(path, fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "
