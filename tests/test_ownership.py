@@ -1,4 +1,4 @@
-"""Owners and modes of what rmqtool writes into a store (docs/stores.md, "Owners and modes").
+"""Owners and modes of what rmqtool writes into a store (docs/limits.md, "Owners and modes").
 
 Run as root on a store owned by ``nobody`` (its root read-only 0555, some files and directories
 with modes of their own), as an SRE runs rmqtool on a broker's store: after ``rebuild all``,

@@ -1,4 +1,4 @@
-"""Who owns what rmqtool writes into a store, and with which mode (docs/stores.md, "Owners and modes").
+"""Who owns what rmqtool writes into a store, and with which mode (docs/limits.md, "Owners and modes").
 
 A broker runs as its own user; rmqtool is often run as root. Everything rmqtool puts into a
 store must be usable by the broker afterwards, so every file and directory it writes or
