@@ -18,9 +18,10 @@ import pytest
 
 from tests.conftest import dledger_copy, reference_store, run_cli, timer_copy
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="giving a store to another user (chown) needs root")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a store to another user (chown) needs root")
 
 _BACKUP = re.compile(r"^(.*)\.backup-\d{8}T\d{6}\d*Z$")
+_BUILD = re.compile(r"^(.*)\.rmqtool-tmp-\d{8}T\d{6}\d*Z$")
 
 
 def _nobody() -> tuple[int, int]:
@@ -71,10 +72,11 @@ def _snapshot(home: Path) -> dict[str, os.stat_result]:
 
 
 def _original(rel: str) -> str:
-    """The path an entry of a dated backup had before it was replaced."""
+    """The path an entry of a dated backup had before it was replaced (of a build: the path it
+    replaces)."""
     parts = rel.split(os.sep)
     for i, part in enumerate(parts):
-        m = _BACKUP.match(part)
+        m = _BACKUP.match(part) or _BUILD.match(part)
         if m:
             parts[i] = m.group(1)
             break
@@ -139,6 +141,7 @@ def home(tmp_path) -> Path:
     return home
 
 
+@needs_root
 def test_rebuild_all_in_place_keeps_owners_and_modes(home):
     before = _snapshot(home)
     r = run_cli("rebuild", "all", home / "store", "--yes")
@@ -148,6 +151,7 @@ def test_rebuild_all_in_place_keeps_owners_and_modes(home):
     assert stat.S_IMODE(os.stat(home / "store").st_mode) == 0o555
 
 
+@needs_root
 def test_rebuild_one_topic_keeps_owners_and_modes(home):
     """A partial rebuild: the other topics' files are carried into the new tree."""
     topic = sorted((home / "store" / "consumequeue").iterdir())[0].name
@@ -157,6 +161,7 @@ def test_rebuild_one_topic_keeps_owners_and_modes(home):
     assert _check(home, before) == []
 
 
+@needs_root
 def test_write_keeps_owners_and_modes_and_the_read_only_root(home):
     before = _snapshot(home)
     r = run_cli("write", home / "store", "--synthetic", "100")
@@ -166,6 +171,7 @@ def test_write_keeps_owners_and_modes_and_the_read_only_root(home):
     assert stat.S_IMODE(os.stat(home / "store").st_mode) == 0o555
 
 
+@needs_root
 def test_rebuild_then_write_then_rebuild(home):
     """In sequence, as an incident goes: each run finds what the one before left (backups
     inside the store included) and leaves it owned and moded as it was."""
@@ -178,6 +184,7 @@ def test_rebuild_then_write_then_rebuild(home):
         assert _check(home, before) == [], args[:2]
 
 
+@needs_root
 def test_a_lock_file_rmqtool_creates_is_the_store_owners(home):
     os.unlink(home / "store" / "lock")
     before = _snapshot(home)
@@ -188,6 +195,7 @@ def test_a_lock_file_rmqtool_creates_is_the_store_owners(home):
     assert stat.S_IMODE(os.stat(home / "store" / "lock").st_mode) == 0o666 & ~_umask() & 0o755
 
 
+@needs_root
 def test_rebuild_timerwheel_keeps_owner_and_mode(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -202,6 +210,7 @@ def test_rebuild_timerwheel_keeps_owner_and_mode(tmp_path):
     assert stat.S_IMODE(os.stat(store).st_mode) == 0o555
 
 
+@needs_root
 def test_convert_into_a_users_directory_gives_the_new_store_to_that_user(tmp_path):
     """convert writes a new store (never into an existing one): made in a directory nobody
     owns, the whole new store is nobody's, with the modes a new entry gets there."""
@@ -219,6 +228,7 @@ def test_convert_into_a_users_directory_gives_the_new_store_to_that_user(tmp_pat
     assert stat.S_IMODE(os.stat(home / "store").st_mode) == 0o777 & ~_umask() & 0o750
 
 
+@needs_root
 def test_write_a_new_store_in_a_users_directory(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -229,3 +239,52 @@ def test_write_a_new_store_in_a_users_directory(tmp_path):
     r = run_cli("write", home / "store", "--synthetic", "50")
     assert r.code == 0, r.err
     assert _check(home, before) == []
+
+
+@needs_root
+@pytest.mark.parametrize("step", ["journal", "exchanged"])
+def test_a_crashed_install_leaves_its_leftovers_to_the_owner(home, step):
+    """A rebuild killed mid-install leaves a journal and a build (or the originals) in the store:
+    they are nobody's already; the next run finishes the install and everything is nobody's."""
+    from tests.conftest import ROOT, run_cli_process
+    before = _snapshot(home)
+    env = dict(os.environ, RMQTOOL_CRASH_AT=step, PYTHONPATH=str(ROOT))
+    r = run_cli_process("rebuild", "consumequeue", home / "store", "--yes", env=env, cwd=ROOT)
+    assert r.returncode == -9, r.stderr
+    left = [p.name for p in (home / "store").iterdir() if p.name.startswith(".consumequeue") or "rmqtool-tmp" in p.name]
+    assert left                                                     # the journal (and the build) are there
+    assert _check(home, before) == []
+    r2 = run_cli("rebuild", "consumequeue", home / "store", "--yes")
+    assert r2.code == 0, r2.err
+    assert _check(home, before) == []
+
+
+def test_a_chown_the_user_may_not_make_is_left_out(tmp_path, monkeypatch):
+    """Not root (or a filesystem without owners): the owner stays the running user, the mode
+    is still given, nothing fails."""
+    from rmqtool.io import ownership
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.write_bytes(b"x")
+    new.write_bytes(b"y")
+    os.chmod(old, 0o600)
+    os.chmod(new, 0o644)
+    st = os.stat(new)
+    calls = []
+
+    def refuse(*args, **kw):
+        calls.append(args)
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "chown", refuse)
+    monkeypatch.setattr(os, "lstat", lambda p, *a, **k: _as_other(os.stat(p, follow_symlinks=False))
+                        if os.fspath(p) == os.fspath(old) else os.stat(p, follow_symlinks=False))
+    ownership.inherit(new, like=old)
+    assert calls                                                      # a chown was tried, and refused
+    assert stat.S_IMODE(os.stat(new).st_mode) == 0o600
+    assert (os.stat(new).st_uid, os.stat(new).st_gid) == (st.st_uid, st.st_gid)
+
+
+def _as_other(st: os.stat_result) -> os.stat_result:
+    """``st`` as if another user owned the file."""
+    fields = list(st)
+    fields[4], fields[5] = st.st_uid + 1, st.st_gid + 1
+    return os.stat_result(fields)
