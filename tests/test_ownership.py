@@ -130,15 +130,19 @@ def _check(home: Path, before: dict) -> list[str]:
     return wrong
 
 
-@pytest.fixture
-def home(tmp_path) -> Path:
-    """A broker user's home: ``home/store``, a copy of the basic reference store, all nobody's."""
+def _home(tmp_path, name: str = "basic") -> Path:
+    """A broker user's home: ``home/store``, a copy of a reference store, all nobody's."""
     import shutil
     home = tmp_path / "home"
     home.mkdir()
-    shutil.copytree(reference_store("basic"), home / "store")
+    shutil.copytree(reference_store(name), home / "store")
     _give_away(home)
     return home
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    return _home(tmp_path)
 
 
 @needs_root
@@ -149,6 +153,18 @@ def test_rebuild_all_in_place_keeps_owners_and_modes(home):
     assert any(_BACKUP.match(p.name) for p in (home / "store").iterdir())      # the originals were kept
     assert _check(home, before) == []
     assert stat.S_IMODE(os.stat(home / "store").st_mode) == 0o555
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["all", "batchconsumequeue"])
+def test_light_queues_and_batch_queues_keep_owners_and_modes(tmp_path, command):
+    """A 5.x store with light queues (``%LMQ%`` directories) and BatchConsumeQueues."""
+    home = _home(tmp_path, "propcrc-lmq-batchcq")
+    os.chmod(home / "store" / "batchconsumequeue", 0o750)
+    before = _snapshot(home)
+    r = run_cli("rebuild", command, home / "store", "--yes")
+    assert r.code == 0, r.err
+    assert _check(home, before) == []
 
 
 @needs_root
