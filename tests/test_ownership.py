@@ -304,3 +304,39 @@ def _as_other(st: os.stat_result) -> os.stat_result:
     fields = list(st)
     fields[4], fields[5] = st.st_uid + 1, st.st_gid + 1
     return os.stat_result(fields)
+
+
+@needs_root
+def test_files_and_directories_made_in_a_store_are_the_owners_from_their_creation(tmp_path):
+    """``ownership.open_file`` / ``makedirs`` (what ``write`` creates files and directories with):
+    a new file is its directory's owner's, with the mode of the last file of its kind there, on
+    the descriptor before anything is written; an existing file is left alone; each directory
+    ``makedirs`` creates is its parent's owner's, with its last sibling directory's mode."""
+    from rmqtool.io import ownership
+    uid, gid = _nobody()
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    (d / "00000000000000000000").write_bytes(b"a")
+    (d / "00000000001073741824").write_bytes(b"b")
+    (tmp_path / "sibling").mkdir()
+    os.chmod(d / "00000000000000000000", 0o600)
+    os.chmod(d / "00000000001073741824", 0o640)        # the last one: the model
+    os.chmod(tmp_path / "sibling", 0o710)
+    for p in (tmp_path, d, *d.iterdir(), tmp_path / "sibling"):
+        os.chown(p, uid, gid)
+    fd = ownership.open_file(d / "00000000002147483648", os.O_RDWR)
+    try:
+        st = os.fstat(fd)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, gid, 0o640)
+    finally:
+        os.close(fd)
+    os.chmod(d / "00000000000000000000", 0o604)
+    os.close(ownership.open_file(d / "00000000000000000000", os.O_RDWR))     # existing: untouched
+    assert stat.S_IMODE(os.stat(d / "00000000000000000000").st_mode) == 0o604
+    ownership.makedirs(tmp_path / "queue" / "T" / "0")
+    st = os.stat(tmp_path / "queue")
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, gid, 0o710)   # its sibling's
+    for sub in (tmp_path / "queue" / "T", tmp_path / "queue" / "T" / "0"):
+        st = os.stat(sub)
+        assert (st.st_uid, st.st_gid) == (uid, gid)
+        assert stat.S_IMODE(st.st_mode) == 0o777 & ~_umask() & (0o710 | 0o700)      # no sibling: its parent's

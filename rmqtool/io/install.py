@@ -321,12 +321,14 @@ def link_tree(src: Path, dst: Path) -> int:
                     raise RefusedError("a mount point inside the store cannot be staged for a "
                                        "crash-safe swap", e.path)
                 target.mkdir()
+                ownership.inherit(target, like=e.path, mode=False)     # its mode once the stage is built
                 n += link_tree(Path(e.path), target)
             elif e.is_file(follow_symlinks=False):
                 try:
                     os.link(e.path, target)
                 except OSError:
                     shutil.copy2(e.path, target)
+                    ownership.inherit(target, like=e.path)
             else:
                 continue                    # sockets, fifos, devices: not store content
             n += 1

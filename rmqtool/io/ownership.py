@@ -62,13 +62,15 @@ def _kind(name: str, is_dir: bool):
 
 
 def _sibling_mode(directory, name: str, is_dir: bool, cache: dict | None) -> int | None:
+    """The mode of the last entry (by name) of ``name``'s kind in ``directory``, ``name`` itself
+    left out; None when there is none."""
     kind = _kind(name, is_dir)
     if kind is None or directory is None:
         return None
     key = os.fspath(directory)
-    modes = None if cache is None else cache.get(key)
-    if modes is None:
-        modes = {}
+    listing = None if cache is None else cache.get(key)
+    if listing is None:
+        listing = []
         try:
             entries = sorted(os.scandir(key), key=lambda e: e.name)
         except OSError:
@@ -83,10 +85,10 @@ def _sibling_mode(directory, name: str, is_dir: bool, cache: dict | None) -> int
             if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
                 k = _kind(e.name, stat.S_ISDIR(st.st_mode))
                 if k is not None:
-                    modes[k] = stat.S_IMODE(st.st_mode)      # sorted: the last one wins
+                    listing.append((e.name, k, stat.S_IMODE(st.st_mode)))
         if cache is not None:
-            cache[key] = modes
-    return modes.get(kind)
+            cache[key] = listing
+    return next((m for n, k, m in reversed(listing) if k == kind and n != name), None)
 
 
 def new_entry(parent, name: str, is_dir: bool, siblings=None, cache: dict | None = None) -> tuple[int, int, int]:
@@ -104,11 +106,11 @@ def new_entry(parent, name: str, is_dir: bool, siblings=None, cache: dict | None
     return pst.st_uid, pst.st_gid, mode
 
 
-def wanted(path, like=None, siblings=None, cache: dict | None = None, is_dir: bool = False) -> tuple[int, int, int]:
-    """(uid, gid, mode) the file or directory ``path`` should have: ``like``'s when it exists and
-    is of the same type, else a new entry's in ``path``'s directory."""
+def wanted(path, old: os.stat_result | None, siblings=None, cache: dict | None = None,
+           is_dir: bool = False) -> tuple[int, int, int]:
+    """(uid, gid, mode) the file or directory ``path`` should have: those of ``old`` (the stat of
+    what it replaces) when it is of the same type, else a new entry's in ``path``'s directory."""
     path = Path(path)
-    old = _lstat(like) if like is not None else None
     if old is not None and not stat.S_ISLNK(old.st_mode) and stat.S_ISDIR(old.st_mode) == is_dir:
         return old.st_uid, old.st_gid, stat.S_IMODE(old.st_mode)
     return new_entry(path.parent, path.name, is_dir, siblings, cache)
@@ -165,6 +167,39 @@ def settle_tree(build, target) -> None:
             _settle(Path(dirpath) / name, old_dir / name, old_dir, cache)
 
 
+def open_file(path, flags: int) -> int:
+    """``os.open(path, flags | O_CREAT, 0o644)``; a file this creates is given, on its descriptor
+    and before anything is written into it, a new entry's owner, group and mode (siblings of its
+    kind in its directory). An existing file is left as it is."""
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return os.open(path, flags | os.O_CREAT, 0o644)
+    try:
+        inherit(path, fd=fd, siblings=path.parent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def makedirs(path) -> None:
+    """``mkdir -p``: each directory this creates is given a new entry's owner, group and mode
+    (the last sibling directory's, else derived from its parent)."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    makedirs(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if path.is_dir():
+            return
+        raise
+    inherit(path, siblings=path.parent)
+
+
 def _settle(path: Path, like: Path | None, siblings: Path | None, cache: dict | None,
             fd: int | None = None, mode: bool = True) -> None:
     have = os.fstat(fd) if fd is not None else os.lstat(path)
@@ -175,5 +210,5 @@ def _settle(path: Path, like: Path | None, siblings: Path | None, cache: dict | 
         return
     if old is not None and (old.st_dev, old.st_ino) == (have.st_dev, have.st_ino):
         return                                      # carried over by hard link: it is the original
-    uid, gid, m = wanted(path, like, siblings, cache, is_dir=stat.S_ISDIR(have.st_mode))
+    uid, gid, m = wanted(path, old, siblings, cache, is_dir=stat.S_ISDIR(have.st_mode))
     apply(path, uid, gid, m if mode else -1, fd=fd, have=have)
