@@ -340,3 +340,17 @@ def test_files_and_directories_made_in_a_store_are_the_owners_from_their_creatio
         st = os.stat(sub)
         assert (st.st_uid, st.st_gid) == (uid, gid)
         assert stat.S_IMODE(st.st_mode) == 0o777 & ~_umask() & (0o710 | 0o700)      # no sibling: its parent's
+
+
+@needs_root
+def test_the_article_layout_written_into_a_users_directory_is_that_users(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(home, 0o750)
+    uid, gid = _nobody()
+    os.chown(home, uid, gid)
+    before = _snapshot(home)
+    r = run_cli("write", home / "article", "--layout", "simplified", "--synthetic", "5")
+    assert r.code == 0, r.err
+    assert len(list((home / "article").iterdir())) == 3
+    assert _check(home, before) == []
