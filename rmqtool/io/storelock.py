@@ -93,16 +93,7 @@ def _open(path: Path) -> int:
     """Open (create when missing) a lock file; one it creates is owned like a new file in its
     directory (``io.ownership``: a store's owner, not the user running rmqtool)."""
     try:
-        try:
-            fd = os.open(path, _OPEN_FLAGS | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return os.open(path, _OPEN_FLAGS, 0o644)
-        try:
-            ownership.inherit(path, fd=fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return ownership.open_file(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "
