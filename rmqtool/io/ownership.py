@@ -12,7 +12,8 @@ replaces is given:
   IndexFile gets the mode of the one before it; for a directory, the last sibling directory),
   else the default under the umask within what the parent grants, the owner keeping
   read-write (``rw-``/``rwx``): 0644 files and 0755 directories under 0755 or 0555 parents with
-  umask 022, 0640/0750 under a 0750 parent. A directory keeps its parent's setgid bit.
+  umask 022, 0640/0750 under a 0750 parent. A directory keeps its parent's setgid bit. The top
+  of an install that is new (a new store's root, a first ``index/``) takes no sibling's mode.
 
 Owner and group are set before the mode (a chown by root clears setuid/setgid bits), on the
 open descriptor where there is one, never following a link. Where the user may not give a file
@@ -63,32 +64,32 @@ def _kind(name: str, is_dir: bool):
 
 def _sibling_mode(directory, name: str, is_dir: bool, cache: dict | None) -> int | None:
     """The mode of the last entry (by name) of ``name``'s kind in ``directory``, ``name`` itself
-    left out; None when there is none."""
+    left out; None when there is none. Only that entry is stat'ed."""
     kind = _kind(name, is_dir)
     if kind is None or directory is None:
         return None
     key = os.fspath(directory)
-    listing = None if cache is None else cache.get(key)
-    if listing is None:
-        listing = []
+    entries = None if cache is None else cache.get(key)
+    if entries is None:
         try:
-            entries = sorted(os.scandir(key), key=lambda e: e.name)
+            with os.scandir(key) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
             entries = []
-        for e in entries:
-            if ".rmqtool-" in e.name or ".backup-" in e.name:
-                continue                  # rmqtool's own builds and backups are no model
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
-                k = _kind(e.name, stat.S_ISDIR(st.st_mode))
-                if k is not None:
-                    listing.append((e.name, k, stat.S_IMODE(st.st_mode)))
         if cache is not None:
-            cache[key] = listing
-    return next((m for n, k, m in reversed(listing) if k == kind and n != name), None)
+            cache[key] = entries
+    for e in reversed(entries):
+        if e.name == name or ".rmqtool-" in e.name or ".backup-" in e.name:
+            continue                      # itself; rmqtool's own builds and backups are no model
+        try:
+            if e.is_symlink() or _kind(e.name, e.is_dir(follow_symlinks=False)) != kind:
+                continue
+            if not is_dir and not e.is_file(follow_symlinks=False):
+                continue
+            return stat.S_IMODE(e.stat(follow_symlinks=False).st_mode)
+        except OSError:
+            continue
+    return None
 
 
 def new_entry(parent, name: str, is_dir: bool, siblings=None, cache: dict | None = None) -> tuple[int, int, int]:
