@@ -36,7 +36,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqtool.io import storage, writeback
+from rmqtool.io import ownership, storage, writeback
 from rmqtool.errors import RefusedError, RmqError
 from rmqtool.io.topicpath import queue_selected
 
@@ -206,8 +206,11 @@ def _remove(path: Path) -> None:
 
 
 def new_build_dir(target: Path) -> Path:
+    """A new build directory beside ``target``, owned like ``target`` (its mode is settled by
+    ``install``: the build must stay writable while it is being made)."""
     tmp = target.parent / f"{target.name}{TMP_MARK}{utc_stamp()}"
     tmp.mkdir(parents=False)
+    ownership.inherit(tmp, like=target, mode=False)
     return tmp
 
 
@@ -215,6 +218,7 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     """Steps 1 (fsync) to 5 for a tree already built in ``tmp`` (see module docstring).
     ``drop_empty_backup``: an original that was an empty directory is removed, not kept."""
     crash_point("built")
+    ownership.settle_tree(tmp, target)      # owners and modes of what it replaces, before it is made durable
     if tmp.is_dir():
         fsync_tree(tmp, skip_linked=True)
         files = sum(len(f) for _, _, f in os.walk(tmp))
@@ -262,6 +266,7 @@ def _write_synced(path: Path, text: str) -> None:
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            ownership.inherit(part, like=path, fd=fd)
             data = memoryview(text.encode())
             while data:
                 data = data[os.write(fd, data):]
@@ -316,12 +321,14 @@ def link_tree(src: Path, dst: Path) -> int:
                     raise RefusedError("a mount point inside the store cannot be staged for a "
                                        "crash-safe swap", e.path)
                 target.mkdir()
+                ownership.inherit(target, like=e.path, mode=False)     # its mode once the stage is built
                 n += link_tree(Path(e.path), target)
             elif e.is_file(follow_symlinks=False):
                 try:
                     os.link(e.path, target)
                 except OSError:
                     shutil.copy2(e.path, target)
+                    ownership.inherit(target, like=e.path)
             else:
                 continue                    # sockets, fifos, devices: not store content
             n += 1
@@ -338,8 +345,7 @@ def make_private(path: Path) -> None:
     if st.st_nlink <= 1:
         return
     tmp = path.with_name(path.name + ".rmqtool-copy")
-    copy_sparse(path, tmp)
-    os.chmod(tmp, st.st_mode & 0o7777)
+    copy_sparse(path, tmp)                  # owned like the original, with its mode
     os.rename(tmp, path)
 
 
@@ -348,12 +354,14 @@ _FICLONE = 0x40049409
 
 def copy_sparse(src: Path, dst: Path) -> None:
     """Copy a file: a reflink where the filesystem can, else only its data extents
-    (SEEK_DATA/SEEK_HOLE), so a preallocated-by-truncate file costs only what it holds."""
+    (SEEK_DATA/SEEK_HOLE), so a preallocated-by-truncate file costs only what it holds. The
+    copy gets the owner, group and mode of ``src`` before any byte is written."""
     import fcntl
     fin = os.open(src, os.O_RDONLY)
     try:
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            ownership.inherit(dst, like=src, fd=fout)
             size = os.fstat(fin).st_size
             try:
                 fcntl.ioctl(fout, _FICLONE, fin)

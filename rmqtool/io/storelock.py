@@ -30,7 +30,7 @@ import struct
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from rmqtool.io import liveness
+from rmqtool.io import liveness, ownership
 from rmqtool.errors import RefusedError, writing_to
 from rmqtool.io.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_side, side_path
 
@@ -90,8 +90,10 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _open(path: Path) -> int:
+    """Open (create when missing) a lock file; one it creates is owned like a new file in its
+    directory (``io.ownership``: a store's owner, not the user running rmqtool)."""
     try:
-        return os.open(path, _OPEN_FLAGS, 0o644)
+        return ownership.open_file(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "

@@ -151,7 +151,7 @@ def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False,
     broker's when the log holds every unit since the wheel was new. Built beside the wheel (or into
     ``output``), fsynced, swapped in with the old wheel kept as a dated backup (``io.install``)."""
     from rmqtool.broker.timerwheel import wheel_slots
-    from rmqtool.io import install as inst
+    from rmqtool.io import install as inst, ownership
     ts = timer_store(store, precision_ms)
     if output is None and not dry_run and getattr(store, "remote", False):
         raise UsageError("the store is on object storage, which rmqtool only reads; build the wheel "
@@ -181,6 +181,8 @@ def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False,
     build = target.with_name(f"{target.name}{inst.TMP_MARK}{inst.utc_stamp()}") if output is None else target
     fd = os.open(build, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        if output is None:                                  # owned like the wheel it replaces, from the start
+            ownership.inherit(build, like=target, fd=fd)
         os.ftruncate(fd, tf.WHEEL_FILE_SIZE)               # the broker's full length, holes where slots are empty
         for index, slot in sorted(slots.items()):
             inst.pwrite_all(fd, tf.SLOT_STRUCT.pack(*slot), index * tf.SLOT_SIZE)

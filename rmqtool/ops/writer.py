@@ -45,7 +45,7 @@ from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consum
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
-from rmqtool.io import install as inst
+from rmqtool.io import install as inst, ownership
 from rmqtool.broker.queuekinds import QueueKinds, detect as detect_queue_kinds
 from rmqtool.errors import RefusedError, UsageError
 from formats import dledger as dl
@@ -330,7 +330,7 @@ class _CommitLogAppender:
     def _open(self) -> None:
         path = self.dir / f"{self.base:020d}"
         inst.make_private(path)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = ownership.open_file(path, os.O_RDWR)
         if os.fstat(self.fd).st_size < self.file_size:
             os.ftruncate(self.fd, self.file_size)     # a new mapped file: all zeros
         self.files.append(path.name)
@@ -523,7 +523,7 @@ class StoreWriter:
         from rmqtool.io.storelock import LOCK_NAME, WriterLock
         from rmqtool.io.store import Store
         root = self.root
-        root.parent.mkdir(parents=True, exist_ok=True)
+        ownership.makedirs(root.parent)
         if root.exists() and not root.is_dir():
             raise UsageError("the store path exists and is not a directory", root)
         self._lock = WriterLock(root, self.command).acquire()
@@ -563,7 +563,7 @@ class StoreWriter:
         else:
             self._lock.hold(self.out / LOCK_NAME)      # a new store gets the broker's lock file, held
         if self.dledger_id is None:
-            (self.out / "commitlog").mkdir(exist_ok=True)
+            ownership.makedirs(self.out / "commitlog")
         else:
             (self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}" / DLEDGER_DATA_DIR).mkdir(parents=True, exist_ok=True)
         inst.crash_point("staged")
@@ -626,13 +626,13 @@ class StoreWriter:
 
     def _sink(self, image: IndexFileImage) -> None:
         index_dir = self.out / "index"
-        index_dir.mkdir(exist_ok=True)
+        ownership.makedirs(index_dir)
         if self._open_path is not None:
             path, self._open_path = index_dir / self._open_path.name, None
             inst.make_private(path)
         else:
             path = index_dir / next(self._names)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = ownership.open_file(path, os.O_RDWR)
         try:
             image.write_to(fd)
             os.fsync(fd)
@@ -791,7 +791,7 @@ class StoreWriter:
                 units = np.zeros(len(q), dtype=CQ_UNIT_DTYPE)
                 units["commitlog_offset"], units["size"], units["tags_code"] = q.phy_offset, q.size, q.tags_code
                 real = len(q)
-            qdir.mkdir(parents=True, exist_ok=True)
+            ownership.makedirs(qdir)
             self.summary.cq_units += real
             self.summary.cq_files += _write_units(qdir, start, units, size)
 
@@ -823,7 +823,7 @@ class StoreWriter:
             arr = np.zeros(len(keep), BCQ_UNIT_DTYPE)
             for k, (phy, sz, tags, ts, base, num) in enumerate(keep):
                 arr[k] = (phy, sz, tags, ts, base, num, -1, 0)
-            qdir.mkdir(parents=True, exist_ok=True)
+            ownership.makedirs(qdir)
             self.summary.cq_units += len(keep)
             self.summary.cq_files += _write_units(qdir, count * BCQ_UNIT_SIZE, arr, size)
 
@@ -844,7 +844,7 @@ class StoreWriter:
                 values["index_msg_timestamp"] = end_ts
         data = Checkpoint.build(values)
         data += bytes(CHECKPOINT_FILE_SIZE - len(data))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = ownership.open_file(path, os.O_WRONLY)
         try:
             os.pwrite(fd, data, 0)
             os.fsync(fd)
@@ -863,7 +863,7 @@ def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: i
         chunk = raw[pos:pos + file_size - in_file]
         path = qdir / f"{base:020d}"
         inst.make_private(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = ownership.open_file(path, os.O_RDWR)
         try:
             if os.fstat(fd).st_size < file_size:
                 os.ftruncate(fd, file_size)

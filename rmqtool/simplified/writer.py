@@ -21,6 +21,7 @@ import numpy as np
 
 from formats import simplified as fmt
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.io import ownership
 from rmqtool.kernels.javahash import java_string_hash
 from rmqtool.simplified.reader import pad_string
 
@@ -157,6 +158,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
+            ownership.inherit(tmp, like=path, fd=fh.fileno())     # the owner and mode of what it replaces
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -175,7 +177,7 @@ def write_store(out_dir, messages: Iterable[Mapping], *, force: bool = False, **
     if existing and not force:
         raise RefusedError(f"{', '.join(existing)} already exist (use --force to replace)", out)
     commitlog, cq, index, rows = build(messages, **options)
-    out.mkdir(parents=True, exist_ok=True)
+    ownership.makedirs(out)
     for name, data in zip(fmt.FILE_NAMES, (commitlog, cq, index)):
         _write_atomic(out / name, data)
     try:
