@@ -255,16 +255,19 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     return InstallResult(str(target), str(backup) if backup else None, files, size)
 
 
-def _write_synced(path: Path, text: str) -> None:
+def _write_synced(path: Path, text) -> None:
     """Write ``path`` whole or not at all: a temporary file, fsynced, renamed over it (the caller
-    fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one."""
+    fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one.
+    ``text``: a str, bytes, or an iterable of bytes written one after another."""
     part = path.with_name(path.name + ".part")
+    chunks = [text.encode()] if isinstance(text, str) else [text] if isinstance(text, (bytes, bytearray)) else text
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            data = memoryview(text.encode())
-            while data:
-                data = data[os.write(fd, data):]
+            for chunk in chunks:
+                data = memoryview(chunk)
+                while data:
+                    data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)
