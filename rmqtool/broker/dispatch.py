@@ -997,8 +997,10 @@ class SlotPages:
                 stop = starts[k + 1] if k + 1 < len(starts) else len(pages)
                 lo = int(pages[first]) * SLOT_PAGE
                 hi = min((int(pages[stop - 1]) + 1) * SLOT_PAGE, self.hash_slots)
-                raw = fh.read(slot_position(self.hash_slots, lo), (hi - lo) * 4)
-                slots[lo:hi] = np.frombuffer(raw, INDEX_SLOT_DTYPE)
+                part = slots[lo:hi]               # read in place, then to this machine's byte order
+                fh.read_into(memoryview(part).cast("B"), slot_position(self.hash_slots, lo))
+                if part.dtype != np.dtype(INDEX_SLOT_DTYPE):
+                    part.byteswap(inplace=True)
         self._loaded[pages] = True
 
     def touched_runs(self, gap: int = 16) -> list[tuple[int, int]]:

@@ -21,8 +21,9 @@ copy before the first write into it (so the old root, kept as the backup, never 
 and ``install`` swaps the stage in.
 
 Test hook: when the environment variable ``RMQTOOL_CRASH_AT`` names a step (``build``,
-``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged`` and
-``mid-file``), the process SIGKILLs itself there.
+``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged``,
+``mid-file`` and ``backup``: its backup's manifest written, the whole old files not yet
+removed, ``rmqtool.io.writebackup``), the process SIGKILLs itself there.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from rmqtool.io.topicpath import queue_selected
 
 CRASH_ENV = "RMQTOOL_CRASH_AT"
 CRASH_STEPS = ("build", "built", "journal", "exchanged", "moved")
-WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS
+WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS + ("backup",)
 TMP_MARK = ".rmqtool-tmp-"
 BACKUP_MARK = ".backup-"
 JOURNAL_SUFFIX = ".rmqtool-install"
