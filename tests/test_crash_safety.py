@@ -271,3 +271,20 @@ def test_new_store_write_killed_leaves_nothing(tmp_path, write_case, step):
     assert "recovered:" in proc.stdout
     assert _leftovers(tmp_path) == [] and _backups(root) == []
     assert _state(root) == c["fresh"]
+
+
+def test_undo_killed_midway_is_finished_by_running_it_again(tmp_path, write_case):
+    """`write --undo` SIGKILLed after putting back one file: run again, it finishes the rest
+    (recognising the file already put back) and the store is the original."""
+    c = write_case
+    root = tmp_path / "store"
+    subprocess.run(["cp", "-a", str(c["dir"] / "base"), str(root)], check=True)
+    assert run_cli("write", root, "--from", c["batch"], *c["args"]).code == 0
+    backup, = _backups(root)
+    proc = run_cli_process("write", root, "--undo", backup, env={**os.environ, CRASH_ENV: "undo"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _state(root) not in (c["old"], c["new"])      # a mix, until the undo is run again
+    proc = run_cli_process("write", root, "--undo", backup)
+    assert proc.returncode == 0 and "already restored" in proc.stdout, proc.stderr
+    assert _state(root) == c["old"]
+    assert tree(root) == tree(c["dir"] / "base")

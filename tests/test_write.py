@@ -370,3 +370,41 @@ def test_summary_says_what_the_backup_holds(tmp_path):
     assert summary.backup_files == len(listed) >= 2          # at least the commitlog file and the checkpoint
     assert summary.backup_bytes == sum(os.lstat(p).st_blocks * 512 for p in Path(summary.backup).iterdir()) > 0
     assert any(f["path"].startswith("commitlog") for f in listed)
+
+
+def test_undo_refuses_what_is_not_a_write_backup(store_copy, tmp_path):
+    """`write --undo`: a directory without a manifest, a torn manifest, --undo with --from: one
+    line naming the file, exit 2, the store unchanged."""
+    from conftest import run_cli
+    from rmqtool.io.writebackup import MANIFEST
+    root = store_copy("basic")
+    before = _store_bytes(root)
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    r = run_cli("write", root, "--undo", empty)
+    assert r.code == 2 and r.err.count("\n") == 1 and str(empty) in r.err and MANIFEST in r.err, r.err
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
+    after = _store_bytes(root)
+    manifest = Path(s.backup) / MANIFEST
+    manifest.write_text(manifest.read_text()[:100])
+    r = run_cli("write", root, "--undo", s.backup)
+    assert r.code == 2 and r.err.count("\n") == 1 and str(manifest) in r.err and "Traceback" not in r.err, r.err
+    r = run_cli("write", root, "--undo", s.backup, "--synthetic", 1)
+    assert r.code == 2 and "--undo" in r.err
+    assert _store_bytes(root) == after != before
+
+
+def test_a_backup_that_cannot_be_reduced_stays_whole(store_copy, monkeypatch):
+    """The store is the new one once swapped in: a failure while reducing the backup (a full
+    disk) is a warning, and the backup stays the whole old root."""
+    import errno
+    from rmqtool.io import writebackup
+    root = store_copy("basic")
+    before = files(root)
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(writebackup, "shrink", full)
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
+    assert any("whole old store root" in w for w in s.warnings)
+    assert files(Path(s.backup)) == before

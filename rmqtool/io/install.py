@@ -23,7 +23,8 @@ and ``install`` swaps the stage in.
 Test hook: when the environment variable ``RMQTOOL_CRASH_AT`` names a step (``build``,
 ``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged``,
 ``mid-file`` and ``backup``: its backup's manifest written, the whole old files not yet
-removed, ``rmqtool.io.writebackup``), the process SIGKILLs itself there.
+removed, ``rmqtool.io.writebackup``; ``write --undo``: ``undo``, after a file is put back),
+the process SIGKILLs itself there.
 """
 from __future__ import annotations
 

@@ -238,6 +238,7 @@ def restore(backup: Path, store: Path | None = None) -> dict:
                     continue
                 _put_back(path, f, saved, backup)
                 rewritten += 1
+                inst.crash_point("undo")          # test hook: killed with files left to put back
         finally:
             if saved >= 0:
                 os.close(saved)

@@ -13,8 +13,13 @@ in the sibling ``<root>.rmqtool-tmp-<ts>`` (a hard-link mirror of the root; a fi
 copied, holes kept, just before its first write: the last commitlog file, the last CQ file
 of each queue appended to, the live index file, the checkpoint), then swaps it in with
 ``rmqtool.io.install`` (fsync, journal, atomic exchange); the old root becomes
-``<root>.backup-<UTC ts>``. It shares inodes only with files this run did not change.
-A new store is staged and renamed into place. A failed run removes its stage.
+``<root>.backup-<UTC ts>``, then ``rmqtool.io.writebackup.shrink`` reduces it to the old bytes of
+the ranges this run wrote (each write is noted: ``_note``) and a manifest that puts them back
+(``write --undo``). A new store is staged and renamed into place. A failed run removes its stage.
+
+Memory does not grow with the store: the open index file is appended to through rebuild's
+``IndexBuilder`` and ``_IndexFileOut`` without being loaded (``open_index_image``), and the
+store's end is found with one small CommitLog window and one ConsumeQueue file at a time.
 
 The run holds the rmqtool writer lock (``rmqtool.io.storelock``: the broker's ``lock`` file,
 which the stage shares by hard link so the lock survives the swap, plus a side file beside
