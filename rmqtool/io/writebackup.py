@@ -43,6 +43,8 @@ SAVED = "rmqtool-saved.bin"
 FORMAT = "rmqtool-write-backup"
 VERSION = 1
 CHUNK = 8 << 20
+#: the granularity at which saved bytes are told from zeros (a page)
+ZERO_BLOCK = 4096
 #: the longest manifest ``restore`` reads (a write of millions of keys lists its slot ranges)
 MAX_MANIFEST = 256 << 20
 
@@ -74,6 +76,23 @@ def _crc(fd: int, ranges, size: int, path) -> int:
         for _, data in _pieces(fd, offset, min(offset + length, size), path):
             crc = zlib.crc32(data, crc)
     return crc
+
+
+def _zero_runs(data: bytes, block: int = ZERO_BLOCK):
+    """(start, end, all zeros?) runs of ``data``, told apart ``block`` bytes at a time."""
+    import numpy as np
+    n = len(data)
+    if n == 0:
+        return
+    full = n // block * block
+    flags = np.frombuffer(data, np.uint8, full).reshape(-1, block).any(axis=1) if full else np.zeros(0, bool)
+    if full < n:
+        flags = np.append(flags, data.count(0, full) != n - full)
+    cuts = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+    starts = np.r_[0, cuts]
+    ends = np.r_[cuts, len(flags)]
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        yield a * block, min(b * block, n), not bool(flags[a])
 
 
 def _tree(root: Path) -> tuple[dict[str, os.stat_result], set[str]]:
@@ -122,16 +141,16 @@ def shrink(backup: Path, root: Path, written: dict[str, list[tuple[int, int]]]) 
                     if fd < 0 or offset >= end:
                         entry["ranges"].append({"offset": offset, "length": length, "saved": "none"})
                         continue
-                    parts = []                            # (zeros?, first byte) runs of the old bytes
+                    parts = []                  # (zeros?, first byte, where saved) runs of the old bytes
                     for at, data in _pieces(fd, offset, end, backup / rel):
                         crc = zlib.crc32(data, crc)
-                        zeros = data.count(0) == len(data)
-                        if not zeros:
-                            yield data
-                        if not parts or parts[-1][0] != zeros:
-                            parts.append((zeros, at, saved_at[0]))
-                        if not zeros:
-                            saved_at[0] += len(data)
+                        for lo, hi, zeros in _zero_runs(data):
+                            if not zeros:
+                                yield memoryview(data)[lo:hi]
+                            if not parts or parts[-1][0] != zeros:
+                                parts.append((zeros, at + lo, saved_at[0]))
+                            if not zeros:
+                                saved_at[0] += hi - lo
                     for k, (zeros, at, pos) in enumerate(parts):
                         stop = parts[k + 1][1] if k + 1 < len(parts) else offset + length
                         entry["ranges"].append({"offset": at, "length": stop - at,
@@ -145,7 +164,7 @@ def shrink(backup: Path, root: Path, written: dict[str, list[tuple[int, int]]]) 
     inst._write_synced(backup / SAVED, saved_chunks())
     manifest = {"format": FORMAT, "version": VERSION, "store": str(root), "saved": SAVED,
                 "files": entries, "new_dirs": sorted(new_dirs - old_dirs, key=lambda d: (-d.count(os.sep), d))}
-    inst._write_synced(backup / MANIFEST, json.dumps(manifest, indent=1))
+    inst._write_synced(backup / MANIFEST, json.dumps(manifest, separators=(",", ":")))
     inst.fsync_path(backup)
     inst.crash_point("backup")
     for child in os.listdir(backup):                    # the whole old files: no longer needed
