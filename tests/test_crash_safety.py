@@ -132,6 +132,19 @@ def _backups(root: Path) -> list[Path]:
     return sorted(root.parent.glob(root.name + ".backup-*"))
 
 
+def _as_before(backup: Path, root: Path) -> Path:
+    """The store ``backup`` was made from: the backup itself when it is a whole old root, else
+    a copy of ``root`` put back with `write --undo` (the manifest form)."""
+    from rmqtool.io.writebackup import MANIFEST
+    if not (backup / MANIFEST).exists():
+        return backup
+    copy = root.parent / f"{root.name}-undone-{backup.name}"
+    subprocess.run(["cp", "-a", str(root), str(copy)], check=True)
+    res = run_cli("write", copy, "--undo", backup)
+    assert res.code == 0, res.err
+    return copy
+
+
 def _commitlog_files(root: Path) -> int:
     """The most commitlog files in the store or in a stage of it (a stage vanishes when installed)."""
     most = 0
@@ -174,10 +187,12 @@ def _write_kills(tmp_path, rounds: int, seed: int):
         state = "old" if keys == old_keys else "new" if keys == new_keys else "mix"
         assert state != "mix", f"round {n}: {len(keys)} records visible after SIGKILL (exit {code})"
         assert units == len(keys) and verdict == 0, f"round {n}: {units} units for {len(keys)} records"
-        for b in _backups(root):                       # a backup is the complete old store
-            assert _visible(b) == (old_keys, len(old_keys), 0)
+        for b in _backups(root):                       # a backup gives back the complete old store
+            assert _visible(_as_before(b, root)) == (old_keys, len(old_keys), 0)
         # the next write reports and cleans what the crash left, and completes
         left = _leftovers(tmp_path)
+        for undone in tmp_path.glob("*-undone-*"):
+            subprocess.run(["rm", "-rf", str(undone)], check=True)
         res = run_cli("write", root, "--from", more, *GEOMETRY)
         assert res.code == 0, res.err
         assert _leftovers(tmp_path) == []
@@ -228,8 +243,12 @@ def test_write_sigkill_at_every_step_leaves_old_or_new(tmp_path, write_case, ste
     subprocess.run(["cp", "-a", str(c["dir"] / "base"), str(root)], check=True)
     proc = run_cli_process("write", root, "--from", c["batch"], *c["args"], env={**os.environ, CRASH_ENV: step})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    swapped = step in ("exchanged", "moved")
+    swapped = step in ("exchanged", "moved", "backup")
     assert _state(root) == (c["new"] if swapped else c["old"])
+    if step == "backup":                              # the install was complete: only the backup is whole
+        assert _leftovers(tmp_path) == [] and len(_backups(root)) == 1
+        assert _state(_as_before(_backups(root)[0], root)) == c["old"]
+        return
     assert _leftovers(tmp_path) != []                 # the crash left a stage or a journal
     # the next run reports and cleans what the crash left, then completes
     proc = run_cli_process("write", root, "--from", c["empty"] if swapped else c["batch"], *c["args"])
@@ -237,7 +256,7 @@ def test_write_sigkill_at_every_step_leaves_old_or_new(tmp_path, write_case, ste
     assert "recovered:" in proc.stdout
     assert _leftovers(tmp_path) == []
     assert _state(root) == c["new"]
-    assert any(_state(b) == c["old"] for b in _backups(root)), "the original store was not kept"
+    assert any(_state(_as_before(b, root)) == c["old"] for b in _backups(root)), "the original store was not kept"
 
 
 @pytest.mark.parametrize("step", ["staged", "mid-file", "build", "built"])
@@ -252,3 +271,20 @@ def test_new_store_write_killed_leaves_nothing(tmp_path, write_case, step):
     assert "recovered:" in proc.stdout
     assert _leftovers(tmp_path) == [] and _backups(root) == []
     assert _state(root) == c["fresh"]
+
+
+def test_undo_killed_midway_is_finished_by_running_it_again(tmp_path, write_case):
+    """`write --undo` SIGKILLed after putting back one file: run again, it finishes the rest
+    (recognising the file already put back) and the store is the original."""
+    c = write_case
+    root = tmp_path / "store"
+    subprocess.run(["cp", "-a", str(c["dir"] / "base"), str(root)], check=True)
+    assert run_cli("write", root, "--from", c["batch"], *c["args"]).code == 0
+    backup, = _backups(root)
+    proc = run_cli_process("write", root, "--undo", backup, env={**os.environ, CRASH_ENV: "undo"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _state(root) not in (c["old"], c["new"])      # a mix, until the undo is run again
+    proc = run_cli_process("write", root, "--undo", backup)
+    assert proc.returncode == 0 and "already restored" in proc.stdout, proc.stderr
+    assert _state(root) == c["old"]
+    assert tree(root) == tree(c["dir"] / "base")

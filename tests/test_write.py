@@ -199,25 +199,99 @@ def _tree_with_inodes(d: Path) -> dict[str, tuple[str, int]]:
             for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def test_append_keeps_the_original_as_backup_sharing_only_unchanged_files(store_copy, tmp_path):
+def _store_bytes(d: Path) -> dict[str, str]:
+    """Every file's bytes (a sparse hole reads as zeros) and every directory, by path."""
+    out = {}
+    for p in sorted(d.rglob("*")):
+        out[str(p.relative_to(d))] = hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+def test_append_backup_holds_the_changed_bytes_and_undo_restores_the_store(store_copy, tmp_path):
+    """The backup is a manifest and the old bytes of what the write changed; `write --undo`
+    puts the store back byte for byte (two appends undone in reverse order)."""
+    from conftest import run_cli
+    from rmqtool.io.writebackup import MANIFEST, SAVED
     root = store_copy("basic")
-    before = _tree_with_inodes(root)
+    before = _store_bytes(root)
     s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "new", "queue_id": 1, "keys": "fresh"})],
                    REF_GEOMETRY)
     assert s.backup and Path(s.backup).name.startswith("basic.backup-") and s.recovered == []
-    backup = Path(s.backup)
-    assert _tree_with_inodes(backup) == before              # the original, byte for byte, same inodes
-    after = _tree_with_inodes(root)
-    changed = {k for k in after if k not in before or after[k][0] != before[k][0]}
+    first = Path(s.backup)
+    assert sorted(os.listdir(first)) == sorted([MANIFEST, SAVED])
+    manifest = json.loads((first / MANIFEST).read_text())
+    changed = {f["path"] for f in manifest["files"]}
     assert "checkpoint" in changed and any(k.startswith("commitlog") for k in changed)
     assert any(k.startswith(os.path.join("consumequeue", "TopicTest", "1")) for k in changed)
-    for k, (digest, ino) in after.items():                  # a changed file is a private copy
-        if k in before:
-            assert (ino == before[k][1]) == (k not in changed), k
-    # a second append copies again: the first backup stays the original
-    write_rows(root, [("r2", {"topic": "TopicTest", "body": "more", "queue_id": 1})], REF_GEOMETRY)
-    assert _tree_with_inodes(backup) == before
+    after_first = _store_bytes(root)
+    assert after_first != before
+    s2 = write_rows(root, [("r2", {"topic": "NewTopic", "body": "more", "queue_id": 3})], REF_GEOMETRY)
+    second = Path(s2.backup)
+    assert any(f["path"].startswith(os.path.join("consumequeue", "NewTopic")) and not f["existed"]
+               for f in json.loads((second / MANIFEST).read_text())["files"])
+    # the first write's backup cannot be applied over the second write: refused, nothing changed
+    after_second = _store_bytes(root)
+    r = run_cli("write", root, "--undo", first)
+    assert r.code == 3 and "changed since the write" in r.err and r.err.count("\n") == 1, r.err
+    assert _store_bytes(root) == after_second
+    r = run_cli("write", root, "--undo", second)
+    assert r.code == 0, r.err
+    assert _store_bytes(root) == after_first
+    r = run_cli("write", root, "--undo", first)
+    assert r.code == 0, r.err
+    assert _store_bytes(root) == before
+    r = run_cli("write", root, "--undo", first)              # again: nothing left to do
+    assert r.code == 0 and "already restored" in r.out, r.err
+    assert _store_bytes(root) == before
     assert [p.name for p in tmp_path.iterdir() if ".rmqtool-tmp-" in p.name or "install" in p.name] == []
+
+
+def test_backup_is_proportional_to_the_change(tmp_path):
+    """100 messages appended to a store whose last CommitLog file holds ~4 MB and whose open
+    index file holds 30k entries: the backup stays under 1 MiB (it used to copy both files)."""
+    from conftest import run_cli
+    root = tmp_path / "s"
+    g = ["--commitlog-file-size", 8 << 20, "--index-slots", 5000, "--index-entries", 100_000]
+    assert run_cli("write", root, "--synthetic", 12000, *g).code == 0
+    assert (root / "commitlog" / f"{0:020d}").stat().st_blocks * 512 > 4 << 20
+    before = _store_bytes(root)
+    r = run_cli("write", root, "--synthetic", 100, "--seed", 2, "-f", "json")
+    assert r.code == 0, r.err
+    backup = Path(json.loads(r.out)[0]["backup"])
+    used = sum(p.stat().st_blocks * 512 for p in backup.rglob("*") if p.is_file())
+    assert used < 1 << 20, used
+    assert json.loads(r.out)[0]["backup_bytes"] == used
+    assert run_cli("write", root, "--undo", backup).code == 0
+    assert _store_bytes(root) == before
+
+
+def test_open_index_file_is_appended_to_without_being_loaded(tmp_path):
+    """Appending keys to an existing, not full index file reads only the slot pages the keys
+    reach and writes only those slots, the new entries and the header: the file is the same
+    as appending with the whole file loaded."""
+    from rmqtool.broker.dispatch import IndexBuilder, SLOT_PAGE, SlotPages, extend_index_image, open_index_image, \
+        read_index_image, build_index_image
+    from rmqtool.ops.rebuild import _IndexFileOut
+    slots, entries = 64 * SLOT_PAGE, 50_000
+    rng = np.random.default_rng(5)
+    old = build_index_image(rng.integers(0, 1 << 31, 40_000), np.arange(40_000) * 100, np.full(40_000, 10**12),
+                            slots, entries)
+    path = tmp_path / "ix"
+    with open(path, "wb") as fh:
+        old.write_to(fh.fileno())
+    keys, phy = rng.integers(0, 1 << 31, 30), 4_000_000 + np.arange(30) * 100
+    ts = np.full(30, 10**12 + 5000)
+    expected = extend_index_image(read_index_image(path, slots, entries), keys, phy, ts).to_bytes()
+    image, pages = open_index_image(path, slots, entries)
+    assert len(image.entries) == 0
+    written = []
+    out = _IndexFileOut(path, IndexGeometry(slots, entries), pages, on_write=lambda o, n: written.append((o, n)))
+    b = IndexBuilder(slots, entries, lambda im: None, open_image=image, open_file=lambda: out, load_slots=pages.load)
+    b.add(keys, phy, ts, phy)
+    b.finish()
+    assert path.read_bytes() == expected
+    assert int(pages._loaded.sum()) <= 30 < len(pages._loaded)
+    assert sum(n for _, n in written) < 30 * (20 + 4 * 17) + 40
 
 
 def test_a_failed_write_changes_nothing(store_copy, tmp_path):
@@ -285,14 +359,52 @@ def test_write_finishes_an_interrupted_rebuild_inside_the_store(store_copy):
     assert not (root / stale.name).exists() and not (Path(s.backup) / stale.name).exists()
 
 
-def test_summary_says_what_the_backup_copied(tmp_path):
-    """A one-message append copies the files it writes to into the backup: the summary says so."""
+def test_summary_says_what_the_backup_holds(tmp_path):
+    """A one-message append: the summary names the files the backup lists and its size on disk."""
+    from rmqtool.io.writebackup import MANIFEST
     root = tmp_path / "s"
     write_rows(root, [("row 0", {"topic": "T", "body": "a"})], Geometry(8192, 400, 13, 101))
     summary = write_rows(root, [("row 1", {"topic": "T", "body": "b"})], Geometry(8192, 400, 13, 101))
     assert summary.backup
-    copies = [p for p in Path(summary.backup).rglob("*") if p.is_file() and os.lstat(p).st_nlink == 1]
-    assert summary.backup_copies == len(copies) >= 2          # at least the commitlog file and the checkpoint
-    assert summary.backup_bytes == sum(os.lstat(p).st_blocks * 512 for p in copies) > 0
-    names = {p.parent.name for p in copies}
-    assert "commitlog" in names
+    listed = json.loads((Path(summary.backup) / MANIFEST).read_text())["files"]
+    assert summary.backup_files == len(listed) >= 2          # at least the commitlog file and the checkpoint
+    assert summary.backup_bytes == sum(os.lstat(p).st_blocks * 512 for p in Path(summary.backup).iterdir()) > 0
+    assert any(f["path"].startswith("commitlog") for f in listed)
+
+
+def test_undo_refuses_what_is_not_a_write_backup(store_copy, tmp_path):
+    """`write --undo`: a directory without a manifest, a torn manifest, --undo with --from: one
+    line naming the file, exit 2, the store unchanged."""
+    from conftest import run_cli
+    from rmqtool.io.writebackup import MANIFEST
+    root = store_copy("basic")
+    before = _store_bytes(root)
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    r = run_cli("write", root, "--undo", empty)
+    assert r.code == 2 and r.err.count("\n") == 1 and str(empty) in r.err and MANIFEST in r.err, r.err
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
+    after = _store_bytes(root)
+    manifest = Path(s.backup) / MANIFEST
+    manifest.write_text(manifest.read_text()[:100])
+    r = run_cli("write", root, "--undo", s.backup)
+    assert r.code == 2 and r.err.count("\n") == 1 and str(manifest) in r.err and "Traceback" not in r.err, r.err
+    r = run_cli("write", root, "--undo", s.backup, "--synthetic", 1)
+    assert r.code == 2 and "--undo" in r.err
+    assert _store_bytes(root) == after != before
+
+
+def test_a_backup_that_cannot_be_reduced_stays_whole(store_copy, monkeypatch):
+    """The store is the new one once swapped in: a failure while reducing the backup (a full
+    disk) is a warning, and the backup stays the whole old root."""
+    import errno
+    from rmqtool.io import writebackup
+    root = store_copy("basic")
+    before = files(root)
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(writebackup, "shrink", full)
+    s = write_rows(root, [("r1", {"topic": "TopicTest", "body": "x"})], REF_GEOMETRY)
+    assert any("whole old store root" in w for w in s.warnings)
+    assert files(Path(s.backup)) == before

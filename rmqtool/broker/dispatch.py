@@ -966,6 +966,68 @@ def read_index_image(path, hash_slots: int, index_entries: int) -> IndexFileImag
     return IndexFileImage(header, slots, entries, hash_slots, index_entries)
 
 
+#: slots ``SlotPages`` reads at a time (one 4 KiB page of the slot table)
+SLOT_PAGE = 1024
+
+
+class SlotPages:
+    """The slot table of an existing index file, read a page at a time as keys reach it, and
+    the slots the keys changed (``touched``): appending keys to an open file needs only those
+    (memory and writes bounded by the keys, not by the file). ``slots`` is a zero-filled table
+    whose pages the allocator maps only when written."""
+
+    def __init__(self, path, hash_slots: int):
+        self.path, self.hash_slots = path, hash_slots
+        self.slots = np.zeros(hash_slots, dtype=np.int32)
+        self._loaded = np.zeros(-(-hash_slots // SLOT_PAGE), dtype=bool)
+        self._touched: list[np.ndarray] = []
+
+    def load(self, slots: np.ndarray, key_hash) -> None:
+        """Read into ``slots`` the pages the keys' slots lie in (those not read yet)."""
+        from rmqtool.io.fileio import ReadOnlyFile
+        slot = np.unique(np.remainder(np.asarray(key_hash, dtype=np.int64), self.hash_slots))
+        self._touched.append(slot)
+        pages = np.unique(slot // SLOT_PAGE)
+        pages = pages[~self._loaded[pages]]
+        if not len(pages):
+            return
+        starts = np.flatnonzero(np.diff(pages, prepend=-2) != 1)
+        with ReadOnlyFile(self.path) as fh:
+            for k, first in enumerate(starts):
+                stop = starts[k + 1] if k + 1 < len(starts) else len(pages)
+                lo = int(pages[first]) * SLOT_PAGE
+                hi = min((int(pages[stop - 1]) + 1) * SLOT_PAGE, self.hash_slots)
+                part = slots[lo:hi]               # read in place, then to this machine's byte order
+                fh.read_into(memoryview(part).cast("B"), slot_position(self.hash_slots, lo))
+                if part.dtype != np.dtype(INDEX_SLOT_DTYPE):
+                    part.byteswap(inplace=True)
+        self._loaded[pages] = True
+
+    def touched_runs(self, gap: int = 16) -> list[tuple[int, int]]:
+        """(first slot, count) runs covering every slot the keys reached; runs fewer than
+        ``gap`` slots apart are joined (those slots were read, so rewriting them is exact)."""
+        if not self._touched:
+            return []
+        slot = np.unique(np.concatenate(self._touched))
+        self._touched = [slot]
+        cut = np.flatnonzero(np.diff(slot) > gap) + 1
+        firsts, lasts = slot[np.r_[0, cut]], slot[np.r_[cut - 1, len(slot) - 1]]
+        return [(int(a), int(b) - int(a) + 1) for a, b in zip(firsts, lasts)]
+
+
+def open_index_image(path, hash_slots: int, index_entries: int) -> tuple[IndexFileImage, SlotPages]:
+    """An existing file to append to, without loading it: its header, a ``SlotPages`` table
+    (pass ``pages.load`` as the IndexBuilder's ``load_slots``) and no entries (new entries go
+    to the file through ``open_file``; appending never reads the old ones)."""
+    from rmqtool.io.fileio import ReadOnlyFile
+    with ReadOnlyFile(path) as fh:
+        header = np.frombuffer(fh.read(0, INDEX_HEADER_DTYPE.itemsize), INDEX_HEADER_DTYPE).copy()
+    header["index_count"] = max(int(header["index_count"][0]), FIRST_INDEX)
+    pages = SlotPages(path, hash_slots)
+    return IndexFileImage(header, pages.slots, np.zeros(0, dtype=INDEX_ENTRY_DTYPE), hash_slots,
+                          index_entries), pages
+
+
 #: keys an IndexBuilder holds before it appends them to the open file (bounds its memory, and
 #: what is left to fold after the last batch: rebuild all of 1M messages, 2.5M keys, alternating
 #: runs: 1.73 s mean with 1M keys and a 32 MiB CQ buffer, 1.53 s with 256k keys and 8 MiB)
@@ -986,14 +1048,18 @@ class IndexBuilder:
     ``open_file()`` (optional) returns where a new file's entries go as they are made
     (``write_entries(first_entry_number, entries)``, then ``close(image)`` with the header
     and slots): memory then stays one file's slots and a fold of keys. Without it the
-    entries are kept and the sink gets the whole image.
+    entries are kept and the sink gets the whole image. ``load_slots(slots, key_hash)``
+    (optional, with an ``open_image`` from ``open_index_image``): called before keys are
+    appended to the open image, to read the slots they reach (``SlotPages.load``).
     """
 
     def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
                  seed_ts: int = 0, skip_keys_at_seed: int = 0,
-                 open_image: IndexFileImage | None = None, open_file=None, fold_keys: int | None = None):
+                 open_image: IndexFileImage | None = None, open_file=None, fold_keys: int | None = None,
+                 load_slots=None):
         self.hash_slots, self.index_entries = hash_slots, index_entries
         self.open_image = open_image
+        self.load_slots = load_slots   # (slots, key_hash): fills the open image's slots the keys reach
         self.capacity = index_entries - 1
         if self.capacity < 1:
             raise ValueError("an index file needs at least 2 entries (entry 0 is never used)")
@@ -1008,6 +1074,7 @@ class IndexBuilder:
         self._out = None               # where its entries go (open_file), or None: _parts
         self._parts: list[np.ndarray] = []
         self._open = False
+        self._loading = None           # load_slots while the open image is the file being appended to
         if open_image is not None:
             self._in_file = int(open_image.header["index_count"][0]) - FIRST_INDEX
             self._open = True
@@ -1058,9 +1125,11 @@ class IndexBuilder:
         """Append the pending keys to the open file (opening it first)."""
         if self._image is None:
             if self.open_image is not None:
-                self._image = IndexFileImage(self.open_image.header.copy(), self.open_image.slots.copy(),
+                slots = self.open_image.slots if self.load_slots is not None else self.open_image.slots.copy()
+                self._image = IndexFileImage(self.open_image.header.copy(), slots,
                                              self.open_image.entries, self.hash_slots, self.index_entries)
                 self.open_image = None
+                self._loading = self.load_slots
             else:
                 self._image = empty_index_image(self.hash_slots, self.index_entries, self.seed_phy, self.seed_ts)
             self._out = self.open_file() if self.open_file is not None else None
@@ -1072,6 +1141,8 @@ class IndexBuilder:
         tt = np.concatenate([p[2] for p in parts])
         self._pending, self._pending_n = [], 0
         image = self._image
+        if self._loading is not None:
+            self._loading(image.slots, kh)
         first = max(int(image.header["index_count"][0]), FIRST_INDEX)
         new = append_index_keys(image.header, image.slots, self.index_entries, kh, ph, tt)
         if self._out is not None:
@@ -1083,6 +1154,7 @@ class IndexBuilder:
         """Close the open file: its image to the sink, a new file's seed from its end."""
         self._fold()
         image, self._image = self._image, None
+        self._loading = None
         if self._parts:
             entries = np.empty(len(image.entries) + sum(len(p) for p in self._parts), INDEX_ENTRY_DTYPE)
             at = len(image.entries)

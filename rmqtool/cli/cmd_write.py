@@ -107,6 +107,9 @@ def write_command(
     fmt: str = FormatOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | dledger (a new DLedger-mode store: "
                                                          "member n0's entries) | simplified (the article's *.txt files)"),
+    undo: Optional[str] = typer.Option(None, "--undo", metavar="BACKUP",
+                                       help="instead of writing: put STORE back as it was before the write that "
+                                            "made BACKUP (its <root>.backup-<UTC ts> directory)"),
 ):
     """Append exact broker records to a store, dispatch them to ConsumeQueue and IndexFiles."""
     from rmqtool.io.storage import is_uri
@@ -116,6 +119,8 @@ def write_command(
                          "to rmqtool (write locally, then upload)", store_arg)
     store = Path(store_arg[len("file://"):] if store_arg.startswith("file://") else store_arg)
     check_choice(fmt, REPORT_FORMATS, "--format")
+    if undo is not None:
+        return _undo(store, Path(undo), fmt, source is not None or synthetic is not None)
     if (source is None) == (synthetic is None):
         raise UsageError("give exactly one of --from FILE|- and --synthetic N")
     if synthetic is not None and synthetic < 0:
@@ -166,12 +171,30 @@ def write_command(
                  f"entries in {len(s.index_files)} files", markup=False)
     stdout.print(f"  {s.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
     if s.backup:
-        stdout.print(f"  originals kept in {s.backup}: {s.backup_copies} files copied before being written to "
-                     f"({s.backup_bytes / 2**20:.1f} MiB on disk), the rest hard links", markup=False)
+        stdout.print(f"  backup: {s.backup} holds the old bytes of the {s.backup_files} files this write changed "
+                     f"or created ({s.backup_bytes / 2**10:.1f} KiB on disk); undo: rmqtool write "
+                     f"{s.store} --undo {s.backup}", markup=False)
     for note in s.recovered:
         stdout.print(f"  recovered: {note}", markup=False)
     for w in s.warnings[:20]:
         stderr.print(f"warning: {w}", markup=False)
+    return 0
+
+
+def _undo(store: Path, backup: Path, fmt: str, also_writing: bool) -> int:
+    """``--undo BACKUP``: restore the bytes a write changed (``rmqtool.io.writebackup``)."""
+    from rmqtool.io.writebackup import restore
+    if also_writing:
+        raise UsageError("--undo restores a backup: give it without --from / --synthetic")
+    with writing_to(store):
+        r = restore(backup, store)
+    if fmt != "table":
+        emit([r], fmt)
+        return 0
+    stdout.print(f"restored {r['store']} as it was before the write of {r['backup']}: {r['files_rewritten']} files "
+                 f"put back, {r['files_removed']} files and {r['directories_removed']} directories the write "
+                 f"created removed" + (f" ({r['already_restored']} already restored)" if r["already_restored"]
+                                       else ""), markup=False)
     return 0
 
 

@@ -27,12 +27,16 @@ class ConsumeQueueUnits:
 
     @property
     def pre_blank(self) -> np.ndarray:
-        u = self.units
-        return ((u["commitlog_offset"] == PRE_BLANK_COMMITLOG_OFFSET) & (u["size"] == PRE_BLANK_SIZE)
-                & (u["tags_code"] == PRE_BLANK_TAGS_CODE))
+        return is_pre_blank(self.units)
 
     def __len__(self):
         return len(self.units)
+
+
+def is_pre_blank(u: np.ndarray) -> np.ndarray:
+    """Which units (``CQ_UNIT_DTYPE``) are the filler units before a queue's first real one."""
+    return ((u["commitlog_offset"] == PRE_BLANK_COMMITLOG_OFFSET) & (u["size"] == PRE_BLANK_SIZE)
+            & (u["tags_code"] == PRE_BLANK_TAGS_CODE))
 
 
 def valid_units(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -89,6 +93,23 @@ def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUn
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
     return ConsumeQueueUnits(topic, queue_id, cat(parts, CQ_UNIT_DTYPE), cat(qoffs, np.int64),
                              cat(fidx, np.int32), cat(poss, np.int64), queue, end_q, stale, short)
+
+
+def queue_tail(queue: SegmentQueue) -> tuple[int, int]:
+    """(the queue's end offset, the largest commitlog offset + size of its units before that end,
+    filler units aside; 0 when none) as ``read_units`` finds them, one file in memory at a time."""
+    end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
+    max_phy = 0
+    for seg in queue.files:
+        units, size = read_unit_file(seg.path)
+        take = logical_end(units)
+        real = units[:take][~is_pre_blank(units[:take])]
+        if len(real):
+            max_phy = max(max_phy, int((real["commitlog_offset"] + real["size"]).max()))
+        end_q = (seg.start + take * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        if take < len(units) or size // CQ_UNIT_SIZE * CQ_UNIT_SIZE < queue.file_size:
+            break
+    return end_q, max_phy
 
 
 def read_batch_queue(store, ref) -> list[tuple[str, int, np.ndarray]]:

@@ -21,8 +21,10 @@ copy before the first write into it (so the old root, kept as the backup, never 
 and ``install`` swaps the stage in.
 
 Test hook: when the environment variable ``RMQTOOL_CRASH_AT`` names a step (``build``,
-``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged`` and
-``mid-file``), the process SIGKILLs itself there.
+``built``, ``journal``, ``exchanged``, ``moved``; for ``write`` also ``staged``,
+``mid-file`` and ``backup``: its backup's manifest written, the whole old files not yet
+removed, ``rmqtool.io.writebackup``; ``write --undo``: ``undo``, after a file is put back),
+the process SIGKILLs itself there.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from rmqtool.io.topicpath import queue_selected
 
 CRASH_ENV = "RMQTOOL_CRASH_AT"
 CRASH_STEPS = ("build", "built", "journal", "exchanged", "moved")
-WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS
+WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS + ("backup",)
 TMP_MARK = ".rmqtool-tmp-"
 BACKUP_MARK = ".backup-"
 JOURNAL_SUFFIX = ".rmqtool-install"
@@ -259,17 +261,20 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     return InstallResult(str(target), str(backup) if backup else None, files, size)
 
 
-def _write_synced(path: Path, text: str) -> None:
+def _write_synced(path: Path, text) -> None:
     """Write ``path`` whole or not at all: a temporary file, fsynced, renamed over it (the caller
-    fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one."""
+    fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one.
+    ``text``: a str, bytes, or an iterable of bytes written one after another."""
     part = path.with_name(path.name + ".part")
+    chunks = [text.encode()] if isinstance(text, str) else [text] if isinstance(text, (bytes, bytearray)) else text
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             ownership.inherit(part, like=path, fd=fd)
-            data = memoryview(text.encode())
-            while data:
-                data = data[os.write(fd, data):]
+            for chunk in chunks:
+                data = memoryview(chunk)
+                while data:
+                    data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)

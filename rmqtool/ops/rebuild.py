@@ -31,7 +31,7 @@ from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchC
 from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
-from formats.indexfile import entry_position
+from formats.indexfile import INDEX_HEADER_DTYPE, INDEX_SLOT_DTYPE, entry_position, slot_position
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW, file_size, first_nonzero
@@ -782,24 +782,41 @@ def _kept_index_files(store, geometry: IndexGeometry, from_offset: int | None) -
 
 class _IndexFileOut:
     """One IndexFile written as it fills: entries as they are made, then header and slots
-    (``path`` None: a dry run, nothing is written)."""
+    (``path`` None: a dry run, nothing is written). ``pages`` (a ``SlotPages``): ``path`` is an
+    existing file being appended to (``open_index_image``): only the new entries, the header
+    and the slots the keys reached are written. ``on_write(offset, length)`` hears every write."""
 
-    def __init__(self, path: Path | None, geometry: IndexGeometry):
-        self.geometry, self.fd = geometry, None
-        if path is not None:
+    def __init__(self, path: Path | None, geometry: IndexGeometry, pages=None, on_write=None):
+        self.geometry, self.fd, self.pages = geometry, None, pages
+        self.on_write = on_write or (lambda offset, length: None)
+        if path is not None and pages is not None:
+            self.fd = os.open(path, os.O_RDWR)
+            if os.fstat(self.fd).st_size < geometry.file_size:
+                os.ftruncate(self.fd, geometry.file_size)
+        elif path is not None:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.ftruncate(self.fd, geometry.file_size)
 
     def write_entries(self, first: int, entries) -> None:
         if self.fd is not None:
-            inst.pwrite_all(self.fd, entries.view(np.uint8).reshape(-1),
-                            entry_position(self.geometry.hash_slots, first), start_writeback=True)
+            at = entry_position(self.geometry.hash_slots, first)
+            inst.pwrite_all(self.fd, entries.view(np.uint8).reshape(-1), at, start_writeback=True)
+            self.on_write(at, entries.nbytes)
 
     def close(self, image: IndexFileImage) -> None:
         if self.fd is None:
             return
         try:
-            image.write_to(self.fd)            # the header and the used slots (no entries here)
+            if self.pages is None:
+                image.write_to(self.fd)        # the header and the used slots (no entries here)
+            else:
+                for first, count in self.pages.touched_runs():
+                    at = slot_position(self.geometry.hash_slots, first)
+                    inst.pwrite_all(self.fd, image.slots[first:first + count].astype(INDEX_SLOT_DTYPE), at)
+                    self.on_write(at, 4 * count)
+                header = image.header.astype(INDEX_HEADER_DTYPE).tobytes()
+                inst.pwrite_all(self.fd, header, 0)
+                self.on_write(0, len(header))
         finally:
             os.close(self.fd)
             self.fd = None

@@ -13,8 +13,13 @@ in the sibling ``<root>.rmqtool-tmp-<ts>`` (a hard-link mirror of the root; a fi
 copied, holes kept, just before its first write: the last commitlog file, the last CQ file
 of each queue appended to, the live index file, the checkpoint), then swaps it in with
 ``rmqtool.io.install`` (fsync, journal, atomic exchange); the old root becomes
-``<root>.backup-<UTC ts>``. It shares inodes only with files this run did not change.
-A new store is staged and renamed into place. A failed run removes its stage.
+``<root>.backup-<UTC ts>``, then ``rmqtool.io.writebackup.shrink`` reduces it to the old bytes of
+the ranges this run wrote (each write is noted: ``_note``) and a manifest that puts them back
+(``write --undo``). A new store is staged and renamed into place. A failed run removes its stage.
+
+Memory does not grow with the store: the open index file is appended to through rebuild's
+``IndexBuilder`` and ``_IndexFileOut`` without being loaded (``open_index_image``), and the
+store's end is found with one small CommitLog window and one ConsumeQueue file at a time.
 
 The run holds the rmqtool writer lock (``rmqtool.io.storelock``: the broker's ``lock`` file,
 which the stage shares by hard link so the lock survives the swap, plus a side file beside
@@ -41,23 +46,30 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SI
 from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
-                              RecordColumns, dispatch_batch, layout_cq, read_index_image)
+                              RecordColumns, dispatch_batch, layout_cq, open_index_image)
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool.io import install as inst, ownership
 from rmqtool.broker.queuekinds import QueueKinds, detect as detect_queue_kinds
-from rmqtool.errors import RefusedError, UsageError
+from rmqtool.errors import RefusedError, RmqError, UsageError
 from formats import dledger as dl
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, INDEX_DIR as DLEDGER_INDEX_DIR
 from rmqtool.io.dledger_layout import members as dledger_members
 from rmqtool.io.topicpath import queue_dir, topic_path_problem
-from rmqtool.ops.rebuild import index_file_names
+from rmqtool.ops.rebuild import _IndexFileOut, index_file_names
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io import writebackup
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_STORE_HOST = "127.0.0.1:10911"
 DEFAULT_BORN_HOST = "127.0.0.1:0"
 DISPATCH_CHUNK = 65536
+#: the CommitLog window of the walk that finds an existing store's end (its read buffer and
+#: columns are most of what the walk holds; a small window keeps a write's memory the same
+#: whatever the store's size: into a 2M-message store 1,000 messages cost the RSS of a
+#: 3k-message one)
+STATE_WINDOW = 2 << 20
 PROGRESS_EVERY = 1024             # records between progress callbacks (a dispatch chunk is too coarse)
 
 
@@ -85,8 +97,8 @@ class WriteSummary:
     index_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     backup: str | None = None
-    backup_copies: int = 0                 # backup files that are copies (the rest share the store's inodes)
-    backup_bytes: int = 0                  # disk space those copies take (allocated blocks)
+    backup_files: int = 0                  # files the backup's manifest lists (changed or created by the run)
+    backup_bytes: int = 0                  # disk space the backup takes (allocated blocks)
     recovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
     geometry: dict = field(default_factory=dict)
@@ -325,10 +337,11 @@ class _CommitLogAppender:
         self.pending_from = self.pos
         self.pending_len = 0
         self.files: list[str] = []
+        self.on_write = None              # (path, offset, length): hears every write
         self._open()
 
     def _open(self) -> None:
-        path = self.dir / f"{self.base:020d}"
+        path = self.path = self.dir / f"{self.base:020d}"
         inst.make_private(path)
         self.fd = ownership.open_file(path, os.O_RDWR)
         if os.fstat(self.fd).st_size < self.file_size:
@@ -339,10 +352,9 @@ class _CommitLogAppender:
     def _flush(self) -> None:
         if self.pending:
             data = b"".join(self.pending)
-            view, at = memoryview(data), self.pending_from
-            while view:
-                n = os.pwrite(self.fd, view, at)
-                view, at = view[n:], at + n
+            inst.pwrite_all(self.fd, data, self.pending_from)
+            if self.on_write is not None:
+                self.on_write(self.path, self.pending_from, len(data))
             self.pending, self.pending_len = [], 0
             if 0 < self.pos < self.file_size:
                 inst.crash_point("mid-file")
@@ -462,21 +474,18 @@ class _DLedgerAppender(_CommitLogAppender):
 
 def _existing_state(store, geometry: Geometry):
     """(valid end, next queue offsets, last store timestamp) of an existing store."""
-    from rmqtool.io.consumequeue import read_units
+    from rmqtool.io.consumequeue import queue_tail
     from rmqtool.records.scan import END_BLANK, FileEnd, walk_store
     next_off: dict[tuple[str, int], int] = {}
     max_phy = 0
-    for ref in store.queues():
-        q = store.queue(ref.topic, ref.queue_id)
-        units = read_units(ref.topic, ref.queue_id, q)
-        next_off[(ref.topic, ref.queue_id)] = units.end_queue_offset
-        real = units.units[~units.pre_blank]
-        if len(real):
-            max_phy = max(max_phy, int((real["commitlog_offset"] + real["size"]).max()))
+    for ref in store.queues():               # memory: one ConsumeQueue file, one CommitLog window
+        next_off[(ref.topic, ref.queue_id)], queue_max = queue_tail(store.queue(ref.topic, ref.queue_id))
+        max_phy = max(max_phy, queue_max)
     end, last_ts = 0, 0
     if store.commitlog.files:
         end = store.commitlog.min_offset
-        for item in walk_store(store, check_crc=True, stop_at_break=True):
+        for item in walk_store(store, check_crc=True, stop_at_break=True, reuse_buffer=True,
+                               chunk_size=STATE_WINDOW):
             if isinstance(item, FileEnd):
                 end = item.phy_offset if item.kind != END_BLANK else item.file_base + store.commitlog.file_size
                 continue
@@ -587,11 +596,13 @@ class StoreWriter:
 
         self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
                                     geometry=dict(g.__dict__), recovered=list(self.recovered))
+        self._written: dict[str, list[tuple[int, int]]] = {}     # stage file -> ranges written (the backup's)
         if self.dledger_id is None:
             self.appender = _CommitLogAppender(self.out / "commitlog", g.commitlog_file_size, end)
         else:
             self.appender = _DLedgerAppender(self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}",
                                              g.commitlog_file_size, self.dledger_id)
+        self.appender.on_write = self._note
         self.cq = CqCollector()
         self._bcq: list[tuple] = []       # BatchConsumeQueue units, in dispatch order
         self._rows: list[dict] = []
@@ -610,37 +621,49 @@ class StoreWriter:
         return g
 
     def _index_builder(self) -> IndexBuilder:
+        """rebuild's IndexBuilder, writing each file as it fills (``_IndexFileOut``); the last file,
+        when not full, is appended to without being loaded (``open_index_image``: its header and
+        the slot pages the new keys reach)."""
         g = self.geometry
         files = self.store.index_files()
-        open_image, seed_phy, seed_ts, self._open_path = None, 0, 0, None
+        open_image, seed_phy, seed_ts, self._open_path, self._pages = None, 0, 0, None, None
         if files:
-            last = read_index_image(files[-1], g.hash_slots, g.index_entries)
+            last, pages = open_index_image(files[-1], g.hash_slots, g.index_entries)
             if not last.full:
-                open_image, self._open_path = last, files[-1]
+                open_image, self._open_path, self._pages = last, files[-1], pages
             else:
                 seed_phy = int(last.header["end_phy_offset"][0])
                 seed_ts = int(last.header["end_timestamp"][0])
         self._names = index_file_names([p.name for p in files])
-        return IndexBuilder(g.hash_slots, g.index_entries, self._sink,
-                            seed_phy, seed_ts, open_image=open_image)
+        return IndexBuilder(g.hash_slots, g.index_entries, self._sink, seed_phy, seed_ts, open_image=open_image,
+                            open_file=self._open_index_file,
+                            load_slots=self._pages.load if self._pages is not None else None)
 
-    def _sink(self, image: IndexFileImage) -> None:
+    def _open_index_file(self) -> _IndexFileOut:
         index_dir = self.out / "index"
         ownership.makedirs(index_dir)
+        pages = None
         if self._open_path is not None:
             path, self._open_path = index_dir / self._open_path.name, None
             inst.make_private(path)
+            pages, self._pages = self._pages, None
         else:
             path = index_dir / next(self._names)
-        fd = ownership.open_file(path, os.O_RDWR)
-        try:
-            image.write_to(fd)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         self.summary.index_files.append(path.name)
+        return _IndexFileOut(path, IndexGeometry(self.geometry.hash_slots, self.geometry.index_entries), pages,
+                             on_write=lambda offset, length: self._note(path, offset, length))
+
+    def _sink(self, image: IndexFileImage) -> None:
+        """An index file is complete (``_IndexFileOut.close`` wrote it)."""
         self._last_index_end_ts = int(image.header["end_timestamp"][0])
-        inst.crash_point("build")
+
+    def _note(self, path: Path, offset: int, length: int) -> None:
+        """``path`` (in the stage) got ``length`` bytes at ``offset``: the backup keeps what was there."""
+        ranges = self._written.setdefault(os.path.relpath(path, self.out), [])
+        if ranges and ranges[-1][0] + ranges[-1][1] == offset:
+            ranges[-1] = (ranges[-1][0], ranges[-1][1] + length)
+        else:
+            ranges.append((offset, length))
 
     # -- appending ------------------------------------------------------------------------------
     def append(self, f: MessageFields) -> int:
@@ -746,7 +769,13 @@ class StoreWriter:
             done.backup = None
         self.summary.backup = done.backup
         if done.backup:
-            self.summary.backup_copies, self.summary.backup_bytes = inst.copied_cost(done.backup)
+            try:                          # the old root -> the old bytes of what this run changed
+                self.summary.backup_files, self.summary.backup_bytes = writebackup.shrink(
+                    Path(done.backup), self.root, self._written)
+            except (OSError, RmqError) as exc:    # the store is the new one; the backup stays whole
+                self.summary.warnings.append(f"the backup {done.backup} is the whole old store root "
+                                             f"(its manifest could not be written: {exc})")
+                self.summary.backup_files, self.summary.backup_bytes = inst.copied_cost(done.backup)
         self._release()
         self.summary.seconds = time.perf_counter() - self.t0
         return self.summary
@@ -769,13 +798,13 @@ class StoreWriter:
             self._lock = None
 
     def _write_cq(self) -> None:
-        from rmqtool.io.consumequeue import read_units
+        from rmqtool.io.consumequeue import queue_tail
         size = self.geometry.cq_file_size
         for q in self.cq.queues():
             qdir = queue_dir(self.out / "consumequeue", q.topic, q.queue_id)
             existing = None
             if qdir.is_dir() and any(qdir.iterdir()):
-                existing = read_units(q.topic, q.queue_id, self.store.queue(q.topic, q.queue_id))
+                existing, _ = queue_tail(self.store.queue(q.topic, q.queue_id))
             if existing is None:
                 layout = layout_cq(q, size)
                 start, units = layout.first_file, layout.units
@@ -783,17 +812,17 @@ class StoreWriter:
                 real = layout.real_units
             else:
                 # the broker appends at the write position
-                start = existing.end_queue_offset * CQ_UNIT_SIZE
+                start = existing * CQ_UNIT_SIZE
                 if int(q.queue_offset[0]) * CQ_UNIT_SIZE != start:
                     self.summary.warnings.append(
                         f"{q.topic}/{q.queue_id}: first new queue offset {int(q.queue_offset[0])} "
-                        f"appended at {existing.end_queue_offset}")
+                        f"appended at {existing}")
                 units = np.zeros(len(q), dtype=CQ_UNIT_DTYPE)
                 units["commitlog_offset"], units["size"], units["tags_code"] = q.phy_offset, q.size, q.tags_code
                 real = len(q)
             ownership.makedirs(qdir)
             self.summary.cq_units += real
-            self.summary.cq_files += _write_units(qdir, start, units, size)
+            self.summary.cq_files += _write_units(qdir, start, units, size, self._note)
 
     def _write_bcq(self) -> None:
         """Append the BatchConsumeQueue units as ``BatchConsumeQueue.putBatchMessagePositionInfo`` does:
@@ -825,7 +854,7 @@ class StoreWriter:
                 arr[k] = (phy, sz, tags, ts, base, num, -1, 0)
             ownership.makedirs(qdir)
             self.summary.cq_units += len(keep)
-            self.summary.cq_files += _write_units(qdir, count * BCQ_UNIT_SIZE, arr, size)
+            self.summary.cq_files += _write_units(qdir, count * BCQ_UNIT_SIZE, arr, size, self._note)
 
     def _write_checkpoint(self) -> None:
         path = self.out / "checkpoint"
@@ -846,14 +875,16 @@ class StoreWriter:
         data += bytes(CHECKPOINT_FILE_SIZE - len(data))
         fd = ownership.open_file(path, os.O_WRONLY)
         try:
-            os.pwrite(fd, data, 0)
+            inst.pwrite_all(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
+        self._note(path, 0, len(data))
 
 
-def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: int) -> int:
-    """Write units at logical byte ``logical_start`` onwards, creating zero-filled files."""
+def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: int, on_write) -> int:
+    """Write units at logical byte ``logical_start`` onwards, creating zero-filled files
+    (``on_write(path, offset, length)`` hears each write)."""
     raw = units.tobytes()
     pos, files = 0, 0
     while pos < len(raw):
@@ -867,10 +898,11 @@ def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: i
         try:
             if os.fstat(fd).st_size < file_size:
                 os.ftruncate(fd, file_size)
-            os.pwrite(fd, chunk, in_file)
+            inst.pwrite_all(fd, chunk, in_file)
             os.fsync(fd)
         finally:
             os.close(fd)
+        on_write(path, in_file, len(chunk))
         files += 1
         pos += len(chunk)
         inst.crash_point("build")

@@ -747,17 +747,20 @@ def decode_record_reference(raw: bytes) -> dict:
 
 # --- whole store ------------------------------------------------------------------------
 def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_break: bool = False,
-               files=None) -> Iterator[RecordBatch | FileEnd]:
+               files=None, reuse_buffer: bool = False, chunk_size: int | None = None) -> Iterator[RecordBatch | FileEnd]:
     """Yield every file's record batches followed by its ``FileEnd``, in commitlog order.
 
     With ``stop_at_break`` the walk stops at the first file that does not end in a BLANK,
-    as the broker's recovery does.
+    as the broker's recovery does. ``reuse_buffer``: every window is read into one buffer
+    (memory: one window), for a caller done with each batch before it takes the next;
+    ``chunk_size``: the window (``FileScan``'s).
     """
+    buffer = ReadBuffer() if reuse_buffer else None
     for seg in files if files is not None else store.commitlog.files:
         if seg.start + store.commitlog.file_size <= start_offset:
             continue
         lo = max(start_offset - seg.start, 0)
-        scan = FileScan(seg.path, seg.start, lo=lo, check_crc=check_crc)
+        scan = FileScan(seg.path, seg.start, lo=lo, check_crc=check_crc, buffer=buffer, chunk_size=chunk_size)
         try:
             yield from scan
         except FileChangedError as exc:
