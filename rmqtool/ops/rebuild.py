@@ -80,6 +80,8 @@ class RebuildResult:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        if d["uncovered"] is None:          # only a walk that left a later segment's data out has the key
+            del d["uncovered"]
         d["after"] = self.after
         d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
         return d
