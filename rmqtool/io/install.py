@@ -152,7 +152,8 @@ def recover_leftovers(target: Path) -> list[str]:
         notes.append(f"removed an unfinished install journal {stray.name}")
     if journal.exists():
         try:
-            j = json.loads(journal.read_text())
+            from rmqtool.io.fileio import read_text
+            j = json.loads(read_text(journal))       # a FIFO there: refused (exit 3), never waited on
             tmp, backup, old_ino = Path(j["tmp"]), Path(j["backup"]), j.get("old_ino")
         except (ValueError, KeyError, TypeError):
             # empty or torn (written in place by older versions, e.g. on a full disk): the swap
