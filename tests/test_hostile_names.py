@@ -2,8 +2,8 @@
 
 Topics like ``../../x``, absolute paths, NUL, 32 KB names and case-only twins are fed to
 `write` (JSONL), to `rebuild` (records in the CommitLog) and to `export`; afterwards the
-only changes on disk are inside the destination. Symlinks inside a store are not followed
-out of it, and table output escapes terminal control characters from bodies/properties.
+only changes on disk are inside the destination. Symlinks inside a store are never written
+through (a linked segment is read through, as the broker reads it), and table output escapes terminal control characters from bodies/properties.
 """
 from __future__ import annotations
 
