@@ -60,6 +60,23 @@ def refuse_not_regular(path, what: str) -> RefusedError:
                         "device could block or never end): replace it by the file it stands for", path)
 
 
+def require_regular(path, mode: int) -> None:
+    """Raise for a file of ``st_mode`` (reached through ``path``) that is not a regular file: a
+    directory is a layout error (exit 2), a FIFO, socket or device a refusal (exit 3)."""
+    what = not_regular(mode)
+    if what is None:
+        return
+    if what == "a directory":
+        raise StoreLayoutError("is a directory, expected a file", path)
+    if os.path.islink(path):
+        what = f"a symbolic link to {what} ({os.path.realpath(path)})"
+    raise refuse_not_regular(path, what)
+
+
+def _dangling(path) -> RefusedError:
+    return refuse_not_regular(path, f"a symbolic link to {os.readlink(path)!r} that leads nowhere")
+
+
 def open_regular(path: Path) -> int:
     """Open a local file read-only, as the one place every read of a store file opens it.
 
@@ -72,29 +89,24 @@ def open_regular(path: Path) -> int:
         fd = os.open(path, flags)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise refuse_not_regular(path, f"a symbolic link to {os.readlink(path)!r} that leads nowhere") from None
+            raise _dangling(path) from None
         raise FileChangedError("file vanished", path) from None
     except IsADirectoryError:
         raise StoreLayoutError("is a directory, expected a file", path) from None
     except OSError as exc:
-        if exc.errno == errno.ENXIO:            # a socket (or a FIFO's peer gone): never opened
+        if exc.errno == errno.ENXIO:            # a socket: open() never opens one
             try:
-                what = not_regular(os.stat(path).st_mode)
+                mode = os.stat(path).st_mode
             except OSError:
-                what = None
-            if what:
-                raise refuse_not_regular(path, what) from None
+                mode = None
+            if mode is not None:
+                require_regular(path, mode)
         raise UnreadableError(f"cannot open: {exc.strerror}", path) from None
     try:
-        what = not_regular(os.fstat(fd).st_mode)
+        require_regular(path, os.fstat(fd).st_mode)
     except BaseException:
         os.close(fd)
         raise
-    if what is not None:
-        os.close(fd)
-        if what == "a directory":
-            raise StoreLayoutError("is a directory, expected a file", path)
-        raise refuse_not_regular(path, what)
     return fd
 
 
@@ -116,31 +128,33 @@ def forget_followed_links() -> None:
     _FOLLOWED.clear()
 
 
-def regular_file_present(path) -> bool:
-    """Whether a store file the broker reads if present (checkpoint, config, ...) is there:
-    False when nothing is at ``path``; True for a regular file, or a symbolic link to one;
-    anything else (FIFO, socket, device, dangling link) is refused (exit 3) rather than taken
-    for an absent file. A remote object: whether it exists as a file."""
+def regular_size(path) -> int | None:
+    """Size of a store file the broker reads by name, as its ``File`` API sees it: None when
+    nothing is at ``path``; a symbolic link to a regular file is followed (and recorded,
+    ``followed_links``); anything else there (FIFO, socket, device, dangling link) is refused
+    (exit 3) rather than taken for an absent file, a directory is a layout error."""
     if is_uri(path):
-        return path.is_file()
+        return path.stat().st_size if path.is_file() else None
     try:
         st = os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise refuse_not_regular(path, f"a symbolic link to {os.readlink(path)!r} that leads nowhere") from None
-        return False
+            raise _dangling(path) from None
+        return None
     except NotADirectoryError:
-        return False
+        return None
     except OSError as exc:
         raise UnreadableError(f"cannot stat: {exc.strerror}", path) from None
-    what = not_regular(st.st_mode)
-    if what is not None:
-        if what == "a directory":
-            raise StoreLayoutError("is a directory, expected a file", path)
-        raise refuse_not_regular(path, what)
+    require_regular(path, st.st_mode)
     if os.path.islink(path):
         followed_link(path)
-    return True
+    return st.st_size
+
+
+def regular_file_present(path) -> bool:
+    """Whether a store file the broker reads when present (checkpoint, config, ...) is there
+    (``regular_size``: a FIFO or device is refused, never taken for an absent file)."""
+    return regular_size(path) is not None
 
 
 def read_text(path, encoding: str = "utf-8") -> str:

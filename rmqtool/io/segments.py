@@ -120,30 +120,17 @@ class SegmentQueue:
 
 def entry_size(e) -> int | None:
     """Size of a listed store file the broker reads by name (a segment, an index file), as the
-    broker's ``File`` API sees it: a symbolic link is followed (``followed_links`` records it);
-    None when it vanished since the listing. Anything that is not a regular file there (FIFO,
-    socket, device, directory, a dangling link) is refused (``RefusedError``, exit 3) naming
-    it: skipping it would make the files after it look like the start or the end of the log."""
-    if not e.is_symlink():
-        try:
-            st = e.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            return None
-        what = fileio.not_regular(st.st_mode)
-        if what is not None:
-            raise fileio.refuse_not_regular(e.path, what)
-        return st.st_size
+    broker's ``File`` API sees it (``fileio.regular_size``: a symbolic link followed); None when
+    it vanished since the listing. Anything that is not a regular file there (FIFO, socket,
+    device, a dangling link) is refused (``RefusedError``, exit 3) naming it: skipping it would
+    make the files after it look like the start, or the files before it the end, of the log."""
+    if e.is_symlink():
+        return fileio.regular_size(e.path)
     try:
-        st = os.stat(e.path)
+        st = e.stat(follow_symlinks=False)
     except FileNotFoundError:
-        if not os.path.lexists(e.path):
-            return None
-        raise fileio.refuse_not_regular(
-            e.path, f"a symbolic link to {os.readlink(e.path)!r} that leads nowhere") from None
-    what = fileio.not_regular(st.st_mode)
-    if what is not None:
-        raise fileio.refuse_not_regular(e.path, f"a symbolic link to {what} ({os.path.realpath(e.path)})")
-    fileio.followed_link(e.path)
+        return None
+    fileio.require_regular(e.path, st.st_mode)
     return st.st_size
 
 
