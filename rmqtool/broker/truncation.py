@@ -61,6 +61,7 @@ class WalkOutcome:
     skipped: bool = False          # the records past each damage were dispatched (--skip-corrupt)
     tail_records: int = 0          # records the resync found past the first damage
     data_end: int = 0              # where the last walk ended: the end of the CommitLog's data
+    uncovered: dict | None = None  # data in a segment past data_end that no walk reached (``data_after_walk``)
 
     @property
     def stopped_early(self) -> bool:
@@ -104,7 +105,28 @@ def walk_past_damage(store, walk: Walker, start: int, to_offset: int | None, on_
             out.records += n
     if skip_corrupt:
         out.end, out.kind, out.skipped = end, kind, bool(out.damage)
+    if to_offset is None:
+        out.uncovered = data_after_walk(store, out.data_end)
     return out
+
+
+def data_after_walk(store, end: int) -> dict | None:
+    """Where a CommitLog segment that starts after the walk's end ``end`` holds data (its first
+    non-zero byte; holes are skipped, not read), as {file, position, walk_end}; None when every
+    segment past the one the walk ended in is zeros (the broker's pre-allocated next file). The
+    segment the walk ended in may hold bytes past the end (a crash's torn tail): the broker's
+    recovery truncates those, and ``walk_past_damage`` has already looked there for records.
+    A DLedger member's data files are judged by its own entry walk, not here."""
+    from rmqtool.io.fileio import first_nonzero
+    if store.dledger:
+        return None
+    for seg in store.commitlog.files:
+        if seg.start <= end:
+            continue
+        pos = first_nonzero(seg.path, 0)
+        if pos is not None:
+            return {"file": str(seg.path), "position": pos, "walk_end": end}
+    return None
 
 
 def describe_stop(store, offset: int, kind: str, resumed_at: int, check_crc: bool,
@@ -171,7 +193,15 @@ class TruncationRefused(RefusedError):
 
 
 def refuse_truncation(results: list) -> None:
-    """Raise ``TruncationRefused`` for rebuild results whose walk stopped early."""
+    """Raise ``TruncationRefused`` for rebuild results whose walk stopped early, or ended before
+    a later segment's data (``WalkOutcome.uncovered``)."""
+    left = next((r.uncovered for r in results if r.uncovered), None)
+    if left is not None:
+        raise TruncationRefused(
+            f"the CommitLog walk ends at offset {left['walk_end']}, but this later segment holds data "
+            "the walk never reached (no record could be found in it); the rebuild would leave it out "
+            "and a broker restarted on it would delete it. Pass --allow-truncate to accept the loss",
+            left["file"], left["position"], results)
     early = [r for r in results if r.damage and not r.skipped]
     if not early:
         return

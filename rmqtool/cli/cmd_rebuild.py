@@ -76,7 +76,8 @@ RebuildJobsOpt = typer.Option(None, "--jobs", "-j", "--workers",
 SkipCorruptOpt = typer.Option(False, "--skip-corrupt",
                               help="rebuild past damaged CommitLog records with the resync (skipped ranges listed)")
 AllowTruncateOpt = typer.Option(False, "--allow-truncate",
-                                help="accept a rebuild that drops the records after a damaged one")
+                                help="accept a rebuild that drops the records after a damaged one, or the "
+                                     "data of a later CommitLog segment its walk never reaches")
 
 
 def _print_plan(r) -> None:

@@ -386,7 +386,16 @@ def _cell(value) -> str:
     return str(value)
 
 
+def say_followed_links() -> None:
+    """One note per store file this run read through a symbolic link (``fileio.followed_links``)."""
+    from rmqtool.io.fileio import followed_links
+    for path, target in followed_links():
+        stderr.print(f"note: {escape_control(path)} is a symbolic link to {escape_control(target)}; "
+                     "read through it as the broker does", markup=False)
+
+
 def fail(exc: RmqError) -> None:
+    say_followed_links()
     stderr.print(f"error: {escape_control(str(exc))}", markup=False)
     raise SystemExit(exc.exit_code)
 
@@ -404,6 +413,8 @@ def _quiet_closed_stdout() -> None:
 
 def run_app(application: typer.Typer) -> None:
     """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
+    from rmqtool.io.fileio import forget_followed_links
+    forget_followed_links()                 # notes are per command (the tests run many in one process)
     try:
         result = application(standalone_mode=False)
     except RmqError as exc:
@@ -443,4 +454,6 @@ def run_app(application: typer.Typer) -> None:
         raise SystemExit(EXIT_BAD_INPUT)
     if result == EXIT_INTERRUPTED:          # typer turns Ctrl-C into Exit(130), returned here
         stderr.print("interrupted", markup=False)
+    else:
+        say_followed_links()
     raise SystemExit(result if isinstance(result, int) else 0)

@@ -514,12 +514,16 @@ def _refuse_early_stop(store, result, build, is_output: bool, to_offset, check_c
     local path measures and skips such damage (``--skip-corrupt`` runs there)."""
     from rmqtool.ops.rebuild import discard_build
     from rmqtool.records.scan import END_ZERO, next_record_after
-    from rmqtool.broker.truncation import STOP_KINDS, describe_stop, refuse_truncation
+    from rmqtool.broker.truncation import STOP_KINDS, data_after_walk, describe_stop, refuse_truncation
     end, kind = result.range_end, result.end_kind
-    if kind not in STOP_KINDS or (to_offset is not None and end >= to_offset):
+    if to_offset is not None and end >= to_offset:
         return
-    after = next_record_after(store, end, kind, to_offset)
+    after = next_record_after(store, end, kind, to_offset) if kind in STOP_KINDS else None
     if after is None or (kind == END_ZERO and after == end):
+        result.uncovered = data_after_walk(store, end) if to_offset is None else None
+        if result.uncovered is not None:            # a later segment's data no walk reached
+            discard_build(build, keep_dir=is_output)
+            refuse_truncation([result])
         return
     result.damage = [describe_stop(store, end, kind, after, check_crc, result.warnings).as_dict()]
     discard_build(build, keep_dir=is_output)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from formats import controller as fc
 from rmqtool.errors import CorruptDataError
-from rmqtool.io.fileio import file_size, read_file
+from rmqtool.io.fileio import file_size, read_file, regular_file_present
 from rmqtool.io import storage
 
 #: more than any epoch or identity file holds; a larger file is refused unread
@@ -72,7 +72,7 @@ class EpochFile:
 
 
 def _text(path: Path) -> bytes | None:
-    if not path.is_file():
+    if not regular_file_present(path):
         return None
     if file_size(path) > MAX_FILE_SIZE:
         raise ControllerFileError(f"{file_size(path)} bytes, larger than any such file ({MAX_FILE_SIZE})", path)

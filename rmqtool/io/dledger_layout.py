@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
 from rmqtool.io import storage
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.fileio import ReadOnlyFile, read_text, regular_file_present
 from rmqtool.io.segments import SegmentQueue
 
 DATA_DIR = "data"
@@ -40,10 +40,9 @@ def is_entry_file(path: Path | str) -> bool:
 def read_properties(path: Path) -> dict[str, str] | None:
     """A DLedger ``checkpoint``/``currterm`` file (Java properties text: ``key=value`` lines,
     ``#`` comments); None when the file is missing."""
-    try:
-        text = path.read_text(encoding="latin-1")
-    except FileNotFoundError:
+    if not regular_file_present(path):         # a FIFO or device: refused (exit 3)
         return None
+    text = read_text(path, encoding="latin-1")
     values = {}
     for line in text.splitlines():
         line = line.strip()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
 
 from rmqtool.io import throttle
 from rmqtool.io.storage import is_uri
-from rmqtool.errors import FileChangedError, StoreLayoutError, UnreadableError
+from rmqtool.errors import FileChangedError, RefusedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
 CHUNK_SIZE = 64 << 20
@@ -41,6 +42,126 @@ def file_size(path: Path | str) -> int:
         raise UnreadableError(f"cannot stat: {exc.strerror}", path) from None
 
 
+#: what a store file that is not a regular file is, by its ``st_mode`` type
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of ``st_mode`` is when it is not a regular file ("a FIFO", ...); None for one."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a file")
+
+
+def refuse_not_regular(path, what: str) -> RefusedError:
+    """The one refusal of a store file the broker could not read as a file (exit 3)."""
+    return RefusedError(f"is {what}, not a regular file; rmqtool reads only regular files (a FIFO or "
+                        "device could block or never end): replace it by the file it stands for", path)
+
+
+def require_regular(path, mode: int) -> None:
+    """Raise for a file of ``st_mode`` (reached through ``path``) that is not a regular file: a
+    directory is a layout error (exit 2), a FIFO, socket or device a refusal (exit 3)."""
+    what = not_regular(mode)
+    if what is None:
+        return
+    if what == "a directory":
+        raise StoreLayoutError("is a directory, expected a file", path)
+    if os.path.islink(path):
+        what = f"a symbolic link to {what} ({os.path.realpath(path)})"
+    raise refuse_not_regular(path, what)
+
+
+def _dangling(path) -> RefusedError:
+    return refuse_not_regular(path, f"a symbolic link to {os.readlink(path)!r} that leads nowhere")
+
+
+def open_regular(path: Path) -> int:
+    """Open a local file read-only, as the one place every read of a store file opens it.
+
+    ``O_NONBLOCK``: opening a FIFO never waits for a writer; ``fstat`` on the descriptor then
+    refuses (``RefusedError``, exit 3) anything that is not a regular file, before any read
+    that could block. A symbolic link to a regular file is followed, as the broker's
+    ``File``/``RandomAccessFile`` follow it; a dangling one is refused."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise _dangling(path) from None
+        raise FileChangedError("file vanished", path) from None
+    except IsADirectoryError:
+        raise StoreLayoutError("is a directory, expected a file", path) from None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:            # a socket: open() never opens one
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                mode = None
+            if mode is not None:
+                require_regular(path, mode)
+        raise UnreadableError(f"cannot open: {exc.strerror}", path) from None
+    try:
+        require_regular(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+#: store files this process read through a symbolic link (path -> resolved target), in the order found
+_FOLLOWED: dict[str, str] = {}
+
+
+def followed_link(path) -> None:
+    """Record that the store file ``path`` is a symbolic link read through (the CLI says so once)."""
+    _FOLLOWED.setdefault(os.fspath(path), os.path.realpath(path))
+
+
+def followed_links() -> list[tuple[str, str]]:
+    """(path, resolved target) of every store file read through a symbolic link so far."""
+    return list(_FOLLOWED.items())
+
+
+def forget_followed_links() -> None:
+    _FOLLOWED.clear()
+
+
+def regular_size(path) -> int | None:
+    """Size of a store file the broker reads by name, as its ``File`` API sees it: None when
+    nothing is at ``path``; a symbolic link to a regular file is followed (and recorded,
+    ``followed_links``); anything else there (FIFO, socket, device, dangling link) is refused
+    (exit 3) rather than taken for an absent file, a directory is a layout error."""
+    if is_uri(path):
+        return path.stat().st_size if path.is_file() else None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise _dangling(path) from None
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError as exc:
+        raise UnreadableError(f"cannot stat: {exc.strerror}", path) from None
+    require_regular(path, st.st_mode)
+    if os.path.islink(path):
+        followed_link(path)
+    return st.st_size
+
+
+def regular_file_present(path) -> bool:
+    """Whether a store file the broker reads when present (checkpoint, config, ...) is there
+    (``regular_size``: a FIFO or device is refused, never taken for an absent file)."""
+    return regular_size(path) is not None
+
+
+def read_text(path, encoding: str = "utf-8") -> str:
+    """A whole small text file of the store (config JSON, properties), through ``ReadOnlyFile``."""
+    return read_file(path, exact=False).decode(encoding)
+
+
 class ReadOnlyFile:
     """An open file descriptor used only with pread (a remote object: ranged reads)."""
 
@@ -53,14 +174,7 @@ class ReadOnlyFile:
             self.remote = RemoteFile(self.path)
             return
         self.path = Path(path)
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise FileChangedError("file vanished", path) from None
-        except IsADirectoryError:
-            raise StoreLayoutError("is a directory, expected a file", path) from None
-        except OSError as exc:
-            raise UnreadableError(f"cannot open: {exc.strerror}", path) from None
+        self.fd = open_regular(self.path)
 
     def size(self) -> int:
         if self.remote is not None:

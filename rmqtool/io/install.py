@@ -154,7 +154,8 @@ def recover_leftovers(target: Path) -> list[str]:
         notes.append(f"removed an unfinished install journal {stray.name}")
     if journal.exists():
         try:
-            j = json.loads(journal.read_text())
+            from rmqtool.io.fileio import read_text
+            j = json.loads(read_text(journal))       # a FIFO there: refused (exit 3), never waited on
             tmp, backup, old_ino = Path(j["tmp"]), Path(j["backup"]), j.get("old_ino")
         except (ValueError, KeyError, TypeError):
             # empty or torn (written in place by older versions, e.g. on a full disk): the swap
@@ -312,7 +313,8 @@ def link_tree(src: Path, dst: Path) -> int:
     point inside ``src`` is refused: its files cannot be linked, and the swap would leave the
     mount behind with the original. A symlink is refused too (``write`` refuses a store that
     holds one before staging it): staged, it would be written through, and the old tree kept
-    as the backup would share it."""
+    as the backup would share it. So is a FIFO, socket or device (exit 3, naming it): the new
+    store would silently lack it."""
     n = 0
     dev = os.stat(src).st_dev
     with os.scandir(src) as it:
@@ -334,8 +336,9 @@ def link_tree(src: Path, dst: Path) -> int:
                 except OSError:
                     shutil.copy2(e.path, target)
                     ownership.inherit(target, like=e.path)
-            else:
-                continue                    # sockets, fifos, devices: not store content
+            else:                           # a FIFO, socket or device: never dropped from the new store
+                from rmqtool.io.fileio import not_regular, refuse_not_regular
+                raise refuse_not_regular(e.path, not_regular(e.stat(follow_symlinks=False).st_mode))
             n += 1
     return n
 

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqtool.io import storage
+from rmqtool.io import fileio, storage
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 
@@ -55,21 +55,18 @@ class SegmentQueue:
                 problems.append(LayoutProblem("names", str(d), None, "not a directory"))
                 continue
             for e in entries:
-                if not e.is_file(follow_symlinks=False):
-                    if e.is_symlink():
-                        problems.append(LayoutProblem("names", e.path, None,
-                                                      "symlink not followed", "warning"))
-                    continue
                 if not SEGMENT_NAME.match(e.name):
-                    problems.append(LayoutProblem("names", e.path, None,
-                                                  "file name is not 20 digits; ignored", "warning"))
+                    if e.is_file(follow_symlinks=False) or e.is_symlink():
+                        problems.append(LayoutProblem("names", e.path, None,
+                                                      "file name is not 20 digits; ignored", "warning"))
                     continue
-                try:
-                    size = e.stat(follow_symlinks=False).st_size
-                except FileNotFoundError:          # deleted between listing and stat (retention)
+                size = entry_size(e)              # a FIFO, device or dangling link: refused here
+                if size is None:                  # deleted between listing and stat (retention)
                     problems.append(LayoutProblem("names", e.path, None,
                                                   "file vanished while listing; ignored", "warning"))
                     continue
+                if e.is_symlink():
+                    problems.append(LayoutProblem("names", e.path, None, link_note(e.path), "info"))
                 files.append(Segment(storage.path(e.path), int(e.name), size))
         files.sort(key=lambda s: s.name)
         nominal = file_size or _infer_file_size(files, unit)
@@ -119,6 +116,27 @@ class SegmentQueue:
             else:
                 return seg, offset - seg.start
         return None
+
+
+def entry_size(e) -> int | None:
+    """Size of a listed store file the broker reads by name (a segment, an index file), as the
+    broker's ``File`` API sees it (``fileio.regular_size``: a symbolic link followed); None when
+    it vanished since the listing. Anything that is not a regular file there (FIFO, socket,
+    device, a dangling link) is refused (``RefusedError``, exit 3) naming it: skipping it would
+    make the files after it look like the start, or the files before it the end, of the log."""
+    if e.is_symlink():
+        return fileio.regular_size(e.path)
+    try:
+        st = e.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    fileio.require_regular(e.path, st.st_mode)
+    return st.st_size
+
+
+def link_note(path) -> str:
+    """What a command says of a store file that is a symbolic link it reads through."""
+    return f"is a symbolic link to {os.path.realpath(path)}; read through it as the broker does"
 
 
 def _infer_file_size(files: list[Segment], unit: int) -> int:

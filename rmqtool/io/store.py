@@ -12,10 +12,11 @@ from pathlib import Path
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, is_entry_file, members as dledger_members
-from rmqtool.errors import StoreLayoutError, UsageError
+from rmqtool.errors import StoreLayoutError, UnreadableError, UsageError
+from rmqtool.io.fileio import read_text, regular_file_present
 from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
-from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue
+from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue, entry_size
 from rmqtool.io import storage
 
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -233,11 +234,13 @@ class Store:
 
     # --- index ---------------------------------------------------------------------------------
     def index_files(self) -> list[Path]:
+        """The IndexFiles (17-digit names), a symbolic link to a regular file read through it;
+        a FIFO, device or dangling link by that name is refused (``segments.entry_size``)."""
         try:
-            names = sorted(e.name for e in storage.scandir(self.index_dir)
-                           if e.is_file(follow_symlinks=False) and INDEX_NAME.match(e.name))
+            entries = storage.scandir(self.index_dir)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        names = sorted(e.name for e in entries if INDEX_NAME.match(e.name) and entry_size(e) is not None)
         return [self.index_dir / n for n in names]
 
     @cached_property
@@ -259,12 +262,13 @@ class Store:
 
     # --- checkpoint, liveness, config --------------------------------------------------------------
     def checkpoint(self) -> CheckpointValues | None:
-        if not self.checkpoint_path.is_file():
+        if not regular_file_present(self.checkpoint_path):
             return None
         return read_checkpoint(self.checkpoint_path)
 
     def abort_present(self) -> bool:
-        return self.abort_path.is_file()
+        """The broker's test: ``abort`` exists (``File.exists``: whatever it is, through a link)."""
+        return self.abort_path.exists()
 
     def lock_owner(self) -> LockOwner | None:
         """Who holds ``lock``: a running broker, or another rmqtool writer (``rmqtool.io.storelock``);
@@ -305,10 +309,12 @@ class Store:
         for p in sorted(self.config_dir.glob("*.json")):
             for candidate in (p, p.with_name(p.name + ".bak")):
                 try:
-                    text = candidate.read_text(encoding="utf-8")
+                    if not regular_file_present(candidate):     # a FIFO or device: refused (exit 3)
+                        continue
+                    text = read_text(candidate)
                     if text.strip():
                         out[p.name] = json.loads(text)
                         break
-                except (OSError, ValueError) as exc:
+                except (OSError, ValueError, UnreadableError) as exc:
                     out[p.name] = f"unreadable: {exc}"
         return out

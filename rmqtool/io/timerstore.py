@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from formats import timer as tf
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.fileio import ReadOnlyFile, regular_file_present
 from rmqtool.io import storage
 from rmqtool.io.segments import SegmentQueue
 
@@ -108,7 +108,7 @@ class TimerStore:
 
     # --- checkpoint ---------------------------------------------------------------------------
     def checkpoint(self) -> dict | None:
-        if not self.checkpoint_path.is_file():
+        if not regular_file_present(self.checkpoint_path):
             return None
         with ReadOnlyFile(self.checkpoint_path) as fh:
             raw = fh.read(0, min(fh.size(), tf.CHECKPOINT_STRUCT.size), exact=False)
@@ -151,7 +151,7 @@ class TimerStore:
     def slots(self) -> list[Slot]:
         """Every slot that holds something (a zero slot was never written)."""
         import numpy as np
-        if not self.wheel_path.is_file():
+        if not regular_file_present(self.wheel_path):
             return []
         with ReadOnlyFile(self.wheel_path) as fh:
             size = fh.size()

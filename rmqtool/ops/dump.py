@@ -13,7 +13,7 @@ from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
 from rmqtool.io.checkpoint import read_checkpoint, require_checkpoint
 from rmqtool.io.consumequeue import read_units
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
-from rmqtool.io.fileio import file_size
+from rmqtool.io.fileio import file_size, regular_file_present
 from rmqtool.io.indexfile import IndexFileReader, resolve_geometry
 from rmqtool.records.scan import END_BLANK, FileEnd, RecordBatch, walk_store
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue
@@ -240,7 +240,7 @@ def checkpoint_rows(path: str, store_factory) -> Iterator[dict]:
     p = storage.path(path)
     if p.is_dir():
         cp_path = store_factory(path).checkpoint_path
-        if not cp_path.is_file():
+        if not regular_file_present(cp_path):
             raise StoreLayoutError("no checkpoint file", cp_path)
     else:
         cp_path = p

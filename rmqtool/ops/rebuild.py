@@ -71,6 +71,7 @@ class RebuildResult:
     before: int | None = None           # units / index entries the current files hold (when damaged)
     data_end: int | None = None         # where the CommitLog's data ends (when damaged)
     restart: dict | None = None         # a broker restart on the rebuilt queues (truncation.RestartForecast)
+    uncovered: dict | None = None       # a later segment's data the walk never reached (truncation.data_after_walk)
 
     @property
     def after(self) -> int:
@@ -79,6 +80,8 @@ class RebuildResult:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        if d["uncovered"] is None:          # only a walk that left a later segment's data out has the key
+            del d["uncovered"]
         d["after"] = self.after
         d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
         return d
@@ -511,6 +514,7 @@ def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bo
         outcome = walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
                                    check_crc, stops, on_damage)
         for job in jobs:
+            job.result.uncovered = outcome.uncovered
             job.finish(outcome, stops)
     except BaseException:
         for job in jobs:
@@ -963,7 +967,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
                        config, workers, None, skip_corrupt)
     try:
-        if outcome.damage and not outcome.skipped and not allow_truncate and not dry_run:
+        if (outcome.damage and not outcome.skipped or outcome.uncovered) and not allow_truncate and not dry_run:
             refuse_truncation([cq.result, ix.result])      # the plans, then the refusal
         if output is None and confirm is not None and not getattr(confirm, "unattended", False):
             cq.install(confirm, True)                      # a person answers one prompt, then the other

@@ -20,7 +20,7 @@ from rmqtool.kernels.javastring import index_key_hash
 from rmqtool.ops.query.indexwalk import IndexSet
 from formats import commitlog as cl
 from rmqtool.io.dledger_layout import is_entry_file
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.fileio import ReadOnlyFile, read_text, regular_file_present
 from rmqtool.records.layout import PREFIX
 from rmqtool.records.single import RecordReader, decode_record, match_kind, scan_batch
 from rmqtool.io import storage
@@ -67,8 +67,9 @@ def store_topics(store) -> list[str]:
             pass
     for candidate in ("topics.json", "topics.json.bak"):
         try:
-            table = json.loads((store.config_dir / candidate).read_text(encoding="utf-8")).get(
-                "topicConfigTable") or {}
+            if not regular_file_present(store.config_dir / candidate):   # a FIFO: refused (exit 3)
+                continue
+            table = json.loads(read_text(store.config_dir / candidate)).get("topicConfigTable") or {}
             names.update(table)
             break
         except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape

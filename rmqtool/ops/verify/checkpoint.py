@@ -5,6 +5,7 @@ import numpy as np
 
 from formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS
 from rmqtool.io.checkpoint import CheckpointValues
+from rmqtool.io.fileio import regular_file_present
 from rmqtool.errors import RmqError
 from rmqtool.ops.verify.findings import FindingSink
 from rmqtool.ops.verify.records import RecordTable
@@ -18,7 +19,7 @@ def read_checkpoint_first(store) -> CheckpointValues | RmqError | None:
     the CommitLog, queues and index files read after it. (Read last, a live store's
     checkpoint could be ahead of the CommitLog as it was read earlier.)
     None when there is no checkpoint file; the error when it cannot be read."""
-    if not store.checkpoint_path.is_file():
+    if not regular_file_present(store.checkpoint_path):     # a FIFO or device: refused (exit 3)
         return None
     try:
         return store.checkpoint()

@@ -103,7 +103,7 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "checkpoint.confirm-offset": (ERROR, "shallow", "confirmPhyOffset past the CommitLog's valid end"),
     "checkpoint.behind": (INFO, "shallow", "checkpoint older than the data (normal after a crash: recovery re-dispatches)"),
     # the store as a tree
-    "store.symlink": (WARNING, "shallow", "a symlink inside the store (named with its target): never followed"),
+    "store.symlink": (WARNING, "shallow", "a symlink inside the store (named with its target): a link to a regular file is read through as the broker does, any other is not followed; write refuses it"),
 }
 
 

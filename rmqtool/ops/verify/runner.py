@@ -9,6 +9,8 @@ queues are still read because the cross-checks and the forecast need them.
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,8 +154,9 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
 
     # 0. symlinks inside the store: listed, never followed
     for path, dest in store.symlinks():
-        sink.add("store.symlink", path, None, f"symlink to {dest!r}: not followed (readers skip it, "
-                 "writers refuse it, rebuild carries it over as a link)", excerpt=False)
+        how = ("read through it as the broker does" if os.path.isfile(path) else "not followed")
+        sink.add("store.symlink", path, None, f"symlink to {dest!r}: {how} (write refuses it, "
+                 "rebuild carries it over as a link)", excerpt=False)
 
     # 1. CommitLog: the walk's record table, in chunks of consecutive records
     clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
