@@ -312,10 +312,18 @@ def test_a_device_node_as_a_config_file_is_refused(tmp_path):
 
 
 def _socket_at(path: Path) -> None:
+    """A socket file at ``path``: bound under a short directory (a socket's path is limited to
+    about 108 bytes, and test directories under a test runner's workers are longer), then moved."""
     import socket
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()                      # the socket file stays
+    import tempfile
+    short = Path(tempfile.mkdtemp(prefix="rmq-sock-", dir="/tmp"))
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(short / "s"))
+        s.close()                      # the socket file stays
+        os.rename(short / "s", path)
+    finally:
+        short.rmdir()
 
 
 def test_b2_a_refused_write_leaves_the_store_lock_free(tmp_path):
