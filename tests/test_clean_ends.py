@@ -142,6 +142,119 @@ def test_a_worker_whose_parent_died_before_it_started_exits_at_once():
     assert p.returncode == 0 and "still running" not in p.stdout and p.stderr == "", (p.stdout, p.stderr)
 
 
+# --- B11: Ctrl-C at any instant, including after the output ----------------------------------
+
+def _sigint_disposition(pid: int) -> str | None:
+    """How process ``pid`` takes SIGINT now: caught (a handler), ignored, default; None once gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    except (OSError, ValueError):
+        return None
+    bit = 1 << (signal.SIGINT - 1)
+    if int(fields["SigIgn"], 16) & bit:
+        return "ignored"
+    return "caught" if int(fields["SigCgt"], 16) & bit else "default"
+
+
+def _interrupt_at(argv: list[str], out: Path, when) -> tuple[int, str, str]:
+    """Run ``rmqtool ARGV`` (stdout into ``out``), send one SIGINT when ``when(pid)`` says so (it
+    polls; it returns once the moment has come or the process has ended), return rc, stdout, stderr."""
+    with open(out, "w") as fh:
+        p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=fh, stderr=subprocess.PIPE,
+                             text=True, env=_env(), preexec_fn=_default_sigint)
+        try:
+            when(p)
+            try:
+                os.kill(p.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            _, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return p.returncode, out.read_text(), err
+
+
+def _loaded(pid: int, name: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return name in fh.read()
+    except OSError:
+        return True                                     # ended: nothing left to wait for
+
+
+def _after_start(delay: float):
+    """Once the command's own code runs (the CLI's imports load ``_datetime``: before that, Python
+    is still importing ``site``, where a Ctrl-C is Python's own traceback, not rmqtool's), then
+    ``delay`` seconds later."""
+    def when(p):
+        while p.poll() is None and not _loaded(p.pid, "/_datetime."):
+            time.sleep(0.002)
+        time.sleep(delay)
+    return when
+
+
+def _after_output(out: Path, size: int, delay: float):
+    """Once the whole output is written, then ``delay`` seconds later: the exit window."""
+    def when(p):
+        while p.poll() is None and out.stat().st_size < size:
+            time.sleep(0.001)
+        time.sleep(delay)
+    return when
+
+
+def _after_handler_leaves(p):
+    """The very end: the handler was installed and is no longer (the interpreter's shutdown put
+    the default action back, or the command ignores SIGINT as it ends)."""
+    seen = False
+    while p.poll() is None:
+        state = _sigint_disposition(p.pid)
+        seen = seen or state == "caught"
+        if seen and state in ("default", "ignored"):
+            return
+
+
+COMMANDS = {
+    "dump": ["dump", "commitlog", "{store}", "-f", "jsonl"],
+    "verify-deep": ["verify", "{store}", "--level", "deep", "-f", "json"],
+    "rebuild-workers": ["rebuild", "all", "{store}", "--output", "{out}", "--workers", "2", "-f", "json"],
+}
+
+
+@pytest.mark.skipif(not IS_LINUX, reason="reads a process's signal disposition from /proc")
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_sigint_at_any_instant_is_130_interrupted_or_a_complete_0(name, tmp_path):
+    store = ROOT / "fixtures" / "reference" / "basic"
+    argv = lambda i: [a.format(store=store, out=tmp_path / f"build-{i}") for a in COMMANDS[name]]
+    first = subprocess.run([sys.executable, "-m", "rmqtool", *argv("ref")], capture_output=True,
+                           text=True, env=_env(), timeout=300)
+    assert first.returncode in (0, 1), first.stderr
+    whole = first.stdout
+    size = len(whole.encode())
+    plans = ([lambda out, d=d: _after_start(d) for d in (0.0, 0.05, 0.15)]
+             + [lambda out, d=d: _after_output(out, size, d) for d in (0.0, 0.002, 0.01, 0.03)]
+             + [lambda out: _after_handler_leaves] * 3)
+    outcomes = []
+    for i, plan in enumerate(plans):
+        out = tmp_path / f"out-{i}"
+        when = plan(out)
+        rc, text, err = _interrupt_at(argv(i), out, when)
+        outcomes.append(rc)
+        assert rc != -signal.SIGINT, f"instant {i}: killed by SIGINT; stderr {err!r}"
+        assert "Traceback" not in err, err
+        if rc == 130:
+            assert err == "interrupted\n", (i, err)
+        else:
+            assert rc == first.returncode and err == first.stderr, (i, rc, err)
+            if name == "rebuild-workers":
+                assert json.loads(text)                  # the whole report (paths differ per run)
+            else:
+                assert text == whole, i                  # the whole output
+    assert 130 in outcomes, outcomes                     # the early instants did interrupt it
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "kill-loop":
         print(json.dumps(_kill_loop(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
