@@ -255,6 +255,88 @@ def test_sigint_at_any_instant_is_130_interrupted_or_a_complete_0(name, tmp_path
     assert 130 in outcomes, outcomes                     # the early instants did interrupt it
 
 
+# --- B9: a live process holding the store, its lock file gone --------------------------------
+
+_HOLDER = """
+import mmap, sys
+f = open(sys.argv[1], "r+b")
+m = mmap.mmap(f.fileno(), 0)       # held as the broker holds a CommitLog file: mapped
+f.close()
+print("holding", flush=True)
+sys.stdin.read()                   # until the test closes our stdin
+"""
+
+
+@pytest.mark.skipif(not IS_LINUX, reason="reads /proc/PID/fd and /proc/PID/maps")
+@pytest.mark.parametrize("command", [
+    ["write", "{store}", "--synthetic", "5"],
+    ["rebuild", "all", "{store}", "--yes"],
+    ["rebuild", "consumequeue", "{store}", "--dry-run"],
+], ids=["write", "rebuild", "rebuild-dry-run"])
+def test_a_live_process_holding_the_store_is_refused_when_lock_is_gone(store_copy, command):
+    store = store_copy("basic")
+    (store / "abort").write_bytes(b"")              # the broker runs (or crashed)
+    (store / "lock").unlink(missing_ok=True)        # ... and its lock file was deleted
+    segment = sorted((store / "commitlog").iterdir())[0]
+    argv = [a.format(store=store) for a in command]
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(segment)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        p = subprocess.run([sys.executable, "-m", "rmqtool", *argv], capture_output=True, text=True,
+                           env=_env(), timeout=300)
+        assert p.returncode == 3, p.stderr
+        assert p.stderr.count("\n") == 1 and f"pid {holder.pid}," in p.stderr, p.stderr
+        assert str(segment) in p.stderr and "python" in p.stderr, p.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    (store / "lock").unlink(missing_ok=True)
+    p = subprocess.run([sys.executable, "-m", "rmqtool", *argv], capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert p.returncode == 0, p.stderr                  # nobody holds it now: it proceeds
+
+
+@pytest.mark.skipif(not IS_LINUX, reason="reads /proc/PID/fd")
+def test_an_open_descriptor_counts_without_abort_nobody_and_our_own_children_never(store_copy):
+    """``/proc/PID/fd`` counts as well as mappings; without ``abort`` nobody is asked; a
+    descendant of the asking process (a pool worker) is never taken for a broker."""
+    from rmqtool.io import liveness
+    store = store_copy("basic")
+    segment = sorted((store / "commitlog").iterdir())[0]
+    flag = store.parent / "hold-while-this-exists"
+    code = ("import os, sys, time\nf = open(sys.argv[1], 'rb')\nprint('holding', flush=True)\n"
+            "while os.path.exists(sys.argv[2]): time.sleep(0.02)\n")
+
+    def hold(orphan: bool):
+        # an orphan (started in the background by a shell that then exits) is nobody's child here
+        flag.write_bytes(b"")
+        argv = (["/bin/sh", "-c", '"$0" -c "$1" "$2" "$3" &', sys.executable, code, str(segment), str(flag)]
+                if orphan else [sys.executable, "-c", code, str(segment), str(flag)])
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "holding\n"
+        if orphan:
+            p.wait(timeout=60)                           # the shell is gone: the holder is init's
+        return p
+
+    child = hold(orphan=False)
+    try:
+        (store / "abort").write_bytes(b"")
+        assert liveness.store_in_use(store) is None     # our own child
+    finally:
+        flag.unlink()
+        child.wait(timeout=60)
+    stranger = hold(orphan=True)
+    try:
+        owner = liveness.store_in_use(store)
+        assert owner is not None and owner.holds == str(segment), owner
+        assert owner.pid not in (os.getpid(), stranger.pid) and "python" in owner.command
+        (store / "abort").unlink()
+        assert liveness.store_in_use(store) is None     # no abort: a clean store nobody runs
+    finally:
+        flag.unlink()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "kill-loop":
         print(json.dumps(_kill_loop(sys.argv[2], sys.argv[3], int(sys.argv[4]))))

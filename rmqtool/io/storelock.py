@@ -9,6 +9,9 @@ Every command that changes a store (``write``; ``rebuild consumequeue|index|all`
   (``"lock"``, also written into an empty one); other content is never touched. rmqtool takes an open-file-description lock
   (``F_OFD_SETLK``: it conflicts with the broker's classic lock, and is not dropped when some
   other code in the process closes a descriptor of the file), falling back to a classic lock;
+* no live process holding the store: with ``abort`` present, a running process that has a file
+  of the store open or mapped (``liveness.store_in_use``; a broker whose ``lock`` file was
+  deleted and recreated holds its lock on the old, unlinked file) is refused, named;
 * the side file ``<parent>/.<store name>.rmqtool-lock``, locked the same way, holding JSON
   ``{"marker", "pid", "command", "store"}``. It serialises rmqtool runs even before a new
   store's root exists, and names the holder in refusals ("another rmqtool (pid N, `rmqtool
@@ -26,6 +29,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import struct
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -36,7 +40,9 @@ from rmqtool.io.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_s
 
 LOCK_NAME = "lock"
 LOCK_CONTENT = b"lock"               # what the broker writes at offset 0
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: O_NONBLOCK: a FIFO in the lock file's place is opened without waiting, then refused
+_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0))
 _ATTEMPTS = 8                         # re-tries when the file was replaced between open and lock
 
 _fds_here: set[int] = set()           # descriptors holding writer locks (closed in forked children)
@@ -90,13 +96,24 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _open(path: Path) -> int:
+    """The lock file ``path``, opened (created when missing) without waiting; a symlink, FIFO,
+    socket or device there is refused (exit 3), never followed, read or written."""
     try:
-        return os.open(path, _OPEN_FLAGS, 0o644)
+        fd = os.open(path, _OPEN_FLAGS, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "
                                "follows links inside a store", path) from None
+        if exc.errno == errno.ENXIO:               # a socket (or a FIFO no one reads, elsewhere)
+            raise RefusedError("the lock file is not a regular file; rmqtool only locks a regular "
+                               "`lock` file, as the broker does", path) from None
         raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RefusedError(f"the lock file is not a regular file (a {liveness.file_kind(mode)}); rmqtool "
+                           "only locks a regular `lock` file, as the broker does", path)
+    return fd
 
 
 class WriterLock:
@@ -127,6 +144,7 @@ class WriterLock:
         if not self.root.is_dir() or self.holds(self.root / LOCK_NAME):
             return
         self.hold(self.root / LOCK_NAME)
+        refuse_if_in_use(self.root)
 
     def holds(self, path: Path) -> bool:
         try:
@@ -230,12 +248,23 @@ def writer_lock(store, command: str):
 
 
 def refuse_if_held(store) -> None:
-    """Refuse (exit 3) a store whose lock a broker or another rmqtool holds, naming it."""
+    """Refuse (exit 3) a store whose lock a broker or another rmqtool holds, or that a live
+    process holds (``refuse_if_in_use``), naming it."""
     lock = _root_of(store) / LOCK_NAME
     owner = lock_owner(lock)
     if owner is not None:
         raise RefusedError(f"{owner.describe()} holds the store lock; wait for it to finish, or "
                            "build elsewhere with --output", lock)
+    refuse_if_in_use(_root_of(store))
+
+
+def refuse_if_in_use(root: Path) -> None:
+    """The broker's rule alone misses a broker whose ``lock`` file was deleted under it: refuse
+    (exit 3) a store with ``abort`` present that a running process holds a file of open
+    (``liveness.store_in_use``), naming the process and the file."""
+    owner = liveness.store_in_use(root)
+    if owner is not None:
+        raise RefusedError(f"{owner.describe()}; stop it before changing the store", root)
 
 
 def rebuild_lock(store, command: str, dry_run: bool, output):
