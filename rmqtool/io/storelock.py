@@ -104,7 +104,7 @@ def _open(path: Path) -> int:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "
                                "follows links inside a store", path) from None
-        if exc.errno == errno.ENXIO:               # a socket (or a FIFO no one reads, elsewhere)
+        if exc.errno in (errno.ENXIO, errno.EISDIR):     # a socket, a directory
             raise RefusedError("the lock file is not a regular file; rmqtool only locks a regular "
                                "`lock` file, as the broker does", path) from None
         raise

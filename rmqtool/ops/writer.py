@@ -216,6 +216,8 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
             prepared_transaction_offset=ints["prepared_transaction_offset"] or 0))
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise UsageError(f"{where}: {exc}") from None
+    except OSError as exc:             # a time the C library cannot convert (EOVERFLOW)
+        raise UsageError(f"{where}: {exc.strerror or exc} (a time field out of the calendar's range?)") from None
 
 
 #: the record's fixed-width integer fields a row may give, with their declared byte width
@@ -233,6 +235,9 @@ def _int_field(row: dict, name: str, where: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{where}: {name} {value!r} is not an integer")
+    bits = 8 * FIXED_WIDTH_FIELDS[name]
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):      # before anything computes with it
+        raise UsageError(f"{where}: {name} {value} does not fit a {bits}-bit field")
     return value
 
 
