@@ -555,6 +555,8 @@ class StoreWriter:
         if root.is_dir() and os.stat(root).st_dev != os.stat(root.parent).st_dev:
             raise RefusedError("the store root is a mount point: write stages the new store beside it "
                                "and swaps the two, which needs one filesystem", root)
+        if os.path.lexists(root / "commitlog") and not (root / "commitlog").is_dir():
+            raise UsageError("the store's commitlog is not a directory", root / "commitlog")
         self.created = not (root / "commitlog").is_dir()
         if self.dledger_id is not None and root.is_dir() and any(
                 (root / sub).exists() for sub in ("commitlog", "consumequeue", "index")):
