@@ -188,6 +188,30 @@ def test_a_bad_write_from_row_names_the_file_and_its_line(case, tmp_path):
     assert f"{source}:3:" in line, line
 
 
+def test_a_record_the_store_cannot_hold_names_its_row(tmp_path):
+    """A row whose record is larger than a CommitLog file: was a line naming neither."""
+    source = tmp_path / "rows.jsonl"
+    big = {**_GOOD, "body": "eHh4" * 2000}
+    source.write_text(json.dumps(_GOOD) + "\n" + json.dumps(big) + "\n")
+    r = run_cli("write", tmp_path / "store", "--from", source, "--commitlog-file-size", 4096)
+    assert r.code == 2
+    assert _error_line(r.err).startswith(f"error: {source}:2: a "), r.err
+
+
+def test_a_geometry_the_store_does_not_have_names_its_file(store_copy):
+    root = store_copy("basic")
+    r = run_cli("write", root, "--synthetic", 1, "--commitlog-file-size", 4096)
+    assert r.code == 2
+    assert _error_line(r.err).startswith(f"error: {root / 'commitlog'}{os.sep}"), r.err
+
+
+def test_locating_in_a_queue_that_has_no_files_names_its_directory():
+    store = reference_store("basic")
+    r = run_cli("locate", store, "--topic", "Nope", "--queue", 0, "--queue-offset", 0)
+    assert r.code == 2
+    assert _error_line(r.err).startswith(f"error: {store / 'consumequeue' / 'Nope' / '0'}: "), r.err
+
+
 def test_a_store_timestamp_of_2_to_the_70_names_the_row_not_the_store(tmp_path):
     """The probe's case: was 'error: STORE: Value too large for defined data type'."""
     source = tmp_path / "rows.jsonl"

@@ -585,7 +585,7 @@ class StoreWriter:
             raise UsageError(f"--cq-file-size {g.cq_file_size} is not a multiple of {CQ_UNIT_SIZE}")
         if not created and self.store.commitlog.files and self.store.commitlog.file_size != g.commitlog_file_size:
             raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
-                             f"not {g.commitlog_file_size}")
+                             f"not {g.commitlog_file_size}", self.store.commitlog.files[-1].path)
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
         if not created:                   # dispatch as the broker that wrote the store did
             kinds = detect_queue_kinds(self.store, self.config.kinds.multi_dispatch or None)
@@ -941,7 +941,13 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
     now = int(time.time() * 1000)
     try:
         for group in group_batches(rows, detect_batches):
-            w.append_batch([fields_from_row(row, where, uniq, now) for where, row in group])
+            fields = [fields_from_row(row, where, uniq, now) for where, row in group]
+            try:
+                w.append_batch(fields)
+            except UsageError as exc:           # a record the store cannot take: name its row
+                if exc.path is not None:
+                    raise
+                raise UsageError(f"{group[0][0]}: {exc.message}") from None
     except BaseException:
         w.abort()
         raise
