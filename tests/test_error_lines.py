@@ -212,6 +212,18 @@ def test_locating_in_a_queue_that_has_no_files_names_its_directory():
     assert _error_line(r.err).startswith(f"error: {store / 'consumequeue' / 'Nope' / '0'}: "), r.err
 
 
+@pytest.mark.parametrize("bad", [{"queue_offset": "x"}, {"store_timestamp": BIG}, {"body": None},
+                                 {"body_encoding": "rot13"}], ids=lambda b: next(iter(b)))
+def test_a_bad_row_of_a_simplified_write_names_the_file_and_its_line(bad, tmp_path):
+    """The article's layout (`--layout simplified`) numbered rows from 0 and named no file."""
+    source = tmp_path / "rows.jsonl"
+    row = {"topic": "T", "body": "hi", **bad}
+    source.write_text(json.dumps({"topic": "T", "body": "hi"}) + "\n\n" + json.dumps(row) + "\n")
+    r = run_cli("write", tmp_path / "simple", "--layout", "simplified", "--from", source)
+    assert r.code == 2, r.err
+    assert _error_line(r.err).startswith(f"error: {source}:3: "), r.err
+
+
 def test_a_store_timestamp_of_2_to_the_70_names_the_row_not_the_store(tmp_path):
     """The probe's case: was 'error: STORE: Value too large for defined data type'."""
     source = tmp_path / "rows.jsonl"
