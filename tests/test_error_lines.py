@@ -277,3 +277,20 @@ def test_report_renders_a_topic_directory_that_is_not_utf8(non_utf8_store, tmp_p
     assert r.code in (0, 1), r.err
     page = out.read_text(encoding="utf-8")
     assert "\\xff\\xfe/0" in page
+
+
+# --- the CLI boundary: an OS error that names no file ------------------------------------------
+
+def test_an_os_error_naming_no_file_names_the_commands_path(monkeypatch, capsys, tmp_path):
+    """The boundary used to print 'error: rmqtool: <what>' for an OS error without a file name:
+    it names what it knows, the command line's path argument."""
+    import errno
+    from rmqtool.cli.common import run_app
+
+    def failing(standalone_mode=False):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(sys, "argv", ["rmqtool", "info", str(tmp_path), "-f", "json"])
+    with pytest.raises(SystemExit) as ended:
+        run_app(failing)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == f"error: {tmp_path}: Input/output error\n"
