@@ -16,18 +16,33 @@ def _forget_interrupts_inside_eval() -> None:
     exec("")
 
 
+def _decided(code) -> None:
+    """The exit code is final and the output complete: a Ctrl-C from here on is ignored, through
+    the interpreter's shutdown (flushes, thread joins, atexit) too. Python puts back the default
+    SIGINT action while it finalizes, which would kill the process (-2); an ignored signal stays
+    ignored. ``signal.signal`` first runs a handler already due, so a Ctrl-C that came just
+    before raises KeyboardInterrupt here, and is reported as one."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise SystemExit(code)
+
+
 def run() -> None:
-    """The CLI. Ctrl-C at any moment, even while the command's modules are still loading,
-    ends with "interrupted" and exit 130, never a traceback."""
+    """The CLI. Ctrl-C at any moment, even while the command's modules are still loading or after
+    its output is complete, ends with "interrupted" and exit 130, or with the command's own exit
+    code once its output is complete; never a traceback, never death by SIGINT."""
     for name, value in BLAS_THREADS.items():
         os.environ.setdefault(name, value)
     try:
-        from rmqtool.cli import main
-        main()
+        try:
+            from rmqtool.cli import main
+            main()
+        except SystemExit as exc:
+            _decided(exc.code)
     except KeyboardInterrupt:
         from rmqtool.errors import EXIT_INTERRUPTED
         sys.stderr.write("interrupted\n")
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        _decided(EXIT_INTERRUPTED)
     finally:
         _forget_interrupts_inside_eval()
 

@@ -13,10 +13,14 @@ EXIT_INTERRUPTED = 130  # ended by Ctrl-C (the shell's code for SIGINT)
 @contextmanager
 def writing_to(path):
     """An OS error without a file name raised in the block (ENOSPC from a write to an open
-    descriptor) names ``path``, the directory being written, in its one-line message."""
+    descriptor) names ``path``, the file or directory being written, in its one-line message;
+    a short write reported without an errno (numpy's ``tofile``: "N requested and M written")
+    says what it is."""
     try:
         yield
     except OSError as exc:
+        if exc.errno is None and exc.strerror is None:
+            exc.strerror = f"short write ({exc}; is the disk full, or a file size limit reached?)"
         if exc.filename is None:
             exc.filename = str(path)
         raise

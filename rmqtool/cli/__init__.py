@@ -57,7 +57,21 @@ def __getattr__(name: str):
 BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info", "convert"}
 
 
+def _outputs_hold_any_text() -> None:
+    """A name read from the file system that is not UTF-8 (a topic directory named with bytes
+    ``\\xff\\xfe``) reaches the output as lone surrogates, which a strict UTF-8 stdout cannot
+    encode: they are written as ``\\udcff`` escapes (in JSON the same string again), never an error."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def main() -> None:
+    _outputs_hold_any_text()
     load_commands()
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     if args and args[0] in BULK_COMMANDS:

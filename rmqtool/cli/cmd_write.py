@@ -132,7 +132,7 @@ def write_command(
     from rmqtool.simplified import use_simplified
     if layout != "dledger" and use_simplified(store, layout):   # the article's three files (--synthetic: its generator)
         from rmqtool.cli import simplified_store as simplified_cli
-        rows = None if source is None else (row for _, row in _rows(source))
+        rows = None if source is None else _rows(source)
         raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
     geometry = None
     if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries, bcq_file_size)):

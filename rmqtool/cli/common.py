@@ -244,8 +244,10 @@ def human_size(n: int | None) -> str:
 
 
 def escape_control(text: str) -> str:
-    """Terminal control characters shown as \\xNN, so bodies never drive the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Terminal control characters shown as \\xNN, so bodies never drive the terminal; bytes of a
+    name that were not UTF-8 as \\xNN too (``topicpath.printable``)."""
+    from rmqtool.io.topicpath import printable
+    return printable(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
 def emit_jsonl(rows: Iterable[dict]) -> int:
@@ -411,6 +413,15 @@ def _quiet_closed_stdout() -> None:
         pass
 
 
+def _path_argument() -> str:
+    """For an OS error that names no file: the first argument after the command's name that is a
+    path on disk (the STORE, mostly), else "rmqtool"."""
+    for arg in sys.argv[2:]:
+        if arg and not arg.startswith("-") and os.path.lexists(arg):
+            return arg
+    return "rmqtool"
+
+
 def run_app(application: typer.Typer) -> None:
     """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
     from rmqtool.io.fileio import forget_followed_links
@@ -443,7 +454,7 @@ def run_app(application: typer.Typer) -> None:
             import traceback
             traceback.print_exc()
         if isinstance(exc, OSError):
-            where = exc.filename if exc.filename is not None else "rmqtool"
+            where = exc.filename if exc.filename is not None else _path_argument()
             stderr.print(f"error: {escape_control(str(where))}: {exc.strerror or exc}", markup=False)
             raise SystemExit(EXIT_BAD_INPUT)
         if isinstance(exc, RecursionError):

@@ -41,11 +41,19 @@ def verify(store, fmt: str, fail_on: str = "error", limit: int | None = 1000) ->
     return code
 
 
-def write(store, rows: Iterable[dict] | None, synthetic: int | None, seed: int, fmt: str) -> int:
-    """Write the three files from JSONL rows or from the article's random generator."""
+def write(store, rows: Iterable[tuple[str, dict]] | None, synthetic: int | None, seed: int, fmt: str) -> int:
+    """Write the three files from JSONL rows (``(where, row)``: errors name the row's file and
+    line) or from the article's random generator."""
     from rmqtool.simplified.writer import article_messages, write_store
-    messages = article_messages(synthetic, seed) if synthetic is not None else rows
-    written = write_store(store, messages)
+    wheres: list[str] = []
+
+    def messages_of(pairs):
+        for where, row in pairs:
+            wheres.append(where)
+            yield row
+    messages = article_messages(synthetic, seed) if synthetic is not None else messages_of(rows)
+    written = write_store(store, messages,
+                          label=lambda n: wheres[n] if n < len(wheres) else f"message {n}")
     if fmt != "table":
         emit([{"store": str(store), "layout": "simplified", "records": len(written), "messages": written}], fmt)
     else:

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 import pyarrow as pa
 
 from rmqtool.engines import Engine, Task, TaskStatus, run_one
-from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held
+from rmqtool.engines.interrupts import interrupts_held, start_worker
 
 
 def _run(task: Task, fn, schema) -> tuple[TaskStatus, pa.Table]:
@@ -49,7 +49,7 @@ class LocalEngine(Engine):
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=ignore_interrupts)
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=start_worker)
         return self._pool
 
     def close(self) -> None:

@@ -6,12 +6,22 @@ record lock. An rmqtool writer (``rmqtool.io.storelock``) takes a conflicting lo
 byte, so the two exclude each other, and records who it is in a side file beside the store
 (``<parent>/.<store name>.rmqtool-lock``, never inside the broker's ``lock``): that is how a
 refusal names "another rmqtool (pid N, `rmqtool rebuild all`)" rather than a broker.
+
+The lock file can be deleted under a running broker (an operator's cleanup): its lock then lives
+on an unlinked file, and a new ``lock`` is free. So a writer also asks ``store_in_use``: with
+``abort`` present (the broker writes it at start and removes it at a clean shutdown), is a running
+process holding a file of the store open -- a descriptor (``/proc/PID/fd``) or a mapping
+(``/proc/PID/maps``: the broker maps its CommitLog and ConsumeQueue files)? This process, its
+descendants (pool workers) and other rmqtool processes (their writers take the lock, their
+readers change nothing) are not counted. Only processes whose ``/proc`` entries this user may
+read are seen (all of them as root).
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,15 +52,23 @@ class LockOwner:
     kind: str
     pid: int
     command: str | None = None
+    #: kind ``process``: the store file it has open
+    holds: str | None = None
 
     def describe(self) -> str:
         pid = "unknown" if self.pid < 0 else str(self.pid)
         if self.kind == "rmqtool":
             return f"another rmqtool (pid {pid}, `{self.command or 'rmqtool'}`)"
+        if self.kind == "process":
+            return (f"a running process (pid {pid}, `{self.command}`) has {self.holds} open while "
+                    "`abort` is present (a broker whose `lock` file was removed?)")
         return f"a running broker (pid {pid})"
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "pid": self.pid, "command": self.command}
+        out = {"kind": self.kind, "pid": self.pid, "command": self.command}
+        if self.holds is not None:
+            out["holds"] = self.holds
+        return out
 
 
 def read_side(root: str | Path) -> dict | None:
@@ -116,11 +134,15 @@ def lock_holder(lock_path: Path) -> int | None:
 
 
 def _kernel_holder(lock_path: Path) -> int | None:
+    """O_NONBLOCK and a regular file only: a FIFO there is never waited on (nobody locks one)."""
     try:
-        fd = os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
         try:
             answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
@@ -142,3 +164,109 @@ def _lock_holder_by_probe(fd: int) -> int | None:
         return -1
     fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
     return None
+
+
+# --- a live process holding the store's files ---------------------------------------------------
+_PROC = Path("/proc")
+_COMMAND_HEAD = 80                     # characters of a command line shown in a refusal
+
+
+def store_in_use(root: str | Path) -> LockOwner | None:
+    """With ``root/abort`` present, the first running process (not this one, its descendants or
+    another rmqtool) that has a file under ``root`` open or mapped, as ``LockOwner("process",
+    pid, command head, holds=the file)``; None when ``abort`` is absent, nobody holds a file, or
+    there is no ``/proc``."""
+    root = Path(os.path.realpath(root))
+    if not (root / "abort").is_file() or not _PROC.is_dir():
+        return None
+    prefix = str(root) + os.sep
+    parents = _parents()
+    mine = _descendants(os.getpid(), parents)
+    for pid in sorted(parents):
+        if pid in mine:
+            continue
+        held = _held_under(pid, prefix)
+        if held is None:
+            continue
+        command = _command(pid)
+        if command is None or _is_rmqtool(command):
+            continue
+        return LockOwner("process", pid, _head(command), held)
+    return None
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process now."""
+    out = {}
+    for entry in os.scandir(_PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"{entry.path}/stat", "rb") as fh:
+                stat = fh.read(4096)
+            out[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _descendants(pid: int, parents: dict[int, int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _held_under(pid: int, prefix: str) -> str | None:
+    """A path under ``prefix`` that process ``pid`` has open (a descriptor) or mapped, else None."""
+    base = f"/proc/{pid}"
+    try:
+        fds = os.listdir(f"{base}/fd")
+    except OSError:                        # gone, or not ours to read
+        fds = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"{base}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            return target
+    try:
+        with open(f"{base}/maps", "rb") as fh:
+            for line in fh:
+                parts = line.rstrip(b"\n").split(None, 5)
+                if len(parts) == 6 and parts[5].startswith(prefix.encode()):
+                    return os.fsdecode(parts[5])
+    except OSError:
+        pass
+    return None
+
+
+def _command(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [os.fsdecode(a) for a in fh.read(65536).split(b"\0") if a]
+        if argv:
+            return argv
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            return [os.fsdecode(fh.read().strip())]
+    except OSError:
+        return None
+
+
+def _is_rmqtool(argv: list[str]) -> bool:
+    """``rmqtool ...`` or ``python -m rmqtool ...`` (and the pool workers such a run forks)."""
+    if os.path.basename(argv[0]) == "rmqtool":
+        return True
+    return any(a == "-m" and b == "rmqtool" for a, b in zip(argv, argv[1:]))
+
+
+def _head(argv: list[str]) -> str:
+    text = " ".join(argv)
+    return text if len(text) <= _COMMAND_HEAD else text[:_COMMAND_HEAD - 1] + "…"

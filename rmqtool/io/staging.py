@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import uuid
 
-from rmqtool.errors import UnreadableError, UsageError
+from rmqtool.errors import UnreadableError, UsageError, writing_to
 
 
 class Staging:
@@ -40,7 +40,7 @@ class Staging:
             return name
         os.makedirs(self.root, exist_ok=True)
         tmp = final + ".part"
-        with open(tmp, "wb") as fh:
+        with writing_to(tmp), open(tmp, "wb") as fh:
             fh.write(data)
         os.replace(tmp, final)
         return name

@@ -9,6 +9,9 @@ Every command that changes a store (``write``; ``rebuild consumequeue|index|all`
   (``"lock"``, also written into an empty one); other content is never touched. rmqtool takes an open-file-description lock
   (``F_OFD_SETLK``: it conflicts with the broker's classic lock, and is not dropped when some
   other code in the process closes a descriptor of the file), falling back to a classic lock;
+* no live process holding the store: with ``abort`` present, a running process that has a file
+  of the store open or mapped (``liveness.store_in_use``; a broker whose ``lock`` file was
+  deleted and recreated holds its lock on the old, unlinked file) is refused, named;
 * the side file ``<parent>/.<store name>.rmqtool-lock``, locked the same way, holding JSON
   ``{"marker", "pid", "command", "store"}``. It serialises rmqtool runs even before a new
   store's root exists, and names the holder in refusals ("another rmqtool (pid N, `rmqtool
@@ -26,17 +29,21 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import struct
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from rmqtool.io import liveness, ownership
 from rmqtool.errors import RefusedError, writing_to
+from rmqtool.io.fileio import not_regular
 from rmqtool.io.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_side, side_path
 
 LOCK_NAME = "lock"
 LOCK_CONTENT = b"lock"               # what the broker writes at offset 0
-_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: O_NONBLOCK: a FIFO in the lock file's place is opened without waiting, then refused
+_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0))
 _ATTEMPTS = 8                         # re-tries when the file was replaced between open and lock
 
 _fds_here: set[int] = set()           # descriptors holding writer locks (closed in forked children)
@@ -90,15 +97,26 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _open(path: Path) -> int:
-    """Open (create when missing) a lock file; one it creates is owned like a new file in its
-    directory (``io.ownership``: a store's owner, not the user running rmqtool)."""
+    """The lock file ``path``, opened (created when missing) without waiting; a symlink, FIFO,
+    socket or device there is refused (exit 3), never followed, read or written. One it creates is
+    owned like a new file in its directory (``io.ownership``: a store's owner, not the user running
+    rmqtool)."""
     try:
-        return ownership.open_file(path, _OPEN_FLAGS)
+        fd = ownership.open_file(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RefusedError(f"the lock file is a symlink (to {os.readlink(path)!r}); rmqtool never "
                                "follows links inside a store", path) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):     # a socket, a directory
+            raise RefusedError("the lock file is not a regular file; rmqtool only locks a regular "
+                               "`lock` file, as the broker does", path) from None
         raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RefusedError(f"the lock file is not a regular file ({not_regular(mode)}); rmqtool "
+                           "only locks a regular `lock` file, as the broker does", path)
+    return fd
 
 
 class WriterLock:
@@ -129,6 +147,7 @@ class WriterLock:
         if not self.root.is_dir() or self.holds(self.root / LOCK_NAME):
             return
         self.hold(self.root / LOCK_NAME)
+        refuse_if_in_use(self.root)
 
     def holds(self, path: Path) -> bool:
         try:
@@ -232,12 +251,23 @@ def writer_lock(store, command: str):
 
 
 def refuse_if_held(store) -> None:
-    """Refuse (exit 3) a store whose lock a broker or another rmqtool holds, naming it."""
+    """Refuse (exit 3) a store whose lock a broker or another rmqtool holds, or that a live
+    process holds (``refuse_if_in_use``), naming it."""
     lock = _root_of(store) / LOCK_NAME
     owner = lock_owner(lock)
     if owner is not None:
         raise RefusedError(f"{owner.describe()} holds the store lock; wait for it to finish, or "
                            "build elsewhere with --output", lock)
+    refuse_if_in_use(_root_of(store))
+
+
+def refuse_if_in_use(root: Path) -> None:
+    """The broker's rule alone misses a broker whose ``lock`` file was deleted under it: refuse
+    (exit 3) a store with ``abort`` present that a running process holds a file of open
+    (``liveness.store_in_use``), naming the process and the file."""
+    owner = liveness.store_in_use(root)
+    if owner is not None:
+        raise RefusedError(f"{owner.describe()}; stop it before changing the store", root)
 
 
 def rebuild_lock(store, command: str, dry_run: bool, output):

@@ -8,6 +8,7 @@ name instead (see ``rmqtool.ops.export.encode_topic``).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rmqtool.errors import RefusedError
@@ -29,6 +30,19 @@ def topic_path_problem(topic: str) -> str | None:
     if size > NAME_MAX:
         return f"topic is {size} bytes, longer than a file name may be ({NAME_MAX})"
     return None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` as any UTF-8 output can hold it: a byte that was not UTF-8 (a name read from a
+    directory, kept by Python as a lone surrogate U+DC80..U+DCFF) as ``\\xNN``, any other lone
+    surrogate (from a JSON ``\\ud800`` escape) as ``\\uNNNN``."""
+    def shown(m):
+        code = ord(m.group())
+        return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+    return _SURROGATE.sub(shown, text)
 
 
 def describe(topic: str) -> str:

@@ -52,7 +52,7 @@ def locate_queue_offset(store, topic: str, queue_id: int, queue_offset: int) -> 
         raise UsageError(f"queue offset {queue_offset} is negative")
     queue = store.queue(topic, queue_id)
     if not queue.files:
-        raise UsageError(f"no ConsumeQueue files for {topic}/{queue_id}")
+        raise UsageError(f"no ConsumeQueue files for {topic}/{queue_id}", store.consumequeue_dir / topic / str(queue_id))
     logical = queue_offset * CQ_UNIT_SIZE
     hit = queue.locate(logical)
     result = {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "found": False}

@@ -28,7 +28,7 @@ from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                               dispatch_batch)
-from rmqtool.engines.interrupts import ignore_interrupts, interrupts_held
+from rmqtool.engines.interrupts import interrupts_held, start_worker
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from formats.indexfile import INDEX_HEADER_DTYPE, INDEX_SLOT_DTYPE, entry_position, slot_position
@@ -163,7 +163,7 @@ class _Shipped:
 
 def _init_worker(fds: list[int], counter) -> None:
     global _ship_fd, _ship_end
-    ignore_interrupts()
+    start_worker()
     with counter.get_lock():
         slot = counter.value
         counter.value += 1

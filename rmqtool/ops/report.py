@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rmqtool.errors import MissingDependencyError
+from rmqtool.io.topicpath import printable
 from rmqtool.ops.info import store_info
 from rmqtool.ops.stats import store_stats
 from rmqtool.ops.verify import VerifyOptions, verify
@@ -82,7 +83,7 @@ def lag_chart(queues: list[dict], valid_end: int) -> str:
     fig, ax = plt.subplots(figsize=(10, max(1.5, 0.2 * len(rows) + 1)))
     lag = [max(0, valid_end - (q["max_phy_offset"] or 0)) for q in rows]
     ax.barh(range(len(rows)), lag, color="#f58518")
-    ax.set_yticks(range(len(rows)), [f"{q['topic']}/{q['queue_id']}" for q in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), [printable(f"{q['topic']}/{q['queue_id']}") for q in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("bytes of CommitLog past the queue's last unit (the valid end minus its max offset)")
     ax.set_title("dispatch lag per queue")
@@ -156,6 +157,6 @@ def build_report(store, name: str, level: str = "deep") -> str:
 
 
 def write_report(store, name: str, output: Path, level: str = "deep") -> int:
-    text = build_report(store, name, level)
+    text = printable(build_report(store, name, level))       # a name that is not UTF-8: as \xNN
     Path(output).write_text(text, encoding="utf-8")
     return len(text)

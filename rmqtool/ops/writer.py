@@ -229,6 +229,8 @@ def fields_from_row(row: dict, where: str, uniq: UniqKeyGenerator | None, now_ms
             prepared_transaction_offset=ints["prepared_transaction_offset"] or 0))
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise UsageError(f"{where}: {exc}") from None
+    except OSError as exc:             # a time the C library cannot convert (EOVERFLOW)
+        raise UsageError(f"{where}: {exc.strerror or exc} (a time field out of the calendar's range?)") from None
 
 
 #: the record's fixed-width integer fields a row may give, with their declared byte width
@@ -246,6 +248,9 @@ def _int_field(row: dict, name: str, where: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{where}: {name} {value!r} is not an integer")
+    bits = 8 * FIXED_WIDTH_FIELDS[name]
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):      # before anything computes with it
+        raise UsageError(f"{where}: {name} {value} does not fit a {bits}-bit field")
     return value
 
 
@@ -560,6 +565,8 @@ class StoreWriter:
         if root.is_dir() and os.stat(root).st_dev != os.stat(root.parent).st_dev:
             raise RefusedError("the store root is a mount point: write stages the new store beside it "
                                "and swaps the two, which needs one filesystem", root)
+        if os.path.lexists(root / "commitlog") and not (root / "commitlog").is_dir():
+            raise UsageError("the store's commitlog is not a directory", root / "commitlog")
         self.created = not (root / "commitlog").is_dir()
         if self.dledger_id is not None and root.is_dir() and any(
                 (root / sub).exists() for sub in ("commitlog", "consumequeue", "index")):
@@ -588,7 +595,7 @@ class StoreWriter:
             raise UsageError(f"--cq-file-size {g.cq_file_size} is not a multiple of {CQ_UNIT_SIZE}")
         if not created and self.store.commitlog.files and self.store.commitlog.file_size != g.commitlog_file_size:
             raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
-                             f"not {g.commitlog_file_size}")
+                             f"not {g.commitlog_file_size}", self.store.commitlog.files[-1].path)
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
         if not created:                   # dispatch as the broker that wrote the store did
             kinds = detect_queue_kinds(self.store, self.config.kinds.multi_dispatch or None)
@@ -967,7 +974,13 @@ def write_rows(root: Path, rows: Iterable[tuple[str, dict]], geometry: Geometry 
     now = int(time.time() * 1000)
     try:
         for group in group_batches(rows, detect_batches):
-            w.append_batch([fields_from_row(row, where, uniq, now) for where, row in group])
+            fields = [fields_from_row(row, where, uniq, now) for where, row in group]
+            try:
+                w.append_batch(fields)
+            except UsageError as exc:           # a record the store cannot take: name its row
+                if exc.path is not None:
+                    raise
+                raise UsageError(f"{group[0][0]}: {exc.message}") from None
     except BaseException:
         w.abort()
         raise

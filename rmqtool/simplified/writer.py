@@ -43,14 +43,14 @@ def article_messages(count: int, seed: int = 1) -> list[dict]:
              "body": ARTICLE_BODY_PREFIX + ARTICLE_BODY_FILLER[:rng.randint(1, 48)]} for _ in range(count)]
 
 
-def _body_bytes(msg: Mapping, n: int) -> bytes:
+def _body_bytes(msg: Mapping, n: str) -> bytes:
     body = msg.get("body")
     if body is None:
-        raise UsageError(f"message {n}: no body")
+        raise UsageError(f"{n}: no body")
     if isinstance(body, (bytes, bytearray)):
         return bytes(body)
     if not isinstance(body, str):
-        raise UsageError(f"message {n}: body must be a string, not {type(body).__name__}")
+        raise UsageError(f"{n}: body must be a string, not {type(body).__name__}")
     enc = msg.get("body_encoding") or "text"
     try:
         if enc == "text":
@@ -60,38 +60,41 @@ def _body_bytes(msg: Mapping, n: int) -> bytes:
         if enc == "base64":
             return base64.b64decode(body, validate=True)
     except (ValueError, binascii.Error) as exc:
-        raise UsageError(f"message {n}: body is not valid {enc}: {exc}") from None
-    raise UsageError(f"message {n}: body_encoding must be text, hex or base64, not {enc!r}")
+        raise UsageError(f"{n}: body is not valid {enc}: {exc}") from None
+    raise UsageError(f"{n}: body_encoding must be text, hex or base64, not {enc!r}")
 
 
-def _long(msg: Mapping, name: str, n: int, default: int) -> int:
+def _long(msg: Mapping, name: str, n: str, default: int) -> int:
     value = msg.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UsageError(f"message {n}: {name} must be an integer, not {type(value).__name__}")
+        raise UsageError(f"{n}: {name} must be an integer, not {type(value).__name__}")
     try:
         value = int(value)
     except ValueError:
-        raise UsageError(f"message {n}: {name} {value!r} is not an integer") from None
+        raise UsageError(f"{n}: {name} {value!r} is not an integer") from None
     if not -(1 << 63) <= value < (1 << 63):
-        raise UsageError(f"message {n}: {name} {value} does not fit in a long")
+        raise UsageError(f"{n}: {name} {value} does not fit in a long")
     return value
 
 
-def _text(msg: Mapping, names: tuple[str, ...], n: int, default=None) -> str:
+def _text(msg: Mapping, names: tuple[str, ...], n: str, default=None) -> str:
     for name in names:
         if msg.get(name) is not None:
             return str(msg[name])
     if default is None:
-        raise UsageError(f"message {n}: no {names[0]}")
+        raise UsageError(f"{n}: no {names[0]}")
     return default()
 
 
 def build(messages: Iterable[Mapping], *, index_points_at: str = "end", tag_code: int = fmt.ARTICLE_TAG_CODE,
           commitlog_size: int = fmt.COMMITLOG_FILE_SIZE, cq_size: int = fmt.CONSUMER_QUEUE_FILE_SIZE,
-          index_size: int = fmt.INDEX_FILE_SIZE, now_ms=None) -> tuple[bytes, bytes, bytes, list[dict]]:
-    """The three files' bytes and one summary row per message."""
+          index_size: int = fmt.INDEX_FILE_SIZE, now_ms=None,
+          label=None) -> tuple[bytes, bytes, bytes, list[dict]]:
+    """The three files' bytes and one summary row per message. ``label(n)`` names message ``n`` in
+    errors (``write --from``: its file and line; default ``message N``)."""
+    label = label or (lambda n: f"message {n}")
     if index_points_at not in INDEX_POINTS_AT:
         raise UsageError(f"index_points_at must be one of {INDEX_POINTS_AT}, not {index_points_at!r}")
     now_ms = now_ms or (lambda: int(time.time() * 1000))
@@ -104,26 +107,26 @@ def build(messages: Iterable[Mapping], *, index_points_at: str = "end", tag_code
     slots = np.zeros(fmt.HASH_SLOTS, dtype=fmt.INDEX_SLOT_DTYPE)
     for n, msg in enumerate(messages):
         if not isinstance(msg, Mapping):
-            raise UsageError(f"message {n}: expected an object with topic and body, not {type(msg).__name__}")
-        topic = _text(msg, ("topic",), n)
-        msg_id = _text(msg, ("msg_id", "uniq_key"), n, lambda: str(uuid.uuid4()))
-        txn = _text(msg, ("transaction_id",), n, lambda: str(uuid.uuid4()))
-        body = _body_bytes(msg, n)
-        queue_offset = _long(msg, "queue_offset", n, n)
-        stamp = _long(msg, "store_timestamp", n, None) if msg.get("store_timestamp") is not None else now_ms()
+            raise UsageError(f"{label(n)}: expected an object with topic and body, not {type(msg).__name__}")
+        topic = _text(msg, ("topic",), label(n))
+        msg_id = _text(msg, ("msg_id", "uniq_key"), label(n), lambda: str(uuid.uuid4()))
+        txn = _text(msg, ("transaction_id",), label(n), lambda: str(uuid.uuid4()))
+        body = _body_bytes(msg, label(n))
+        queue_offset = _long(msg, "queue_offset", label(n), n)
+        stamp = _long(msg, "store_timestamp", label(n), None) if msg.get("store_timestamp") is not None else now_ms()
         total = fmt.article_total_len(len(body))
         if offset + total > commitlog_size:
-            raise UsageError(f"message {n}: commitLog.txt is {commitlog_size} bytes; "
+            raise UsageError(f"{label(n)}: commitLog.txt is {commitlog_size} bytes; "
                              f"{offset + total} needed")
-        head = fmt.RecordHead.build({"msg_total_len": total, "msg_id": pad_string(msg_id, f"message {n} msg_id"),
-                                     "topic": pad_string(topic, f"message {n} topic"),
+        head = fmt.RecordHead.build({"msg_total_len": total, "msg_id": pad_string(msg_id, f"{label(n)} msg_id"),
+                                     "topic": pad_string(topic, f"{label(n)} topic"),
                                      "queue_offset": queue_offset, "body_size": len(body)})
-        tail = fmt.RecordTail.build({"transaction_id": pad_string(txn, f"message {n} transaction_id"),
+        tail = fmt.RecordTail.build({"transaction_id": pad_string(txn, f"{label(n)} transaction_id"),
                                      "commit_log_offset": offset})
         record = head + body + tail
         commitlog[offset:offset + len(record)] = record
         if (n + 1) * fmt.CQ_UNIT_SIZE > cq_size:
-            raise UsageError(f"message {n}: consumerQueue.txt is {cq_size} bytes; no room for unit {n}")
+            raise UsageError(f"{label(n)}: consumerQueue.txt is {cq_size} bytes; no room for unit {n}")
         cq[n * fmt.CQ_UNIT_SIZE:(n + 1) * fmt.CQ_UNIT_SIZE] = fmt.ConsumerQueueUnit.build(
             {"commit_log_offset": offset, "msg_length": total, "tag_code": tag_code})
         key_hash = java_string_hash(msg_id)
@@ -141,10 +144,10 @@ def build(messages: Iterable[Mapping], *, index_points_at: str = "end", tag_code
             at = fmt.entry_position(i)
             diff = stamp - begin
             if diff < 0:        # verify calls a negative timeDiff an error: never write one
-                raise UsageError(f"message {i}: store_timestamp {stamp} is before the first message's ({begin}); "
+                raise UsageError(f"{label(i)}: store_timestamp {stamp} is before the first message's ({begin}); "
                                  f"timeDiff would be negative")
             if diff >= 1 << 31:
-                raise UsageError(f"message {i}: store_timestamp is {diff} ms from the first; timeDiff is an int")
+                raise UsageError(f"{label(i)}: store_timestamp is {diff} ms from the first; timeDiff is an int")
             index[at:at + fmt.INDEX_ENTRY_SIZE] = fmt.IndexEntry.build(
                 {"key_hash": key_hash, "phy_offset": phy, "time_diff": diff, "prev_index": 0})
         index[:fmt.INDEX_HEADER_SIZE] = fmt.IndexHeader.build(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqtool.errors import writing_to
 from rmqtool.kernels.search import search_sorted
 from rmqtool.ops.verify.records import RecordTable, TopicTable
 
@@ -201,7 +202,7 @@ class RecordChunks:
         path = self.spill.file(f"records-{self._spilled}.bin")
         self._spilled += 1
         layout, at = {}, 0
-        with open(path, "wb") as fh:
+        with writing_to(path), open(path, "wb") as fh:     # a full temporary disk names the file
             for name, col in piece.cols.items():
                 col = np.ascontiguousarray(col)
                 col.tofile(fh)
@@ -308,7 +309,8 @@ class RoutedRows:
 
     def _flush(self) -> None:
         for k, parts in self._buffer.items():
-            with open(self.chunks.spill.file(f"{self.name}-{k}.bin"), "ab") as fh:
+            path = self.chunks.spill.file(f"{self.name}-{k}.bin")
+            with writing_to(path), open(path, "ab") as fh:
                 for part in parts:
                     np.ascontiguousarray(part).tofile(fh)
             self._written.add(k)
