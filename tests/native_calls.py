@@ -8,7 +8,8 @@ called the core.
 
 Run as a script it is ``python -m rmqtool`` with the counting installed: ``python
 tests/native_calls.py ARGS...`` with ``RMQTOOL_TEST_CALLS=FILE`` writes ``{"path": native.path,
-"calls": {function: count}}`` to FILE when the command ends (the CLI equivalence tests).
+"file": the core's file, "calls": {function: count}}`` to FILE when the command ends (the CLI
+equivalence tests).
 """
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def _main() -> None:
 
     def record():
         with open(out, "w") as fh:
-            json.dump({"path": native.path, "calls": dict(calls.counts)}, fh)
+            json.dump({"path": native.path, "file": getattr(native.core, "__file__", None),
+                       "calls": dict(calls.counts)}, fh)
     atexit.register(record)
     sys.argv = ["rmqtool", *sys.argv[1:]]
     runpy.run_module("rmqtool", run_name="__main__", alter_sys=True)

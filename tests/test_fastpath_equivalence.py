@@ -338,6 +338,8 @@ def _cli(*args, native_env: str) -> subprocess.CompletedProcess:
         assert (ran["path"], ran["calls"]) == ("numpy (RMQTOOL_NATIVE=0)", {}), ran
     else:
         assert ran["path"].startswith("native (C)"), ran
+        sanitized = os.environ.get("RMQTOOL_EXPECT_SANITIZED")      # CI's sanitizer step: its build, here too
+        assert not sanitized or Path(ran["file"]).resolve().is_relative_to(Path(sanitized).resolve()), ran
         missing = CLI_NATIVE_CALLS[str(args[0])] - set(ran["calls"])
         assert not missing, f"{args[0]} with the native core never called {sorted(missing)} in C: {ran}"
     return proc
