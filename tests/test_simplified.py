@@ -299,10 +299,6 @@ def _pristine() -> tuple[bytes, bytes, bytes]:
     return build(article_messages())[:3]
 
 
-class _Hang(BaseException):
-    """Raised by the hang guard (a BaseException: no ``except Exception`` in the code swallows it)."""
-
-
 def _exercise(store: Path) -> None:
     """Every reader on the store: each returns or raises RmqError. The row readers may yield at most
     a row per byte of the store's files (and the header): one that loops on damaged bytes yields
@@ -310,6 +306,7 @@ def _exercise(store: Path) -> None:
     a failure instead of a hung suite (300 s for a few KB: no machine is that slow)."""
     import itertools
     import signal
+    from fuzz.harness import _alarm       # raises HangError: no ``except Exception`` swallows it
     bound = sum(p.stat().st_size for p in store.iterdir()) + 1
 
     def rows(gen):
@@ -317,13 +314,12 @@ def _exercise(store: Path) -> None:
         assert len(got) <= bound, f"more rows than the {bound - 1} bytes of the store's files can hold"
         return got
 
-    def hang(signum, frame):
-        raise _Hang("a reader did not return within 300 s")
-    old = signal.signal(signal.SIGALRM, hang)
+    old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, 300)
     try:
         for fn in (lambda: rows(ops.commitlog_rows(store, "text")), lambda: rows(ops.consumer_queue_rows(store)),
-                   lambda: rows(ops.index_rows(store)), lambda: ops.query_msg_id(store, article_messages()[3]["msg_id"]),
+                   lambda: rows(ops.index_rows(store)),
+                   lambda: ops.query_msg_id(store, article_messages()[3]["msg_id"]),
                    lambda: ops.locate_offset(store, 1300), lambda: ops.locate_queue_offset(store, 3),
                    lambda: verify(store)):
             try:
