@@ -141,7 +141,7 @@ def _churn_while_reading(tmp_path, rounds: int, seed: int, kinds: str = "commitl
 
 
 def test_readers_survive_files_changing_under_them(tmp_path):
-    _churn_while_reading(tmp_path, rounds=5, seed=1)
+    _churn_while_reading(tmp_path, rounds=4, seed=1)
 
 
 @pytest.mark.slow

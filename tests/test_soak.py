@@ -165,7 +165,7 @@ def _soak(tmp_path, writes):
 
 
 def test_soak_short(tmp_path):
-    _soak(tmp_path, writes=8)
+    _soak(tmp_path, writes=5)
 
 
 @pytest.mark.slow
