@@ -181,6 +181,50 @@ _LONG_FILES = ("test_spark_cluster.py", "test_storage_s3.py", "test_spark.py", "
                "test_engines.py", "test_verify_engine_joins.py")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "native_calls(*names): the test must call these C functions of the "
+                                       "native core (tests/native_calls.py counts them)")
+
+
+def _sanitizer_names(path: str) -> set[bytes]:
+    """The AddressSanitizer entry points a shared object links against (names in its symbol tables)."""
+    import re
+    with open(path, "rb") as fh:
+        return set(re.findall(rb"__asan_[A-Za-z0-9_]+", fh.read()))
+
+
+def pytest_sessionstart(session):
+    """``RMQTOOL_EXPECT_SANITIZED=DIR`` (CI's sanitizer step): the native core this session loads
+    must be the one built with AddressSanitizer into DIR, or the session stops before any test."""
+    expect = os.environ.get("RMQTOOL_EXPECT_SANITIZED")
+    if not expect:
+        return
+    from rmqtool.kernels import native
+    loaded = getattr(native.core, "__file__", None)
+    if loaded is None:
+        raise pytest.UsageError(f"RMQTOOL_EXPECT_SANITIZED: no native core loaded ({native.path})")
+    names = _sanitizer_names(loaded)
+    if not Path(loaded).resolve().is_relative_to(Path(expect).resolve()) or "__asan_init" not in {
+            n.decode() for n in names}:
+        raise pytest.UsageError(f"RMQTOOL_EXPECT_SANITIZED: the native core loaded is {loaded} "
+                                f"({len(names)} ASan symbols), not the sanitized build in {expect}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"native core under test: {loaded} ({len(names)} ASan symbols)")
+
+
+@pytest.fixture(scope="session")
+def native_core():
+    """The native core, for the tests of it: skipped with the reason where it is not in use, a
+    failure where ``RMQTOOL_REQUIRE_NATIVE=1`` (CI sets it where a compiler and headers exist)."""
+    from rmqtool.kernels import native
+    if native.core is None:
+        if os.environ.get("RMQTOOL_REQUIRE_NATIVE") == "1":
+            pytest.fail(f"RMQTOOL_REQUIRE_NATIVE=1 but the native core is not in use: {native.path}")
+        pytest.skip(f"native core not in use: {native.path}")
+    return native.core
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest files first: with a worker per core (pytest-xdist, one file per worker) the
     short ones then fill in behind them and the workers end together."""

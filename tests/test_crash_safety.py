@@ -1,10 +1,10 @@
 """SIGKILL: `rebuild` and `write` leave old-or-new, never a mix.
 
 tests/test_rebuild.py kills `rebuild` at each named install step through the
-``RMQTOOL_CRASH_AT`` hook; these tests kill real processes at arbitrary instants
-(mid-scan, mid-file, during the swap), measured against the command's own run time,
-and `write` also at each of its hook points, and check the state after the kill and
-after a re-run.
+``RMQTOOL_CRASH_AT`` hook; these tests kill real processes at arbitrary points (mid-scan,
+mid-file, during the swap: `rebuild` stopped before a random one of its I/O calls by
+tests/pause_at.py, so every kill lands mid-run on any machine), and `write` also at each of
+its hook points, and check the state after the kill and after a re-run.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pause_at
 from conftest import reference_store, run_cli, run_cli_process
 from rmqtool.io.install import CRASH_ENV, WRITE_CRASH_STEPS
 
@@ -42,22 +43,13 @@ def _spawn(args):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _timed(args) -> float:
-    t0 = time.monotonic()
-    proc = _spawn(args)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    return time.monotonic() - t0
-
-
-def _kill_after(args, delay: float):
-    proc = _spawn(args)
-    try:
-        proc.wait(timeout=delay)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGKILL)
+def _kill_at(args, call: int, state: Path):
+    """SIGKILL the command while it is stopped before its ``call``-th I/O call: (exit code, stderr,
+    where it stopped, "" if it never did)."""
+    proc, where = pause_at.start_paused(args, call, state, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
-    return proc.returncode, err
+    return proc.returncode, err, where
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -69,11 +61,11 @@ def _rebuild_kills(tmp_path, kind: str, rounds: int, seed: int):
     rng = random.Random(seed)
     pristine = reference_store("basic")
     new = contents(pristine / kind, kind)
-    # how long a whole run takes here (imports included), to spread the kills over it
+    # how many I/O calls a whole run makes, to spread the kills over them
     probe = tmp_path / "probe"
     subprocess.run(["cp", "-a", str(pristine), str(probe)], check=True)
-    span = _timed(["rebuild", kind, probe, "--yes", "--workers", "1"])
-    killed_mid_run = 0
+    state = tmp_path / "pause-state"
+    calls = pause_at.io_calls(["rebuild", kind, probe, "--yes", "--workers", "1"], state)
     for n in range(rounds):
         root = tmp_path / f"r{n}"
         subprocess.run(["cp", "-a", str(pristine), str(root)], check=True)
@@ -81,8 +73,10 @@ def _rebuild_kills(tmp_path, kind: str, rounds: int, seed: int):
         victim = sorted(p for p in target.rglob("*") if p.is_file())[rng.randrange(20)]
         victim.write_bytes(bytes([rng.randrange(1, 256)]) * victim.stat().st_size)   # damage one file
         old, commitlog = contents(target, kind), tree(root / "commitlog")
-        code, err = _kill_after(["rebuild", kind, root, "--yes", "--workers", "1"], rng.uniform(0.2, 1.05) * span)
-        killed_mid_run += code == -signal.SIGKILL
+        at = rng.randint(1, calls)
+        code, err, where = _kill_at(["rebuild", kind, root, "--yes", "--workers", "1"], at, state)
+        assert code == -signal.SIGKILL and where, \
+            f"round {n}: never stopped before I/O call {at} of {calls} (exit {code}): {where or err[-500:]}"
         now = contents(target, kind)
         assert now in (old, new), f"round {n}: {kind} is a mix after SIGKILL (exit {code})"
         assert tree(root / "commitlog") == commitlog, "rebuild changed CommitLog bytes"
@@ -94,7 +88,6 @@ def _rebuild_kills(tmp_path, kind: str, rounds: int, seed: int):
         backups = [p for p in root.iterdir() if p.name.startswith(f"{kind}.backup-")]
         if now == old:                                    # the damaged tree is kept, never deleted
             assert any(contents(b, kind) == old for b in backups)
-    assert killed_mid_run >= rounds // 3, "the kills mostly came after the process had finished"
 
 
 @pytest.mark.parametrize("kind", ["consumequeue", "index"])

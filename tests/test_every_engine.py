@@ -1,6 +1,7 @@
-"""Every way of running a command gives the answers of the default one: the native core,
-the numpy reference kernels, the local process pool over small tasks and Spark (the
-``engine`` fixture), on the crashed reference store (a torn tail, a recovery forecast)."""
+"""Every way of running a command gives the answers of the reference one, the numpy kernels in
+one process (``RMQTOOL_NATIVE=0``): the native core, the local process pool over small tasks and
+Spark (the ``engine`` fixture), on the crashed reference store (a torn tail, a recovery forecast).
+The native way must really run the native core (``--version`` names the path each way runs)."""
 from __future__ import annotations
 
 import hashlib
@@ -45,16 +46,28 @@ def _answers(way, store: Path, tmp: Path) -> dict:
     return {"verify": (verify.returncode, report), "rebuild": _tree(out), "export": rows}
 
 
+def _kernel_path(way) -> str:
+    """The path the way's rmqtool process runs, from the first line of its ``--version``."""
+    proc = way.run("--version")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()[0].split(" (", 1)[1][:-1]
+
+
 @pytest.fixture(scope="module")
-def default_answers(tmp_path_factory):
+def reference_answers(tmp_path_factory):
     from conftest import reference_store
-    tmp = tmp_path_factory.mktemp("default")
-    return _answers(ENGINE_WAYS["native"], reference_store(STORE), tmp)
+    assert _kernel_path(ENGINE_WAYS["numpy"]) == "numpy (RMQTOOL_NATIVE=0)"
+    tmp = tmp_path_factory.mktemp("reference")
+    return _answers(ENGINE_WAYS["numpy"], reference_store(STORE), tmp)
 
 
-def test_every_engine_gives_the_default_answers(engine, default_answers, tmp_path):
+@pytest.mark.parametrize("engine", [name for name in ENGINE_WAYS if name != "numpy"], indirect=True)
+def test_every_engine_gives_the_reference_answers(engine, reference_answers, tmp_path, request):
     from conftest import reference_store
+    if engine.name == "native":      # skipped where the core is not built, a failure under RMQTOOL_REQUIRE_NATIVE=1
+        request.getfixturevalue("native_core")
+        assert _kernel_path(engine).startswith("native (C)")
     got = _answers(engine, reference_store(STORE), tmp_path)
     assert got["verify"][1]["summary"]["commitlog"]["records"] > 0
     for what in got:
-        assert got[what] == default_answers[what], f"{engine.name}: {what} differs from the default"
+        assert got[what] == reference_answers[what], f"{engine.name}: {what} differs from the numpy reference"

@@ -22,6 +22,7 @@ from formats import commitlog as cl
 from formats import indexfile as ix
 from fuzz import harness, seeds as sd, strategies as fst
 from fuzz.targets import TARGETS, Target, run_commitlog, run_consumequeue, run_index
+from native_calls import CoreCalls
 
 ROOT = Path(__file__).resolve().parent.parent
 MASTER = int(os.environ.get("RMQ_FUZZ_SEED", "20261121"))
@@ -41,11 +42,30 @@ def _assert_clean(counts):
     assert not counts.failures, "\n".join(f.line() for f in counts.failures)
 
 
+#: the C functions a target's CI run must reach where the native core is in use (each compares them
+#: with numpy or the scalar loop: a run that compared numpy with numpy, or returned early, proves
+#: nothing). ``native`` needs the core: skipped without it, a failure under RMQTOOL_REQUIRE_NATIVE=1.
+NATIVE_CALLS = {"native": {"crc32_spans", "java_hash_spans", "message_run", "entry_run", "index_entries",
+                           "scan_records", "span_groups", "index_keys"},
+                "dledger": {"entry_run", "scan_records"}, "properties": {"split_properties", "split_tokens"}}
+
+
 @pytest.mark.parametrize("target", sorted(CI_INPUTS))
-def test_seeded_mutations(target, scratch):
-    counts = harness.campaign(target, MASTER, 0, CI_INPUTS[target], scratch)
+def test_seeded_mutations(target, scratch, request):
+    from rmqtool.kernels import native
+    calls, wanted = CoreCalls(), set()
+    required = os.environ.get("RMQTOOL_REQUIRE_NATIVE") == "1"
+    if target in NATIVE_CALLS and (target == "native" or native.core is not None or required):
+        calls.install(request.getfixturevalue("native_core"))
+        wanted = NATIVE_CALLS[target]
+    try:
+        counts = harness.campaign(target, MASTER, 0, CI_INPUTS[target], scratch)
+    finally:
+        calls.uninstall()
     _assert_clean(counts)
     assert counts.inputs == CI_INPUTS[target]
+    missing = wanted - set(calls.counts)
+    assert not missing, f"{target}: the native core's {sorted(missing)} never ran ({dict(calls.counts)})"
 
 
 def test_every_parser_has_a_ci_run():

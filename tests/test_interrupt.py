@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import pause_at
 from conftest import run_cli
 
 
@@ -23,26 +24,22 @@ def _default_sigint():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("int") / "store"
-    # large enough that each command still runs well after 0.4 s (the native rebuild does 120,000
-    # messages in about that; a signal landing while the interpreter shuts down kills it with -2)
-    r = run_cli("write", root, "--synthetic", 480_000, "--commitlog-file-size", 16 << 20)
+    # several CommitLog files: rebuild's and verify's workers each get some
+    r = run_cli("write", root, "--synthetic", 40_000, "--commitlog-file-size", 1 << 20)
     assert r.code == 0, r.err
     return root
 
 
-def _wait_until_sigint_is_caught(pid: int, timeout: float = 10) -> None:
-    """Until the process has a SIGINT handler (``SigCgt`` in /proc/PID/status), or it ended: a signal
-    before the interpreter installs its handler kills it outright, which is not what is tested."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/status") as fh:
-                caught = next((int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:")), 0)
-        except OSError:
-            return
-        if caught & (1 << (signal.SIGINT - 1)):
-            return
-        time.sleep(0.01)
+#: a bound against a hang, not a speed check
+HANG = 120
+
+
+def _gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("args", [
@@ -52,20 +49,25 @@ def _wait_until_sigint_is_caught(pid: int, timeout: float = 10) -> None:
     ["rebuild", "all", "{store}", "--output", "{out}", "--workers", "2"],
 ], ids=["dump", "verify-threads", "verify-jobs", "rebuild-workers"])
 def test_sigint_says_interrupted_and_exits_130(store, tmp_path, args):
+    """The command stops halfway through its I/O calls (tests/pause_at.py), SIGINT goes to its
+    process group there, then it may go on: the signal lands mid-run on any machine."""
+    state, release = tmp_path / "pause-state", tmp_path / "release"
+    calls = pause_at.io_calls([a.format(store=store, out=tmp_path / "probe") for a in args], state)
     argv = [a.format(store=store, out=tmp_path / "out") for a in args]
-    p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=_default_sigint)
-    _wait_until_sigint_is_caught(p.pid)     # Python's handler installed (a loaded machine starts slowly)
-    time.sleep(0.4)                        # well inside each run (each takes seconds here)
-    if p.poll() is not None:
-        pytest.skip(f"finished before the signal on this machine (exit {p.returncode})")
-    os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=30)
+    try:
+        p, where = pause_at.start_paused(argv, max(1, calls // 2), state, release, hang=HANG,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                         start_new_session=True, preexec_fn=_default_sigint)
+        assert where, f"never stopped before I/O call {calls // 2} of {calls} (exit {p.poll()})"
+        os.killpg(p.pid, signal.SIGINT)
+    finally:
+        release.touch()
+    _, err = p.communicate(timeout=HANG)
     assert (p.returncode, err) == (130, "interrupted\n")
-    time.sleep(0.5)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(p.pid, 0)                # no process of its group is left
+    deadline = time.monotonic() + HANG
+    while not _gone(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(p.pid), "a process of the command's group is left"
 
 
 def test_os_error_is_one_line_naming_the_path(tmp_path):

@@ -6,6 +6,9 @@ zero-filled file; then, as the dispatcher would, the index keys in upstream's pu
 order (entry, slot, header counts, end offset), starting a new index file whose header
 counts are still 0 when the current one fills up. After each record is complete and
 indexed it logs the offset. Every query must succeed and return every logged record.
+Queries run freely beside it, and at fixed checkpoints the appender waits, its file
+half rolled and its index partly filled, until a query (one through the CLI) has run:
+those queries are mid-append on any machine.
 """
 from __future__ import annotations
 
@@ -67,7 +70,9 @@ def _put_key(fd, key: str, phy: int, ts: int) -> bool:
     return True
 
 
-def appender(root: str, log: str, count: int, start_phy: int) -> None:
+def appender(root: str, log: str, count: int, start_phy: int, conn=None, checkpoints=()) -> None:
+    """Append ``count`` records; after the record numbers in ``checkpoints`` are logged, send the
+    number logged on ``conn`` and wait for the reply (the test queries meanwhile)."""
     root = Path(root)
     cldir, ixdir = root / "commitlog", root / "index"
     phy = start_phy
@@ -116,6 +121,9 @@ def appender(root: str, log: str, count: int, start_phy: int) -> None:
             out.write(f"{phy}\n")
             phy += len(data)
             time.sleep(0.008)
+            if n + 1 in checkpoints:
+                conn.send(n + 1)
+                conn.recv()
     os.close(cfd)
     os.close(ifd)
 
@@ -134,15 +142,21 @@ def _query_while_appending(store_copy, tmp_path, count: int, min_rounds: int):
     start_phy = answers["commitlog"]["maxPhyOffset"]
     log = tmp_path / "appended.log"
     ctx = mp.get_context("fork")
-    writer = ctx.Process(target=appender, args=(str(root), str(log), count, start_phy))
+    checkpoints = (count // 4, count // 2, 3 * count // 4)
+    here, there = ctx.Pipe()
+    writer = ctx.Process(target=appender, args=(str(root), str(log), count, start_phy, there, checkpoints))
     writer.start()
-    rounds = cli_rounds = during = 0
+    rounds = cli_rounds = 0
+    during = []                                          # records logged at each checkpoint's query
     try:
         deadline = time.time() + 60 + count / 10          # a bound against hangs, not a speed check
         while (writer.is_alive() or rounds < min_rounds) and time.time() < deadline:
+            paused = here.recv() if here.poll() else None
             before = _logged(log)
-            during += 0 < len(before) < count and writer.is_alive()
-            if rounds % 5 == 2:
+            if paused is not None:                        # the appender waits for this query
+                assert len(before) == paused
+                during.append(paused)
+            if rounds % 5 == 2 or paused == checkpoints[0]:
                 p = subprocess.run([sys.executable, "-m", "rmqtool", "query-key", str(root), KEY,
                                     "--topic", TOPIC, "--format", "jsonl"],
                                    capture_output=True, text=True)
@@ -155,12 +169,15 @@ def _query_while_appending(store_copy, tmp_path, count: int, min_rounds: int):
             missing = (original | before) - set(got)
             assert not missing, (rounds, sorted(missing)[:5])
             rounds += 1
+            if paused is not None:
+                here.send("go")
     finally:
+        here.close()                                      # an appender still waiting then ends
         writer.join(120)
     assert writer.exitcode == 0
-    assert rounds >= min_rounds and cli_rounds >= 1 and during >= 1
-    print(f"{rounds} queries ({cli_rounds} through the CLI, {during} mid-append) while {count} records "
-          f"were appended")
+    assert during == list(checkpoints) and cli_rounds >= 1, (during, cli_rounds)
+    print(f"{rounds} queries ({cli_rounds} through the CLI, {len(during)} at checkpoints mid-append) while "
+          f"{count} records were appended")
     final = _logged(log)
     assert len(final) == count
     res = query_key(Store(root), KEY, TOPIC)

@@ -2,7 +2,9 @@
 
 Every message whose write returned must be found by every later reader run; no reader
 run may fail; and the readers never write: the store's bytes are hashed when a write
-returns and again just before the next write starts, while only readers ran.
+returns and again just before the next write starts, while only readers ran. A fixed number
+of writes, and between two writes every reader completes a run started after the first: the
+same interleaving on a fast machine and a slow one.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from conftest import run_cli
 
 GEOMETRY = ["--commitlog-file-size", 1 << 16, "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350]
 BATCH = 12
-GAP = 0.4          # seconds between writes, during which only readers touch the store
+#: a bound against a hung reader or writer, not a speed check
+HANG = 600
 
 
 def _cli(*args, timeout=120):
@@ -46,26 +48,38 @@ def rows(start: int, count: int) -> str:
 
 
 class Soak:
-    def __init__(self, root: Path, tmp: Path, seconds: float):
-        self.root, self.tmp, self.seconds = root, tmp, seconds
+    def __init__(self, root: Path, tmp: Path, writes: int):
+        self.root, self.tmp, self.wanted = root, tmp, writes
         self.acked: list[int] = []          # message numbers whose write returned
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.errors: list[str] = []
         self.reader_runs = 0
         self.writes = 0
+        self.done_after: dict[int, int] = {}    # reader -> the writes done when its last finished run started
         self.stop = threading.Event()
 
     def fail(self, msg: str) -> None:
         with self.lock:
             self.errors.append(msg)
+            self.lock.notify_all()
         self.stop.set()
+
+    def _readers_caught_up(self) -> None:
+        """Until every reader has finished a run that started after the last write."""
+        with self.lock:
+            ok = self.lock.wait_for(lambda: self.stop.is_set() or min(self.done_after.values()) >= self.writes,
+                                    timeout=HANG)
+        if not ok:
+            self.fail(f"no reader run finished within {HANG} s after write {self.writes}")
 
     # --- the writer -----------------------------------------------------------------------------
     def writer(self) -> None:
         n = len(self.acked)
-        deadline = time.monotonic() + self.seconds
         src = self.tmp / "batch.jsonl"
-        while time.monotonic() < deadline and not self.stop.is_set():
+        while self.writes < self.wanted and not self.stop.is_set():
+            self._readers_caught_up()
+            if self.stop.is_set():
+                break
             before = store_hash(self.root)
             if self.writes and before != self.after:
                 changed = sorted(k for k in set(before) | set(self.after) if before.get(k) != self.after.get(k))
@@ -77,9 +91,9 @@ class Soak:
             self.after = store_hash(self.root)
             with self.lock:
                 self.acked.extend(range(n, n + BATCH))
+                self.writes += 1
             n += BATCH
-            self.writes += 1
-            time.sleep(GAP)
+        self._readers_caught_up()
         self.stop.set()
 
     # --- the readers --------------------------------------------------------------------------------
@@ -88,6 +102,7 @@ class Soak:
         while not self.stop.is_set():
             with self.lock:
                 known = list(self.acked)
+                started_after = self.writes
             i = rng.choice(known)
             kind = rng.choice(("query-key", "query-id", "dump", "verify"))
             if kind == "query-key":
@@ -113,6 +128,8 @@ class Soak:
                 ok = False
             with self.lock:
                 self.reader_runs += 1
+                self.done_after[seed] = started_after
+                self.lock.notify_all()
             if not ok:
                 errors = [x for x in res.stdout.splitlines() if '"severity":"error"' in x]
                 return self.fail(f"{kind} for message {i} (acknowledged): exit {res.returncode}\n"
@@ -124,19 +141,21 @@ class Soak:
         assert run_cli("write", self.root, "--from", src, *GEOMETRY).code == 0
         self.acked.extend(range(BATCH))
         self.after = store_hash(self.root)
+        self.done_after = dict.fromkeys(range(readers), -1)
         threads = [threading.Thread(target=self.writer)]
         threads += [threading.Thread(target=self.reader, args=(k,)) for k in range(readers)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=self.seconds + 300)
+            t.join(timeout=HANG * (self.wanted + 2))
         assert not self.errors, "\n".join(self.errors)
+        assert not any(t.is_alive() for t in threads), "a reader or the writer never ended"
 
 
-def _soak(tmp_path, seconds):
-    soak = Soak(tmp_path / "store", tmp_path, seconds)
+def _soak(tmp_path, writes):
+    soak = Soak(tmp_path / "store", tmp_path, writes)
     soak.run()
-    assert soak.writes >= 3 and soak.reader_runs >= 6, (soak.writes, soak.reader_runs)
+    assert (soak.writes, len(soak.acked)) == (writes, BATCH * (writes + 1)), (soak.writes, len(soak.acked))
     # at rest, everything acknowledged is there and the store verifies clean
     res = run_cli("verify", tmp_path / "store", "--level", "deep", "-f", "jsonl")
     assert res.code == 0, res.out[-2000:]
@@ -146,9 +165,9 @@ def _soak(tmp_path, seconds):
 
 
 def test_soak_short(tmp_path):
-    _soak(tmp_path, seconds=20)
+    _soak(tmp_path, writes=5)
 
 
 @pytest.mark.slow
 def test_soak_long(tmp_path):
-    _soak(tmp_path, seconds=600)
+    _soak(tmp_path, writes=300)

@@ -1,15 +1,16 @@
 """A second process that changes store files under a reader (run as a script).
 
-    python tests/fuzz/churn.py STORE PRISTINE SECONDS SEED [KINDS]
+    python tests/fuzz/churn.py STORE PRISTINE STOP SEED [KINDS]
 
-For SECONDS, picks a commitlog, ConsumeQueue or index file of STORE (KINDS: comma list of
+Until the file STOP exists, picks a commitlog, ConsumeQueue or index file of STORE (KINDS: comma list of
 commitlog,consumequeue,index, or simplified for the article's three files) and truncates it,
 extends it, replaces it (new inode, second half zeroed, as a recovery rewrite), deletes it,
 or restores it from PRISTINE; the
 modes a broker's recovery, retention and an in-progress copy produce. Zeros are only
 written past a whole file or from a record boundary, so every record that parses is one
-that was written: a reader showing anything else has mixed two states of a file. Prints one line
-per action count when done. Stdlib only.
+that was written: a reader showing anything else has mixed two states of a file. Prints
+``started`` after its first action (a reader started after that line runs while files change) and
+one line of action counts when done. Stdlib only.
 """
 from __future__ import annotations
 
@@ -71,12 +72,11 @@ def _replace(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def churn(store: Path, pristine: Path, seconds: float, seed: int, kinds) -> dict:
+def churn(store: Path, pristine: Path, stop: Path, seed: int, kinds) -> dict:
     rng = random.Random(seed)
     rel = files_of(pristine, kinds)
     counts = dict.fromkeys(("truncate", "extend", "replace", "delete", "restore"), 0)
-    stop = time.monotonic() + seconds
-    while time.monotonic() < stop:
+    while not stop.exists():
         r = rng.choice(rel)
         path, orig = store / r, pristine / r
         action = rng.choice(tuple(counts))
@@ -100,12 +100,14 @@ def churn(store: Path, pristine: Path, seconds: float, seed: int, kinds) -> dict
             _replace(path, orig.read_bytes())
             action = "restore"
         counts[action] += 1
+        if sum(counts.values()) == 1:
+            print("started", flush=True)
         time.sleep(rng.random() * 0.01)
     return counts
 
 
 if __name__ == "__main__":
-    store, pristine, seconds, seed = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    store, pristine, stop, seed = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
     kinds = sys.argv[5].split(",") if len(sys.argv) > 5 else list(SUBDIRS)
-    done = churn(store, pristine, seconds, seed, kinds)
+    done = churn(store, pristine, stop, seed, kinds)
     print(" ".join(f"{k}={v}" for k, v in done.items()), flush=True)
