@@ -360,3 +360,17 @@ def test_a_rebuild_that_would_leave_out_a_later_segments_data_is_refused(tmp_pat
     res = rmq("rebuild", "all", store, "--yes", "--workers", 1, "--allow-truncate")
     assert res.returncode == 0 and "3000 records" in res.stdout, res.stderr
 
+
+
+def test_a_fifo_as_the_side_lock_file_never_hangs_naming_the_holder(tmp_path):
+    """rmqtool's own side file beside a store, made a FIFO, is read without waiting: while another
+    process holds the store's ``lock``, ``info`` names that process as a broker."""
+    import fcntl
+    from rmqtool.io import liveness
+    store = make_store(tmp_path)
+    os.mkfifo(liveness.side_path(store))
+    with open(store / "lock", "a+b") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)   # the broker's lock: byte 0
+        res = rmq("info", store, "-f", "json")
+    assert res.returncode in (0, 1), res.stderr
+    assert str(os.getpid()) in res.stdout, res.stdout

@@ -26,6 +26,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqtool.errors import RmqError
+from rmqtool.io.fileio import open_regular
+
 # struct flock on Linux: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 _FLOCK = "hhqqi4x"
 
@@ -74,10 +77,15 @@ class LockOwner:
 def read_side(root: str | Path) -> dict | None:
     """The side file's record ``{marker, pid, command, store}``, or None (absent, partial, foreign)."""
     try:
-        with open(side_path(root), "rb") as fh:
-            data = json.loads(fh.read(4096).decode("utf-8"))
+        fd = open_regular(side_path(root))          # a FIFO there is refused, never waited on
+    except (OSError, RmqError):
+        return None
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
     if not isinstance(data, dict) or data.get("marker") != SIDE_MARKER or not isinstance(data.get("pid"), int):
         return None
     return data
