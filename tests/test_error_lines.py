@@ -62,6 +62,7 @@ STORE_CASES = {
     "cq-odd-size": lambda r: _truncate(_cq(r), 7),
     "index-short": lambda r: _truncate(_index(r), 10),
     "lock-dir": lambda r: _replace_with_dir(r / "lock"),
+    "checkpoint-dir": lambda r: _replace_with_dir(r / "checkpoint"),
     "commitlog-is-a-file": lambda r: (shutil.rmtree(r / "commitlog"), (r / "commitlog").write_text("x"),
                                       r / "commitlog")[-1],
 }

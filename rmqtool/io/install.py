@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -350,7 +351,7 @@ def make_private(path: Path) -> None:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if st.st_nlink <= 1:
+    if st.st_nlink <= 1 and stat.S_ISREG(st.st_mode):
         return
     tmp = path.with_name(path.name + ".rmqtool-copy")
     copy_sparse(path, tmp)                  # owned like the original, with its mode
@@ -365,7 +366,8 @@ def copy_sparse(src: Path, dst: Path) -> None:
     (SEEK_DATA/SEEK_HOLE), so a preallocated-by-truncate file costs only what it holds. The
     copy gets the owner, group and mode of ``src`` before any byte is written."""
     import fcntl
-    fin = os.open(src, os.O_RDONLY)
+    from rmqtool.io.fileio import open_regular
+    fin = open_regular(src)             # a directory, FIFO or device: one line naming it, never read
     try:
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -547,6 +547,7 @@ class StoreWriter:
             self._lock.take_store_lock()                 # the root may have been moved into place just now
             for sub in ("consumequeue", "index"):        # an interrupted rebuild inside the store
                 self.recovered += inst.recover_leftovers(root / sub)
+            regular_file_present(root / "checkpoint")    # a directory or FIFO there: named in the store
             links = inst.symlinks_under(root)
             if links:
                 path, dest = links[0]
