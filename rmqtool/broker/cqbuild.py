@@ -263,3 +263,84 @@ class BcqBuilder:
             out += [{"path": f"{topic}/{qid}/{start:020d}", "size": self.file_size}
                     for start in range(0, max(span, 1), self.file_size)]
         return out
+
+
+class ExtBuilder:
+    """ConsumeQueueExt units appended as the 4.x broker's dispatch does (docs/format-cq-ext.md):
+    ``ConsumeQueue.putMessagePositionInfoWrapper`` (S/ConsumeQueue.java:389-402@4.9.7) puts an ext
+    unit before each CQ unit when ``enableConsumeQueueExt`` is on, and the CQ unit keeps the
+    address ``ConsumeQueueExt.put`` returns in place of the tagsCode, or the tagsCode itself when
+    ``put`` fails (:396-401). ``put`` here returns that address, or None for a failed put.
+
+    Files are named by their first byte in the queue's ext space and created whole (sparse zeros),
+    as ``MappedFileQueue`` does; ``open_fd(path)`` opens one for writing (it may make a private copy
+    first), ``on_write(path, position, length)`` hears every write."""
+
+    #: ConsumeQueueExt.put tries this many files before it gives up (S/ConsumeQueueExt.java:190, 206)
+    RETRIES = 3
+
+    def __init__(self, file_size: int, build: Path, open_fd=None, on_write=None, starts: dict | None = None):
+        from formats.consumequeue_ext import EXT_END_BLANK_LENGTH, EXT_UNIT_MIN_SIZE
+        if file_size <= EXT_END_BLANK_LENGTH + EXT_UNIT_MIN_SIZE:
+            raise ValueError(f"ConsumeQueueExt file size {file_size} holds no unit")
+        self.file_size, self.build = file_size, Path(build)
+        self.open_fd = open_fd or (lambda p: os.open(p, os.O_RDWR | os.O_CREAT, 0o644))
+        self.on_write = on_write or (lambda path, pos, length: None)
+        self._next: dict[tuple[str, int], int] = dict(starts or {})   # queue -> write offset
+        self._created: set = set()
+        self.paths: set = set()
+        self.units = 0
+        self.failed = 0
+
+    def put(self, topic: str, queue_id: int, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int | None:
+        from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
+                                              EXT_MAX_REAL_OFFSET, EXT_UNIT_MAX_SIZE, EXT_UNIT_MIN_SIZE,
+                                              ext_address)
+        size = EXT_UNIT_MIN_SIZE + len(bitmap)          # CqExtUnit.calcUnitSize (:534-537)
+        key = (topic, int(queue_id))
+        at = self._next.get(key, 0)
+        if size > EXT_UNIT_MAX_SIZE or at + size > EXT_MAX_REAL_OFFSET:    # :192-200
+            self.failed += 1
+            return None
+        qdir = queue_dir(self.build, topic, queue_id)
+        for _ in range(self.RETRIES):                    # :206-231
+            base, pos = at - at % self.file_size, at % self.file_size
+            if size > self.file_size - pos - EXT_END_BLANK_LENGTH:      # :217-226, fullFillToEnd :239-247
+                self._write(qdir, key, base, pos, CqExtUnitHeader.subcons[0].build(EXT_FILE_END_MARK))
+                at = base + self.file_size
+                continue
+            data = CqExtUnitHeader.build({"size": size, "tags_code": tags_code,
+                                          "store_timestamp": store_timestamp, "bitmap_size": len(bitmap)}) + bitmap
+            self._write(qdir, key, base, pos, data)      # CqExtUnit.write (:507-529)
+            self._next[key] = at + size
+            self.units += 1
+            return ext_address(at)                       # decorate(wrotePosition + fileFromOffset) (:229)
+        self._next[key] = at
+        self.failed += 1
+        return None
+
+    def _write(self, qdir: Path, key, base: int, pos: int, data: bytes) -> None:
+        path = qdir / f"{base:020d}"
+        if (key, base) not in self._created:
+            from rmqtool.io import ownership
+            ownership.makedirs(qdir)
+        fd = self.open_fd(path)
+        try:
+            if (key, base) not in self._created:
+                if os.fstat(fd).st_size < self.file_size:
+                    os.ftruncate(fd, self.file_size)     # a mapped file: whole, its tail sparse zeros
+                self._created.add((key, base))
+            inst.pwrite_all(fd, memoryview(data), pos)
+        finally:
+            os.close(fd)
+        self.on_write(path, pos, len(data))
+        self.paths.add(path)
+
+    def finish(self) -> None:
+        """Make every file written durable."""
+        for path in sorted(self.paths):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
