@@ -468,10 +468,24 @@ def dispatch_config(store, config: DispatchConfig | None = None, multi_dispatch:
     return config if config is not None else DispatchConfig(kinds=detect_queue_kinds(store, multi_dispatch))
 
 
+def check_no_cq_ext(store) -> None:
+    """Refuse a ConsumeQueue rebuild of a store that keeps ``consumequeue_ext/`` (4.x
+    ``enableConsumeQueueExt``): its CQ units hold ext addresses where the rebuild would write tag
+    hashes, and its ext units are not rebuilt (docs/format-cq-ext.md)."""
+    from rmqtool.io.consumequeue_ext import EXT_DIR, has_ext
+    if has_ext(store.root):
+        raise RefusedError("the store keeps ConsumeQueueExt files (enableConsumeQueueExt): its ConsumeQueue "
+                           "units hold addresses into them, which rebuild does not regenerate; rebuilding would "
+                           "put tag hashes where the addresses are and break the broker's tag/SQL filtering",
+                           store.root / EXT_DIR)
+
+
 def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -> None:
     """Refuse a ConsumeQueue rebuild that would drop light queues (``%LMQ%…``) because
     multi-dispatch was turned off for it; a rebuild of other topics (``--topic``) keeps them.
-    BatchCQ topics are never written to ``consumequeue/`` (their ``batchconsumequeue/`` stays)."""
+    BatchCQ topics are never written to ``consumequeue/`` (their ``batchconsumequeue/`` stays).
+    A store with ConsumeQueueExt files is refused (``check_no_cq_ext``)."""
+    check_no_cq_ext(store)
     if config.kinds.multi_dispatch:
         return
     lmq = sorted({r.topic for r in store.queues() if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
