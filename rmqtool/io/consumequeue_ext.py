@@ -200,6 +200,24 @@ class ExtQueue:
                 yield unit
                 pos += unit.size
 
+    def unit_offsets(self):
+        """The offset (in the queue's ext space) of every unit, file by file up to each file's
+        data end or its first unit that cannot be read (numpy int64, increasing)."""
+        import numpy as np
+        out = []
+        for seg in self.segments.files:
+            try:
+                _, starts = self.data_end(seg)
+            except ExtProblem:
+                starts = []
+                try:
+                    for u in self.file_units(seg):
+                        starts.append(u.position)
+                except ExtProblem:
+                    pass
+            out.append(seg.start + np.sort(np.fromiter(starts, np.int64, len(starts))))
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
+
     def units(self) -> Iterator[ExtUnit]:
         for seg in self.segments.files:
             yield from self.file_units(seg)
