@@ -119,7 +119,8 @@ class ExtQueue:
     def __init__(self, directory: Path, file_size: int | None = None):
         self.dir = Path(directory)
         self.segments = SegmentQueue.discover([self.dir], "consumequeue_ext", file_size)
-        self._ends: dict[str, int] = {}
+        self._ends: dict[str, tuple] = {}       # file -> (data end, unit starts, problem)
+        self._fh = None
 
     @classmethod
     def of(cls, root, topic: str, queue_id: int, file_size: int | None = None) -> "ExtQueue | None":
@@ -143,16 +144,32 @@ class ExtQueue:
     def get(self, address: int) -> ExtUnit:
         """The unit an address points at: inside a file, before its data end, at a unit's start
         (``ExtProblem`` names what is wrong)."""
+        import numpy as np
         seg, pos = self.locate(address)
-        end, starts = self.data_end(seg)
+        end, starts, _ = self._index(seg)
         if pos >= end:
             raise ExtProblem(f"ext address {address} points at position {pos}, at or past the data end {end} "
                              "of its file", str(seg.path), pos)
-        if pos not in starts:
+        k = int(np.searchsorted(starts, pos))
+        if k >= len(starts) or int(starts[k]) != pos:
             raise ExtProblem(f"ext address {address} points at position {pos}, inside a unit, not at its start",
                              str(seg.path), pos)
-        with ReadOnlyFile(seg.path) as fh:
-            return self._read_one(fh, seg, pos, fh.size())
+        fh = self._open(seg)
+        return self._read_one(fh, seg, pos, fh.size())
+
+    def _open(self, seg) -> ReadOnlyFile:
+        """One open file at a time (a queue's units are read file by file)."""
+        if self._fh is not None and self._fh[0] == seg.path:
+            return self._fh[1]
+        self.close()
+        fh = ReadOnlyFile(seg.path)
+        self._fh = (seg.path, fh)
+        return fh
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh[1].close()
+            self._fh = None
 
     def _read_one(self, fh, seg, pos: int, size: int) -> ExtUnit | None:
         """The unit at ``pos``: its header, then (the header says how long it is, at most 32 KiB)
@@ -164,18 +181,59 @@ class ExtQueue:
         data = head if parsed[0] == len(head) else fh.read(pos, min(parsed[0], size - pos), exact=False)
         return parse_unit(data, str(seg.path), pos, seg.start + pos)
 
-    def data_end(self, seg) -> tuple[int, frozenset]:
-        """(position of the file's data end, the positions units start at): the walk of
-        ``ConsumeQueueExt.recover`` over the size fields, a window at a time."""
+    def data_end(self, seg) -> tuple[int, "np.ndarray"]:
+        """(position of the file's data end, the positions units start at, increasing): the walk of
+        ``ConsumeQueueExt.recover`` over the size fields. ``ExtProblem`` for a unit that cannot be
+        read before the end (``_index`` keeps the units before it)."""
+        end, starts, problem = self._index(seg)
+        if problem is not None:
+            raise problem
+        return end, starts
+
+    def _index(self, seg):
         key = str(seg.path)
         if key not in self._ends:
-            starts = []
-            end = 0
-            for unit in self.file_units(seg):
-                starts.append(unit.position)
-                end = unit.position + unit.size
-            self._ends[key] = (end, frozenset(starts))
+            self._ends[key] = self._scan(seg)
         return self._ends[key]
+
+    def _scan(self, seg):
+        """(data end, unit starts, the ExtProblem that stopped the walk or None), a window at a time;
+        a run of 20-byte units without bitmap (the usual unit) is taken a block at a time."""
+        import numpy as np
+        parts, problem = [], None
+        with ReadOnlyFile(seg.path) as fh:
+            size = fh.size()
+            pos, buf, buf_at = 0, b"", 0
+            while pos + 2 <= size:
+                lp = pos - buf_at
+                rest = len(buf) - lp
+                if rest < min(EXT_HEADER_SIZE, size - pos):
+                    buf_at, buf = pos, fh.read(pos, min(WINDOW, size - pos), exact=False)
+                    continue
+                unit_size, _, _, bm = _HEADER.unpack_from(buf, lp) if rest >= EXT_HEADER_SIZE else (
+                    struct.unpack_from(">h", buf, lp)[0], 0, 0, -1)
+                if unit_size == EXT_UNIT_MIN_SIZE and bm == 0:
+                    k = min(rest // EXT_HEADER_SIZE, 4096)
+                    cols = np.frombuffer(buf, ">i2", count=k * (EXT_HEADER_SIZE // 2), offset=lp).reshape(k, -1)
+                    ok = (cols[:, 0] == EXT_UNIT_MIN_SIZE) & (cols[:, -1] == 0)
+                    run = k if ok.all() else int(np.argmin(ok))
+                    parts.append(pos + EXT_HEADER_SIZE * np.arange(run, dtype=np.int64))
+                    pos += EXT_HEADER_SIZE * run
+                    continue
+                try:
+                    head = parse_header(bytes(buf[lp:lp + EXT_HEADER_SIZE]), str(seg.path), pos)
+                except ExtProblem as exc:
+                    problem = exc
+                    break
+                if head is None:
+                    break
+                if pos + head[0] > size:
+                    problem = ExtProblem(f"ext unit of size {head[0]} runs past the end of its file", str(seg.path), pos)
+                    break
+                parts.append(np.array([pos], np.int64))
+                pos += head[0]
+        starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return pos, starts, problem
 
     def file_units(self, seg) -> Iterator[ExtUnit]:
         """The units of one file in order, up to the first size <= 0 (or the file's last 2 bytes).
@@ -204,18 +262,7 @@ class ExtQueue:
         """The offset (in the queue's ext space) of every unit, file by file up to each file's
         data end or its first unit that cannot be read (numpy int64, increasing)."""
         import numpy as np
-        out = []
-        for seg in self.segments.files:
-            try:
-                _, starts = self.data_end(seg)
-            except ExtProblem:
-                starts = []
-                try:
-                    for u in self.file_units(seg):
-                        starts.append(u.position)
-                except ExtProblem:
-                    pass
-            out.append(seg.start + np.sort(np.fromiter(starts, np.int64, len(starts))))
+        out = [seg.start + self._index(seg)[1] for seg in self.segments.files]
         return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def units(self) -> Iterator[ExtUnit]:

@@ -35,9 +35,9 @@ class QueueUnits:
     position: np.ndarray      # byte position in its file
     min_qoff: int             # first queue offset the queue holds (after pre-blank / expiry)
     end_qoff: int             # next queue offset to be written
-    #: queue offset -> (ext file, position, tagsCode, store time) of the ext units its addresses
-    #: resolve to (``consumequeue_ext.ext_unit_checks``); None without ConsumeQueueExt
-    ext: dict | None = None
+    #: the ext units its addresses resolve to, by queue offset (``consumequeue_ext.ExtResolved``,
+    #: from ``ext_unit_checks``); None without ConsumeQueueExt
+    ext: object | None = None
 
     def where(self, j: int) -> tuple[str, int]:
         return self.paths[int(self.file_idx[j])], int(self.position[j])

@@ -8,6 +8,8 @@ A wrong address is reported at the CQ unit's tagsCode field: the address is what
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from formats.consumequeue import CQ_UNIT_OFFSETS
@@ -15,6 +17,28 @@ from formats.consumequeue_ext import EXT_ADDRESS_MAX, EXT_HEADER_OFFSETS, LONG_M
 from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 
 _TAGS_AT = CQ_UNIT_OFFSETS["tags_code"]
+
+
+@dataclass
+class ExtResolved:
+    """The ext units a queue's addresses resolve to, by queue offset (columns, sorted by it): what
+    the deep check compares with the records (about 30 bytes a unit)."""
+    paths: list
+    qoff: np.ndarray
+    file_idx: np.ndarray
+    position: np.ndarray
+    tags: np.ndarray
+    ts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.qoff)
+
+    def get(self, qoff: int):
+        """(ext file, position, tagsCode, store time) of the unit at queue offset ``qoff``, or None."""
+        k = int(np.searchsorted(self.qoff, qoff))
+        if k >= len(self.qoff) or int(self.qoff[k]) != qoff:
+            return None
+        return (self.paths[int(self.file_idx[k])], int(self.position[k]), int(self.tags[k]), int(self.ts[k]))
 
 
 def ext_layout_checks(store, sink) -> None:
@@ -37,8 +61,8 @@ def ext_layout_checks(store, sink) -> None:
 
 def ext_unit_checks(qu, store, sink) -> dict | None:
     """Every ext address of queue ``qu`` (``consumequeue.QueueUnits``) resolved to its unit;
-    returns queue offset -> (ext file, position, tagsCode, store time) for the deep check (None
-    when the queue holds no address)."""
+    returns them by queue offset (``ExtResolved``) for the deep check (None when the queue holds
+    no address)."""
     is_addr = qu.tags <= EXT_ADDRESS_MAX
     if not is_addr.any():
         return None
@@ -51,7 +75,7 @@ def ext_unit_checks(qu, store, sink) -> dict | None:
         path, pos = qu.where(j)
         sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: {len(idx)} unit(s) hold ext addresses (the first at "
                  f"queue offset {int(qu.qoff[j])}) but the queue has no consumequeue_ext/ file", excerpt_len=8)
-        return {}
+        return _resolved([], [])
     offsets = qu.tags[idx] - LONG_MIN
     starts = ext.unit_offsets()
     rank = np.minimum(np.searchsorted(starts, offsets), max(len(starts) - 1, 0))
@@ -62,7 +86,23 @@ def ext_unit_checks(qu, store, sink) -> dict | None:
     if len(idx) > 1:
         step = exact[1:] & exact[:-1] & (rank[1:] == rank[:-1] + 1)
         fits = np.concatenate([[False], step]) | np.concatenate([step, [False]])
-    out: dict = {}
+    rows: list = []
+    paths: list = []
+    try:
+        _resolve(qu, ext, idx, offsets, exact, fits, name, sink, rows, paths)
+    finally:
+        ext.close()
+    return _resolved(rows, paths)
+
+
+def _resolved(rows: list, paths: list) -> ExtResolved:
+    cols = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    return ExtResolved(paths, cols[:, 0].copy(), cols[:, 1].astype(np.int32), cols[:, 2].copy(), cols[:, 3].copy(),
+                       cols[:, 4].copy())
+
+
+def _resolve(qu, ext, idx, offsets, exact, fits, name, sink, rows: list, paths: list) -> None:
+    file_no: dict = {}
     for k, j in enumerate(idx.tolist()):
         path, pos = qu.where(j)
         try:
@@ -78,8 +118,11 @@ def ext_unit_checks(qu, store, sink) -> dict | None:
             continue
         if u is None:
             continue
-        out[int(qu.qoff[j])] = (u.path, u.position, u.tags_code, u.store_timestamp)
-    return out
+        f = file_no.get(u.path)
+        if f is None:
+            f = file_no[u.path] = len(paths)
+            paths.append(u.path)
+        rows.append((int(qu.qoff[j]), f, u.position, u.tags_code, u.store_timestamp))
 
 
 def deep_ext_checks(qu, j: np.ndarray, r: np.ndarray, good: np.ndarray, table, sink) -> None:
