@@ -259,3 +259,28 @@ def test_reader_finds_what_the_builder_put(tmp_path_factory, bitmaps, file_size)
             u = q.get(a)
             assert (u.tags_code, u.store_timestamp, u.bitmap) == (k, 1000 + k, bytes([k]) * n)
     q.close()
+
+
+def test_fifo_in_ext_queue_is_not_read(ext_store):
+    import os
+    f = ext_store / "consumequeue_ext" / "MixedTopic" / "1" / f"{256:020d}"
+    f.unlink()
+    os.mkfifo(f)
+    found = [x for x in _findings(ext_store) if x["check"] == "cqext.address"]
+    assert found and all("in no file" in x["message"] for x in found)
+    r = run_cli("dump", "consumequeue-ext", ext_store, "--topic", "MixedTopic", "--queue", "1", "-f", "jsonl")
+    assert r.code == 0 and all(u["file"] != str(f) for u in _jsonl(r.out))
+
+
+def test_write_undo_restores_ext_files(ext_store):
+    ext_dir = ext_store / "consumequeue_ext"
+    before = {p.relative_to(ext_dir): p.read_bytes() for p in ext_dir.rglob("*") if p.is_file()}
+    rows = "".join(json.dumps({"topic": "MixedTopic", "queue_id": 0, "body": "aGk=",
+                               "properties": {"TAGS": f"T{k}"}}) + "\n" for k in range(10))
+    r = run_cli("write", ext_store, "--from", "-", "-f", "json", stdin=rows)
+    assert r.code == 0, r.err
+    backup = json.loads(r.out)[0]["backup"]
+    assert {p.relative_to(ext_dir): p.read_bytes() for p in ext_dir.rglob("*") if p.is_file()} != before
+    r = run_cli("write", ext_store, "--undo", backup)
+    assert r.code == 0, r.err
+    assert {p.relative_to(ext_dir): p.read_bytes() for p in ext_dir.rglob("*") if p.is_file()} == before

@@ -41,21 +41,24 @@ class ExtResolved:
         return (self.paths[int(self.file_idx[k])], int(self.position[k]), int(self.tags[k]), int(self.ts[k]))
 
 
-def ext_layout_checks(store, sink) -> None:
-    """Every ext queue's files (names, sizes) and units (sizes, a unit cut by its file's end)."""
+def ext_layout_checks(store, sink, topic: str | None = None, queue_id: int | None = None) -> None:
+    """Every (selected) ext queue's files (names, sizes) and units (sizes, a unit cut by its file's end)."""
     if not has_ext(store.root):
         return
     size = ext_file_size(store.root)
-    for topic, qid, d in ext_queues(store.root):
+    for t, qid, d in ext_queues(store.root):
+        if (topic is not None and t != topic) or (queue_id is not None and qid != queue_id):
+            continue
+        topic_name = t
         ext = ExtQueue(d, size)
         for p in ext.segments.problems:
             sink.add("cqext.file-size" if p.check == "file-size" else "cqext.names", p.path, None,
-                     f"{topic}/{qid}: {p.message}", p.severity, excerpt=False)
+                     f"{topic_name}/{qid}: {p.message}", p.severity, excerpt=False)
         for seg in ext.segments.files:
             try:
                 ext.data_end(seg)
             except ExtProblem as exc:
-                sink.add("cqext.unit-size", exc.path, exc.position, f"{topic}/{qid}: {exc.message}; the broker's "
+                sink.add("cqext.unit-size", exc.path, exc.position, f"{topic_name}/{qid}: {exc.message}; the broker's "
                          "recovery walks the size fields and reads past it", excerpt_len=EXT_HEADER_OFFSETS["bitmap_size"] + 2)
 
 

@@ -206,7 +206,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
             live_units = qu.offset >= store.commitlog.min_offset
             routed_units.add(unit_rows(qu, len(checked_queues))[live_units], qu.offset[live_units])
             checked_queues.append(_queue_header(qu))
-    ext_layout_checks(store, cq_sink)
+    ext_layout_checks(store, cq_sink, options.topic, options.queue_id)
     truncated.sort(key=lambda t: (t["topic"], t["queue_id"]))
     batch_offsets = np.zeros(0, np.int64)
     batch_tids = np.asarray([t for t in (records.topics.lookup(n) for n in kinds.batch_cq_topics)
