@@ -230,15 +230,74 @@ def test_write_appends_to_ext_store(ext_store):
     assert run_cli("verify", ext_store, "--level", "deep").code == 0
 
 
-@pytest.mark.parametrize("kind,output", [("all", False), ("consumequeue", False), ("all", True)])
-def test_rebuild_refuses_ext_store(ext_store, tmp_path, kind, output):
-    snapshot = {p: p.read_bytes() for p in (ext_store / "consumequeue").rglob("*") if p.is_file()}
-    extra = ["--output", tmp_path / "out"] if output else ["--yes"]
-    r = run_cli("rebuild", kind, ext_store, *extra)
-    assert r.code == 3, r.out + r.err
-    assert str(ext_store / "consumequeue_ext") in r.err
-    assert {p: p.read_bytes() for p in snapshot} == snapshot
-    assert not (tmp_path / "out" / "consumequeue").exists()
+def _tree(d: Path) -> dict:
+    return {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+def test_rebuild_all_output_is_byte_identical(ext_store, tmp_path):
+    r = run_cli("rebuild", "all", ext_store, "--output", tmp_path / "out", "-f", "json")
+    assert r.code == 0, r.err
+    assert _tree(tmp_path / "out" / "consumequeue") == _tree(ext_store / "consumequeue")
+    assert _tree(tmp_path / "out" / "consumequeue_ext") == _tree(ext_store / "consumequeue_ext")
+    assert json.loads(r.out)[0]["geometry"]["cq_ext_units"] == 278
+
+
+def test_rebuild_all_in_place_repairs_a_flipped_address(ext_store):
+    before_cq, before_ext = _tree(ext_store / "consumequeue"), _tree(ext_store / "consumequeue_ext")
+    _flip(ext_store / "consumequeue" / "MixedTopic" / "1" / f"{0:020d}", CQ_TAGS_AT + 7, 0x14)   # its first unit
+    _flip(ext_store / "consumequeue" / "MixedTopic" / "2" / f"{0:020d}", 3 * 20 + CQ_TAGS_AT + 7, 0x28)
+    assert run_cli("verify", ext_store).code == 1
+    r = run_cli("rebuild", "all", ext_store, "--yes")
+    assert r.code == 0, r.err
+    assert "consumequeue_ext: 278 ext units" in r.out
+    assert _tree(ext_store / "consumequeue") == before_cq and _tree(ext_store / "consumequeue_ext") == before_ext
+    assert run_cli("verify", ext_store, "--level", "deep").code == 0
+
+
+def test_rebuild_consumequeue_refuses_ext_store(ext_store):
+    snapshot = _tree(ext_store / "consumequeue")
+    r = run_cli("rebuild", "consumequeue", ext_store, "--yes")
+    assert r.code == 3 and str(ext_store / "consumequeue_ext") in r.err and "rebuild all" in r.err
+    assert _tree(ext_store / "consumequeue") == snapshot
+
+
+def _give_bitmap(ext_store: Path) -> Path:
+    """MixedTopic/17 holds one unit: give it an 8-byte filter bitmap (its address stays 0)."""
+    f = ext_store / "consumequeue_ext" / "MixedTopic" / "17" / f"{0:020d}"
+    b = bytearray(f.read_bytes())
+    _, tags, ts, _ = struct.unpack_from(">hqqh", b, 0)
+    b[0:28] = struct.pack(">hqqh", 28, tags, ts, 8) + b"\x01" * 8
+    f.write_bytes(bytes(b))
+    return f
+
+
+def test_rebuild_refuses_filter_bitmaps(ext_store, tmp_path):
+    f = _give_bitmap(ext_store)
+    assert run_cli("verify", ext_store, "--level", "deep").code == 0      # a bitmap is legal
+    snapshot = _tree(ext_store)
+    for extra in (["--yes"], ["--output", tmp_path / "out"]):
+        r = run_cli("rebuild", "all", ext_store, *extra)
+        assert r.code == 3 and str(f) in r.err and "--drop-filter-bitmaps" in r.err, r.err
+    assert _tree(ext_store) == snapshot and not (tmp_path / "out" / "consumequeue").exists()
+    r = run_cli("rebuild", "all", ext_store, "--output", tmp_path / "out2", "--drop-filter-bitmaps")
+    assert r.code == 0, r.err
+    new, old = _tree(tmp_path / "out2" / "consumequeue_ext"), _tree(ext_store / "consumequeue_ext")
+    rel = f.relative_to(ext_store / "consumequeue_ext")
+    assert {k for k in new if new[k] != old.get(k)} == {rel}
+    assert new[rel][:20] == old[rel][:2].replace(b"\x00\x1c", b"\x00\x14") + old[rel][2:18] + b"\0\0"
+    assert _tree(tmp_path / "out2" / "consumequeue") == _tree(ext_store / "consumequeue")
+
+
+def test_ext_builder_start_keeps_the_older_bytes(tmp_path):
+    from rmqtool.broker.cqbuild import ExtBuilder
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / f"{256:020d}").write_bytes(bytes(range(44)) + bytes(212))
+    b = ExtBuilder(256, tmp_path / "new")
+    b.start("T", 0, 300, old)
+    assert ext_offset(b.put("T", 0, 5, 6)) == 300
+    data = (tmp_path / "new" / "T" / "0" / f"{256:020d}").read_bytes()
+    assert data[:44] == bytes(range(44)) and struct.unpack_from(">hqqh", data, 44) == (20, 5, 6, 0)
 
 
 @settings(max_examples=60, deadline=None)

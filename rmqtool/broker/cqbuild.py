@@ -292,6 +292,27 @@ class ExtBuilder:
         self.units = 0
         self.failed = 0
 
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return sorted(self._next)
+
+    def start(self, topic: str, queue_id: int, offset: int, old_dir: Path | None = None) -> None:
+        """The queue's next unit goes at ``offset`` (not 0: its older ext files were deleted); the
+        bytes of ``old_dir``'s file before it, up to ``offset``, are copied into the new file."""
+        key = (topic, int(queue_id))
+        self._next[key] = offset
+        base, pos = offset - offset % self.file_size, offset % self.file_size
+        if not pos or old_dir is None or not (Path(old_dir) / f"{base:020d}").is_file():
+            return
+        from rmqtool.io.fileio import ReadOnlyFile
+        with ReadOnlyFile(Path(old_dir) / f"{base:020d}") as fh:
+            at = 0
+            while at < pos:
+                data = fh.read(at, min(1 << 20, pos - at), exact=False)
+                if not data:
+                    break
+                self._write(queue_dir(self.build, topic, queue_id), key, base, at, data)
+                at += len(data)
+
     def put(self, topic: str, queue_id: int, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int | None:
         from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
                                               EXT_MAX_REAL_OFFSET, EXT_UNIT_MAX_SIZE, EXT_UNIT_MIN_SIZE,
