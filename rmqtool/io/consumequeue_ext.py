@@ -146,7 +146,7 @@ class ExtQueue:
         (``ExtProblem`` names what is wrong)."""
         import numpy as np
         seg, pos = self.locate(address)
-        end, starts, _ = self._index(seg)
+        end, starts, _, _ = self._index(seg)
         if pos >= end:
             raise ExtProblem(f"ext address {address} points at position {pos}, at or past the data end {end} "
                              "of its file", str(seg.path), pos)
@@ -185,10 +185,14 @@ class ExtQueue:
         """(position of the file's data end, the positions units start at, increasing): the walk of
         ``ConsumeQueueExt.recover`` over the size fields. ``ExtProblem`` for a unit that cannot be
         read before the end (``_index`` keeps the units before it)."""
-        end, starts, problem = self._index(seg)
+        end, starts, problem, _ = self._index(seg)
         if problem is not None:
             raise problem
         return end, starts
+
+    def holds_bitmap(self, seg) -> bool:
+        """Whether a unit of the file (before its data end) holds a filter bitmap."""
+        return self._index(seg)[3]
 
     def _index(self, seg):
         key = str(seg.path)
@@ -197,10 +201,11 @@ class ExtQueue:
         return self._ends[key]
 
     def _scan(self, seg):
-        """(data end, unit starts, the ExtProblem that stopped the walk or None), a window at a time;
-        a run of 20-byte units without bitmap (the usual unit) is taken a block at a time."""
+        """(data end, unit starts, the ExtProblem that stopped the walk or None, whether a unit holds a
+        bitmap), a window at a time; a run of 20-byte units without bitmap (the usual unit) is taken a
+        block at a time."""
         import numpy as np
-        parts, problem = [], None
+        parts, problem, bitmaps = [], None, False
         with ReadOnlyFile(seg.path) as fh:
             size = fh.size()
             pos, buf, buf_at = 0, b"", 0
@@ -231,9 +236,10 @@ class ExtQueue:
                     problem = ExtProblem(f"ext unit of size {head[0]} runs past the end of its file", str(seg.path), pos)
                     break
                 parts.append(np.array([pos], np.int64))
+                bitmaps = bitmaps or head[3] > 0
                 pos += head[0]
         starts = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return pos, starts, problem
+        return pos, starts, problem, bitmaps
 
     def file_units(self, seg) -> Iterator[ExtUnit]:
         """The units of one file in order, up to the first size <= 0 (or the file's last 2 bytes).

@@ -39,12 +39,7 @@ def bitmap_files(store) -> list[Path]:
     out = []
     for _, _, d in ext_queues(store.root):
         q = ExtQueue(d, size)
-        for seg in q.segments.files:
-            try:
-                if any(u.bitmap_size > 0 for u in q.file_units(seg)):
-                    out.append(Path(seg.path))
-            except ExtProblem:
-                continue          # verify reports it; what was read before it counts
+        out += [Path(seg.path) for seg in q.segments.files if q.holds_bitmap(seg)]   # up to a bad unit
     return out
 
 
