@@ -132,10 +132,11 @@ def dump_consumequeue(
         return
     p = Path(target)
     problems: list = []           # wrong-size files: an error after the rows they still yield
-    rows = consumequeue_file_rows(p, cq_file_size, problems) if p.is_file() else consumequeue_rows(
-        open_store(target), topic, queue, problems)
+    store = None if p.is_file() else open_store(target)
+    rows = consumequeue_file_rows(p, cq_file_size, problems) if store is None else consumequeue_rows(
+        store, topic, queue, problems)
     columns = ["topic", "queue_id", "queue_offset", "kind", "commitlog_offset", "size", "tags_code", "file", "position"]
-    if has_ext(p.parent.parent.parent.parent if p.is_file() else Path(open_store(target).root)):
+    if has_ext(p.parent.parent.parent.parent if store is None else store.root):
         columns[7:7] = ["ext_address", "store_timestamp", "filter_bitmap"]   # tags_code: the ext unit's
     emit(_limited(rows, limit), fmt, columns)
     if problems:

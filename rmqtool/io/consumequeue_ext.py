@@ -117,7 +117,7 @@ class ExtQueue:
     """The ext files of one queue: units by address (``ConsumeQueueExt.get``) and in order."""
 
     def __init__(self, directory: Path, file_size: int | None = None):
-        self.dir = Path(directory)
+        self.dir = storage.path(directory)         # a local path or an object-storage prefix
         self.segments = SegmentQueue.discover([self.dir], "consumequeue_ext", file_size)
         self._ends: dict[str, tuple] = {}       # file -> (data end, unit starts, problem)
         self._fh = None
