@@ -288,12 +288,46 @@ class ExtBuilder:
         self.on_write = on_write or (lambda path, pos, length: None)
         self._next: dict[tuple[str, int], int] = dict(starts or {})   # queue -> write offset
         self._created: set = set()
-        self.paths: set = set()
+        self._fds: dict = {}                              # path -> open descriptor
         self.units = 0
         self.failed = 0
 
     def queue_keys(self) -> list[tuple[str, int]]:
         return sorted(self._next)
+
+    def put_many(self, topic: str, queue_id: int, tags_code: np.ndarray, store_timestamp: np.ndarray) -> np.ndarray:
+        """``put`` of many units without bitmap, in order (20 bytes each: the file's runs are written
+        at once); their addresses."""
+        from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
+                                              EXT_MAX_REAL_OFFSET, EXT_UNIT_MIN_SIZE, LONG_MIN)
+        from formats.derive import numpy_dtype
+        n, size = len(tags_code), EXT_UNIT_MIN_SIZE
+        key = (topic, int(queue_id))
+        at = self._next.get(key, 0)
+        if at + n * size + self.file_size > EXT_MAX_REAL_OFFSET:       # near the end of the space: one by one
+            addrs = [self.put(topic, queue_id, int(t), int(s)) for t, s in zip(tags_code, store_timestamp)]
+            return np.array([int(t) if a is None else a for a, t in zip(addrs, tags_code)], dtype=np.int64)
+        out = np.empty(n, np.int64)
+        qdir = queue_dir(self.build, topic, queue_id)
+        i = 0
+        while i < n:
+            base, pos = at - at % self.file_size, at % self.file_size
+            fit = (self.file_size - pos - EXT_END_BLANK_LENGTH) // size      # units of 20 bytes that fit (:217-221)
+            if fit <= 0:
+                self._write(qdir, key, base, pos, CqExtUnitHeader.subcons[0].build(EXT_FILE_END_MARK))
+                at = base + self.file_size
+                continue
+            k = min(fit, n - i)
+            units = np.zeros(k, numpy_dtype(CqExtUnitHeader))
+            units["size"], units["tags_code"] = size, tags_code[i:i + k]
+            units["store_timestamp"] = store_timestamp[i:i + k]
+            self._write(qdir, key, base, pos, units.tobytes())
+            out[i:i + k] = at + size * np.arange(k, dtype=np.int64) + LONG_MIN
+            at += size * k
+            i += k
+        self._next[key] = at
+        self.units += n
+        return out
 
     def start(self, topic: str, queue_id: int, offset: int, old_dir: Path | None = None) -> None:
         """The queue's next unit goes at ``offset`` (not 0: its older ext files were deleted); the
@@ -340,28 +374,40 @@ class ExtBuilder:
         self.failed += 1
         return None
 
+    #: files kept open between writes (a queue's units go to one file until it is full)
+    OPEN_FILES = 64
+
     def _write(self, qdir: Path, key, base: int, pos: int, data: bytes) -> None:
         path = qdir / f"{base:020d}"
-        if (key, base) not in self._created:
-            from rmqtool.io import ownership
-            ownership.makedirs(qdir)
-        fd = self.open_fd(path)
-        try:
+        fd = self._fds.get(path)
+        if fd is None:
+            if (key, base) not in self._created:
+                from rmqtool.io import ownership
+                ownership.makedirs(qdir)
+            if len(self._fds) >= self.OPEN_FILES:
+                self._close(next(iter(self._fds)))
+            fd = self._fds[path] = self.open_fd(path)
             if (key, base) not in self._created:
                 if os.fstat(fd).st_size < self.file_size:
                     os.ftruncate(fd, self.file_size)     # a mapped file: whole, its tail sparse zeros
                 self._created.add((key, base))
-            inst.pwrite_all(fd, memoryview(data), pos)
+        inst.pwrite_all(fd, memoryview(data), pos)
+        self.on_write(path, pos, len(data))
+
+    def _close(self, path, sync: bool = True) -> None:
+        fd = self._fds.pop(path)
+        try:
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
-        self.on_write(path, pos, len(data))
-        self.paths.add(path)
 
     def finish(self) -> None:
-        """Make every file written durable."""
-        for path in sorted(self.paths):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """Make every file written durable (and close them)."""
+        while self._fds:
+            self._close(next(iter(self._fds)))
+
+    def close(self) -> None:
+        """Close the files without syncing them (the build is thrown away)."""
+        while self._fds:
+            self._close(next(iter(self._fds)), sync=False)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from formats.consumequeue_ext import (CqExtUnitHeader, EXT_HEADER_SIZE, EXT_UNIT_MIN_SIZE, ext_offset,
-                                      is_ext_address)
+from formats.consumequeue_ext import (CqExtUnitHeader, EXT_HEADER_OFFSETS, EXT_HEADER_SIZE, EXT_UNIT_MIN_SIZE,
+                                      ext_offset, is_ext_address)
 from rmqtool.io import storage
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
@@ -270,6 +270,39 @@ class ExtQueue:
         import numpy as np
         out = [seg.start + self._index(seg)[1] for seg in self.segments.files]
         return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+    def headers_at(self, offsets):
+        """(file index, position, tagsCode, store time) of the units starting at ``offsets`` (unit
+        starts, as ``unit_offsets`` gives them), each file read a window at a time."""
+        import numpy as np
+        offsets = np.asarray(offsets, dtype=np.int64)
+        order = np.argsort(offsets, kind="stable")
+        srt = offsets[order]
+        bases = np.array([seg.start for seg in self.segments.files], dtype=np.int64)
+        fidx = np.searchsorted(bases, srt, side="right") - 1
+        pos = srt - bases[np.maximum(fidx, 0)]
+        tags, ts = np.zeros(len(srt), np.int64), np.zeros(len(srt), np.int64)
+        cols = np.zeros(len(srt), np.int64)            # where each header starts in its window
+        for f in np.unique(fidx).tolist():
+            sel = np.flatnonzero(fidx == f)
+            with ReadOnlyFile(self.segments.files[f].path) as fh:
+                size = fh.size()
+                k = 0
+                while k < len(sel):
+                    w0 = int(pos[sel[k]])
+                    data = fh.read(w0, min(WINDOW, size - w0), exact=False)
+                    inside = sel[k:][pos[sel[k:]] + EXT_HEADER_SIZE <= w0 + len(data)]
+                    if not len(inside):
+                        raise ExtProblem("ext unit header cut by the end of its file", str(self.segments.files[f].path), w0)
+                    cols[inside] = pos[inside] - w0
+                    raw = np.frombuffer(data, np.uint8)
+                    for name, out in (("tags_code", tags), ("store_timestamp", ts)):
+                        at = cols[inside, None] + EXT_HEADER_OFFSETS[name] + np.arange(8)
+                        out[inside] = raw[at].copy().view(">i8").reshape(-1)
+                    k += len(inside)
+        back = np.empty_like(order)
+        back[order] = np.arange(len(order))
+        return fidx[back], pos[back], tags[back], ts[back]
 
     def units(self) -> Iterator[ExtUnit]:
         for seg in self.segments.files:

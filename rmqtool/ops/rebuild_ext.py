@@ -31,6 +31,8 @@ from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.topicpath import queue_dir
 
 _SYS_FLAG_AT = cl.MESSAGE_HEAD_OFFSETS["sys_flag"]
+#: past STORETIMESTAMP whatever the born host's size
+_TS_END_MAX = cl.store_timestamp_position(cl.BORNHOST_V6_FLAG) + cl.STORE_TIMESTAMP_SIZE
 
 
 def bitmap_files(store) -> list[Path]:
@@ -95,6 +97,7 @@ class ExtRebuild:
                     self._queue(topic, qid, qdir)
             self.builder.finish()
         finally:
+            self.builder.close()
             if self._ts_file is not None:
                 self._ts_file[1].close()
 
@@ -110,14 +113,8 @@ class ExtRebuild:
             if not seeded and len(real):
                 self._seed(topic, qid, int(path.name) // CQ_UNIT_SIZE + int(real[0]), units[int(real[0])])
                 seeded = True
-            for k in real.tolist():
-                phy = int(units["commitlog_offset"][k])
-                addr = self.builder.put(topic, qid, int(units["tags_code"][k]), self._store_time(phy))
-                if addr is not None:
-                    units["tags_code"][k] = addr
-                else:
-                    self.warnings.append(f"{topic}/{qid}: ConsumeQueueExt put failed for the unit of the record "
-                                         f"at {phy}; it keeps its tagsCode")
+            times = np.fromiter((self._store_time(int(p)) for p in units["commitlog_offset"][real]), np.int64, len(real))
+            units["tags_code"][real] = self.builder.put_many(topic, qid, units["tags_code"][real].astype(np.int64), times)
             self.units += len(real)
             fd = os.open(path, os.O_WRONLY)
             try:
@@ -173,8 +170,13 @@ class ExtRebuild:
                 self._ts_file[1].close()
             self._ts_file = (seg.path, ReadOnlyFile(seg.path))
         fh = self._ts_file[1]
-        sys_flag = struct.unpack(">i", fh.read(pos + _SYS_FLAG_AT, 4))[0]
-        return struct.unpack(">q", fh.read(pos + cl.store_timestamp_position(sys_flag), 8))[0]
+        head = fh.read(pos + _SYS_FLAG_AT, _TS_END_MAX - _SYS_FLAG_AT, exact=False)    # one read: flag .. time
+        sys_flag = struct.unpack_from(">i", head)[0]
+        at = cl.store_timestamp_position(sys_flag) - _SYS_FLAG_AT
+        if len(head) < at + 8:
+            raise RefusedError(f"the record a rebuilt ConsumeQueue unit points at ({phy}) is cut by its file's end",
+                               seg.path, pos)
+        return struct.unpack_from(">q", head, at)[0]
 
     def discard(self) -> None:
         if self.build is not None:

@@ -46,7 +46,7 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SI
 from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
-                              RecordColumns, dispatch_batch, layout_cq, open_index_image)
+                              RecordColumns, dispatch_batch, layout_cq, open_index_image, queue_groups)
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
@@ -677,19 +677,15 @@ class StoreWriter:
         queue's unit keeps the tagsCode (``doDispatchLmqQueue``, :460-462)."""
         if self._ext is None or not len(d.cq_topic):
             return
-        ts_of = {r["phy_offset"]: r["store_timestamp"] for r in rows}
+        phys = np.fromiter((r["phy_offset"] for r in rows), np.int64, len(rows))     # increasing
+        times = np.fromiter((r["store_timestamp"] for r in rows), np.int64, len(rows))
+        ts = times[np.searchsorted(phys, np.asarray(d.cq_phy_offset, dtype=np.int64))]
         tags = np.array(d.cq_tags_code, dtype=np.int64)
         lmq = self.config.kinds.multi_dispatch
-        for k in range(len(tags)):
-            topic = d.topics[int(d.cq_topic[k])]
+        for (topic, qid), grp in queue_groups(d):
             if lmq and topic.startswith(cl.LMQ_TOPIC_PREFIX):
                 continue
-            addr = self._ext.put(topic, int(d.cq_queue_id[k]), int(tags[k]), ts_of[int(d.cq_phy_offset[k])])
-            if addr is not None:
-                tags[k] = addr
-            else:                                    # the unit keeps its tagsCode (:396-401)
-                self.summary.warnings.append(f"{topic}/{int(d.cq_queue_id[k])}: ConsumeQueueExt put failed for "
-                                             f"the record at {int(d.cq_phy_offset[k])}; its unit keeps the tagsCode")
+            tags[grp] = self._ext.put_many(topic, qid, tags[grp], ts[grp])
         d.cq_tags_code = tags
 
     def _open_index_file(self) -> _IndexFileOut:
@@ -838,6 +834,8 @@ class StoreWriter:
 
     def abort(self) -> None:
         """Throw the stage away; the store is left as it was."""
+        if getattr(self, "_ext", None) is not None:
+            self._ext.close()
         appender = getattr(self, "appender", None)
         if appender is not None and appender.fd >= 0:
             os.close(appender.fd)

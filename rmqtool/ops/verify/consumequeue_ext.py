@@ -62,7 +62,7 @@ def ext_layout_checks(store, sink, topic: str | None = None, queue_id: int | Non
                          "recovery walks the size fields and reads past it", excerpt_len=EXT_HEADER_OFFSETS["bitmap_size"] + 2)
 
 
-def ext_unit_checks(qu, store, sink) -> dict | None:
+def ext_unit_checks(qu, store, sink) -> ExtResolved | None:
     """Every ext address of queue ``qu`` (``consumequeue.QueueUnits``) resolved to its unit;
     returns them by queue offset (``ExtResolved``) for the deep check (None when the queue holds
     no address)."""
@@ -78,7 +78,7 @@ def ext_unit_checks(qu, store, sink) -> dict | None:
         path, pos = qu.where(j)
         sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: {len(idx)} unit(s) hold ext addresses (the first at "
                  f"queue offset {int(qu.qoff[j])}) but the queue has no consumequeue_ext/ file", excerpt_len=8)
-        return _resolved([], [])
+        return ExtResolved([], *(np.zeros(0, np.int64) for _ in range(5)))
     offsets = qu.tags[idx] - LONG_MIN
     starts = ext.unit_offsets()
     rank = np.minimum(np.searchsorted(starts, offsets), max(len(starts) - 1, 0))
@@ -89,43 +89,36 @@ def ext_unit_checks(qu, store, sink) -> dict | None:
     if len(idx) > 1:
         step = exact[1:] & exact[:-1] & (rank[1:] == rank[:-1] + 1)
         fits = np.concatenate([[False], step]) | np.concatenate([step, [False]])
-    rows: list = []
-    paths: list = []
+    good = exact & fits
     try:
-        _resolve(qu, ext, idx, offsets, exact, fits, name, sink, rows, paths)
+        for k in np.flatnonzero(~good).tolist():          # each one a finding (few)
+            _report(qu, ext, int(idx[k]), int(offsets[k]), bool(exact[k]), name, sink)
+        fidx, pos, tags, ts = ext.headers_at(offsets[good])
+    except ExtProblem as exc:
+        sink.add("cqext.unit-size", exc.path, exc.position, f"{name}: {exc.message}", excerpt=False)
+        return ExtResolved([], *(np.zeros(0, np.int64) for _ in range(5)))
     finally:
         ext.close()
-    return _resolved(rows, paths)
+    qoff = qu.qoff[idx[good]].astype(np.int64)
+    order = np.argsort(qoff, kind="stable")
+    return ExtResolved([str(seg.path) for seg in ext.segments.files], qoff[order], fidx[order].astype(np.int32),
+                       pos[order], tags[order], ts[order])
 
 
-def _resolved(rows: list, paths: list) -> ExtResolved:
-    cols = np.array(rows, dtype=np.int64).reshape(-1, 5)
-    return ExtResolved(paths, cols[:, 0].copy(), cols[:, 1].astype(np.int32), cols[:, 2].copy(), cols[:, 3].copy(),
-                       cols[:, 4].copy())
-
-
-def _resolve(qu, ext, idx, offsets, exact, fits, name, sink, rows: list, paths: list) -> None:
-    file_no: dict = {}
-    for k, j in enumerate(idx.tolist()):
-        path, pos = qu.where(j)
-        try:
-            if exact[k] and not fits[k]:
-                raise ExtProblem(f"ext address {int(qu.tags[j])} (offset {int(offsets[k])}) is not the ext unit after "
-                                 "its previous unit's nor the one before its next unit's: the dispatch puts one ext "
-                                 "unit per CQ unit, in queue order", None, None)
-            u = ext.get(int(qu.tags[j]))
-        except ExtProblem as exc:
-            where = f" ({exc.path}@{exc.position})" if exc.position is not None else ""
-            sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: unit at queue offset {int(qu.qoff[j])}: "
-                     f"{exc.message}{where}", excerpt_len=8)
-            continue
-        if u is None:
-            continue
-        f = file_no.get(u.path)
-        if f is None:
-            f = file_no[u.path] = len(paths)
-            paths.append(u.path)
-        rows.append((int(qu.qoff[j]), f, u.position, u.tags_code, u.store_timestamp))
+def _report(qu, ext, j: int, offset: int, exact: bool, name: str, sink) -> None:
+    """The finding for unit ``j``, whose address is not one the dispatch would have put there."""
+    path, pos = qu.where(j)
+    try:
+        if exact:
+            raise ExtProblem(f"ext address {int(qu.tags[j])} (offset {offset}) is not the ext unit after "
+                             "its previous unit's nor the one before its next unit's: the dispatch puts one ext "
+                             "unit per CQ unit, in queue order", None, None)
+        ext.get(int(qu.tags[j]))
+        return
+    except ExtProblem as exc:
+        where = f" ({exc.path}@{exc.position})" if exc.position is not None else ""
+        sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: unit at queue offset {int(qu.qoff[j])}: "
+                 f"{exc.message}{where}", excerpt_len=8)
 
 
 def deep_ext_checks(qu, j: np.ndarray, r: np.ndarray, good: np.ndarray, table, sink) -> None:
