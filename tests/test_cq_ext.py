@@ -242,6 +242,14 @@ def test_rebuild_all_output_is_byte_identical(ext_store, tmp_path):
     assert json.loads(r.out)[0]["geometry"]["cq_ext_units"] == 278
 
 
+def test_rebuild_all_dry_run_plans_the_ext_units(ext_store):
+    snapshot = _tree(ext_store)
+    r = run_cli("rebuild", "all", ext_store, "--dry-run")
+    assert r.code == 0, r.err
+    assert "consumequeue_ext: 278 ext units would be put in 256-byte files" in r.out
+    assert _tree(ext_store) == snapshot
+
+
 def test_rebuild_all_in_place_repairs_a_flipped_address(ext_store):
     before_cq, before_ext = _tree(ext_store / "consumequeue"), _tree(ext_store / "consumequeue_ext")
     _flip(ext_store / "consumequeue" / "MixedTopic" / "1" / f"{0:020d}", CQ_TAGS_AT + 7, 0x14)   # its first unit

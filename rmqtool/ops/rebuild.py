@@ -999,6 +999,8 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         if ext is not None:
             if cq.build is None:
                 ext.discard()                              # the ConsumeQueues were not installed (declined, dry run)
+                if dry_run:                                # one ext unit per ConsumeQueue unit
+                    cq.result.geometry.update(cq_ext_file_size=ext.file_size, cq_ext_units=cq.result.units)
             else:
                 cq.result.geometry.update(ext.install(set(cq.builder.queue_keys())))
     except BaseException:
