@@ -263,3 +263,151 @@ class BcqBuilder:
             out += [{"path": f"{topic}/{qid}/{start:020d}", "size": self.file_size}
                     for start in range(0, max(span, 1), self.file_size)]
         return out
+
+
+class ExtBuilder:
+    """ConsumeQueueExt units appended as the 4.x broker's dispatch does (docs/format-cq-ext.md):
+    ``ConsumeQueue.putMessagePositionInfoWrapper`` (S/ConsumeQueue.java:389-402@4.9.7) puts an ext
+    unit before each CQ unit when ``enableConsumeQueueExt`` is on, and the CQ unit keeps the
+    address ``ConsumeQueueExt.put`` returns in place of the tagsCode, or the tagsCode itself when
+    ``put`` fails (:396-401). ``put`` here returns that address, or None for a failed put.
+
+    Files are named by their first byte in the queue's ext space and created whole (sparse zeros),
+    as ``MappedFileQueue`` does; ``open_fd(path)`` opens one for writing (it may make a private copy
+    first), ``on_write(path, position, length)`` hears every write."""
+
+    #: ConsumeQueueExt.put tries this many files before it gives up (S/ConsumeQueueExt.java:190, 206)
+    RETRIES = 3
+
+    def __init__(self, file_size: int, build: Path, open_fd=None, on_write=None, starts: dict | None = None):
+        from formats.consumequeue_ext import EXT_END_BLANK_LENGTH, EXT_UNIT_MIN_SIZE
+        if file_size <= EXT_END_BLANK_LENGTH + EXT_UNIT_MIN_SIZE:
+            raise ValueError(f"ConsumeQueueExt file size {file_size} holds no unit")
+        self.file_size, self.build = file_size, Path(build)
+        self.open_fd = open_fd or (lambda p: os.open(p, os.O_RDWR | os.O_CREAT, 0o644))
+        self.on_write = on_write or (lambda path, pos, length: None)
+        self._next: dict[tuple[str, int], int] = dict(starts or {})   # queue -> write offset
+        self._created: set = set()
+        self._fds: dict = {}                              # path -> open descriptor
+        self.units = 0
+        self.failed = 0
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return sorted(self._next)
+
+    def put_many(self, topic: str, queue_id: int, tags_code: np.ndarray, store_timestamp: np.ndarray) -> np.ndarray:
+        """``put`` of many units without bitmap, in order (20 bytes each: the file's runs are written
+        at once); their addresses."""
+        from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
+                                              EXT_MAX_REAL_OFFSET, EXT_UNIT_MIN_SIZE, LONG_MIN)
+        from formats.derive import numpy_dtype
+        n, size = len(tags_code), EXT_UNIT_MIN_SIZE
+        key = (topic, int(queue_id))
+        at = self._next.get(key, 0)
+        if at + n * size + self.file_size > EXT_MAX_REAL_OFFSET:       # near the end of the space: one by one
+            addrs = [self.put(topic, queue_id, int(t), int(s)) for t, s in zip(tags_code, store_timestamp)]
+            return np.array([int(t) if a is None else a for a, t in zip(addrs, tags_code)], dtype=np.int64)
+        out = np.empty(n, np.int64)
+        qdir = queue_dir(self.build, topic, queue_id)
+        i = 0
+        while i < n:
+            base, pos = at - at % self.file_size, at % self.file_size
+            fit = (self.file_size - pos - EXT_END_BLANK_LENGTH) // size      # units of 20 bytes that fit (:217-221)
+            if fit <= 0:
+                self._write(qdir, key, base, pos, CqExtUnitHeader.subcons[0].build(EXT_FILE_END_MARK))
+                at = base + self.file_size
+                continue
+            k = min(fit, n - i)
+            units = np.zeros(k, numpy_dtype(CqExtUnitHeader))
+            units["size"], units["tags_code"] = size, tags_code[i:i + k]
+            units["store_timestamp"] = store_timestamp[i:i + k]
+            self._write(qdir, key, base, pos, units.tobytes())
+            out[i:i + k] = at + size * np.arange(k, dtype=np.int64) + LONG_MIN
+            at += size * k
+            i += k
+        self._next[key] = at
+        self.units += n
+        return out
+
+    def start(self, topic: str, queue_id: int, offset: int, old_dir: Path | None = None) -> None:
+        """The queue's next unit goes at ``offset`` (not 0: its older ext files were deleted); the
+        bytes of ``old_dir``'s file before it, up to ``offset``, are copied into the new file."""
+        key = (topic, int(queue_id))
+        self._next[key] = offset
+        base, pos = offset - offset % self.file_size, offset % self.file_size
+        if not pos or old_dir is None or not (Path(old_dir) / f"{base:020d}").is_file():
+            return
+        from rmqtool.io.fileio import ReadOnlyFile
+        with ReadOnlyFile(Path(old_dir) / f"{base:020d}") as fh:
+            at = 0
+            while at < pos:
+                data = fh.read(at, min(1 << 20, pos - at), exact=False)
+                if not data:
+                    break
+                self._write(queue_dir(self.build, topic, queue_id), key, base, at, data)
+                at += len(data)
+
+    def put(self, topic: str, queue_id: int, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int | None:
+        from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
+                                              EXT_MAX_REAL_OFFSET, EXT_UNIT_MAX_SIZE, EXT_UNIT_MIN_SIZE,
+                                              ext_address)
+        size = EXT_UNIT_MIN_SIZE + len(bitmap)          # CqExtUnit.calcUnitSize (:534-537)
+        key = (topic, int(queue_id))
+        at = self._next.get(key, 0)
+        if size > EXT_UNIT_MAX_SIZE or at + size > EXT_MAX_REAL_OFFSET:    # :192-200
+            self.failed += 1
+            return None
+        qdir = queue_dir(self.build, topic, queue_id)
+        for _ in range(self.RETRIES):                    # :206-231
+            base, pos = at - at % self.file_size, at % self.file_size
+            if size > self.file_size - pos - EXT_END_BLANK_LENGTH:      # :217-226, fullFillToEnd :239-247
+                self._write(qdir, key, base, pos, CqExtUnitHeader.subcons[0].build(EXT_FILE_END_MARK))
+                at = base + self.file_size
+                continue
+            data = CqExtUnitHeader.build({"size": size, "tags_code": tags_code,
+                                          "store_timestamp": store_timestamp, "bitmap_size": len(bitmap)}) + bitmap
+            self._write(qdir, key, base, pos, data)      # CqExtUnit.write (:507-529)
+            self._next[key] = at + size
+            self.units += 1
+            return ext_address(at)                       # decorate(wrotePosition + fileFromOffset) (:229)
+        self._next[key] = at
+        self.failed += 1
+        return None
+
+    #: files kept open between writes (a queue's units go to one file until it is full)
+    OPEN_FILES = 64
+
+    def _write(self, qdir: Path, key, base: int, pos: int, data: bytes) -> None:
+        path = qdir / f"{base:020d}"
+        fd = self._fds.get(path)
+        if fd is None:
+            if (key, base) not in self._created:
+                from rmqtool.io import ownership
+                ownership.makedirs(qdir)
+            if len(self._fds) >= self.OPEN_FILES:
+                self._close(next(iter(self._fds)))
+            fd = self._fds[path] = self.open_fd(path)
+            if (key, base) not in self._created:
+                if os.fstat(fd).st_size < self.file_size:
+                    os.ftruncate(fd, self.file_size)     # a mapped file: whole, its tail sparse zeros
+                self._created.add((key, base))
+        inst.pwrite_all(fd, memoryview(data), pos)
+        self.on_write(path, pos, len(data))
+
+    def _close(self, path, sync: bool = True) -> None:
+        fd = self._fds.pop(path)
+        try:
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def finish(self) -> None:
+        """Make every file written durable (and close them)."""
+        while self._fds:
+            self._close(next(iter(self._fds)))
+
+    def close(self) -> None:
+        """Close the files without syncing them (the build is thrown away)."""
+        while self._fds:
+            self._close(next(iter(self._fds)), sync=False)

@@ -1,4 +1,4 @@
-"""`rmqtool dump commitlog|consumequeue|index|checkpoint|dledger-entries|dledger-index`."""
+"""`rmqtool dump commitlog|consumequeue|consumequeue-ext|index|checkpoint|dledger-entries|dledger-index`."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +10,8 @@ import typer
 from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
-                          consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
+                          consumequeue_ext_rows, consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
+from rmqtool.io.consumequeue_ext import has_ext
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
 
@@ -131,14 +132,37 @@ def dump_consumequeue(
         return
     p = Path(target)
     problems: list = []           # wrong-size files: an error after the rows they still yield
-    rows = consumequeue_file_rows(p, cq_file_size, problems) if p.is_file() else consumequeue_rows(
-        open_store(target), topic, queue, problems)
-    emit(_limited(rows, limit), fmt, ["topic", "queue_id", "queue_offset", "kind", "commitlog_offset",
-                                      "size", "tags_code", "file", "position"])
+    store = None if p.is_file() else open_store(target)
+    rows = consumequeue_file_rows(p, cq_file_size, problems) if store is None else consumequeue_rows(
+        store, topic, queue, problems)
+    columns = ["topic", "queue_id", "queue_offset", "kind", "commitlog_offset", "size", "tags_code", "file", "position"]
+    if has_ext(p.parent.parent.parent.parent if store is None else store.root):
+        columns[7:7] = ["ext_address", "store_timestamp", "filter_bitmap"]   # tags_code: the ext unit's
+    emit(_limited(rows, limit), fmt, columns)
     if problems:
         path, size, message = problems[0]
         raise StoreLayoutError(f"ConsumeQueue file {message}; the whole units it holds were printed",
                                path, size)
+
+
+@dump_app.command("consumequeue-ext")
+def dump_consumequeue_ext(
+    target: str = typer.Argument(..., help="store root"),
+    fmt: str = FormatOpt,
+    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
+    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
+    limit: Optional[int] = LimitOpt,
+):
+    """Every ConsumeQueueExt unit (4.x enableConsumeQueueExt) with its file, position and address, and
+    where each file's data ends."""
+    check_choice(fmt, FORMATS, "--format")
+    store = open_store(target)
+    if not has_ext(store.root):
+        raise UsageError("the store has no consumequeue_ext/ (written only by a broker with "
+                         "enableConsumeQueueExt=true)", store.root)
+    emit(_limited(consumequeue_ext_rows(store, topic, queue), limit), fmt,
+         ["topic", "queue_id", "kind", "ext_address", "size", "tags_code", "store_timestamp", "bitmap_size",
+          "filter_bitmap", "file", "position"])
 
 
 @dump_app.command("index")

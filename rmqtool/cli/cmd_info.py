@@ -77,6 +77,13 @@ def info_command(
             f"{t['timer_log_files']} timer log file(s) to {t['timer_log_end']}"
             + (f"; DAMAGED at {t['timer_log_damage'][0]['file']}@{t['timer_log_damage'][0]['position']}"
                if t["timer_log_damage"] else "")), markup=False)
+    if "consumequeue_ext" in info:
+        x = info["consumequeue_ext"]
+        bad = [q for q in x["queue_ends"] if q.get("problem")]
+        stdout.print(escape_control(
+            f"consumequeue_ext: {x['files']} file(s) of {x['file_size']} bytes in {x['queues']} queue(s) at "
+            f"{x['path']} (enableConsumeQueueExt: CQ tagsCodes are ext addresses)"
+            + (f"; {len(bad)} queue(s) with an unreadable unit (verify names them)" if bad else "")), markup=False)
     if "queue_kinds" in info:
         k = info["queue_kinds"]
         stdout.print(escape_control(

@@ -130,6 +130,11 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     stdout.print(f"  {'would write' if dry_run else 'wrote'} {len(r.files_written)} files "
                  f"({written} bytes), {what}; replaced {len(r.files_replaced)}, kept {len(r.files_kept)}",
                  markup=False)
+    if "cq_ext_units" in r.geometry:         # a 4.x store's ConsumeQueueExt files, rebuilt with the queues
+        g = r.geometry
+        stdout.print(f"  consumequeue_ext: {g['cq_ext_units']} ext units {'would be ' if dry_run else ''}put in "
+                     f"{g['cq_ext_file_size']}-byte files" + (f"; originals moved to: {g['cq_ext_backup']}"
+                                                              if g.get("cq_ext_backup") else ""), markup=False)
     if r.output:
         stdout.print(f"  output: {r.output} (store untouched)", markup=False)
     elif not dry_run:
@@ -357,10 +362,13 @@ def rebuild_all_command(
     workers: Optional[int] = RebuildJobsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    drop_filter_bitmaps: bool = typer.Option(False, "--drop-filter-bitmaps", help="a 4.x store with "
+                                             "consumequeue_ext/: rebuild its ext units even where they hold "
+                                             "consumer filter bitmaps, without them (refused otherwise)"),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
-    """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog."""
+    """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog (and a 4.x store's ConsumeQueueExt files)."""
     from rmqtool.ops.rebuild import rebuild_all
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
@@ -370,4 +378,4 @@ def rebuild_all_command(
     return _run("rmqtool rebuild all", "rebuild", s, fmt, dry_run, output, lambda bar: rebuild_all(
         s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
         confirm=_confirm_factory(yes, dry_run, output), workers=workers, skip_corrupt=skip_corrupt,
-        allow_truncate=allow_truncate))
+        allow_truncate=allow_truncate, drop_filter_bitmaps=drop_filter_bitmaps))

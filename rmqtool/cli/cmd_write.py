@@ -102,6 +102,11 @@ def write_command(
     batch_cq_topic: Optional[List[str]] = typer.Option(None, "--batch-cq-topic", help="a topic of queue type BatchCQ "
                                                        "(repeatable): its records get BatchConsumeQueue units (found "
                                                        "by itself in a store holding batchconsumequeue/)"),
+    cq_ext: bool = typer.Option(False, "--cq-ext", help="write ConsumeQueueExt units and put their addresses in the "
+                                "ConsumeQueue units, as a 4.x broker with enableConsumeQueueExt=true (on by itself "
+                                "for a store holding consumequeue_ext/)"),
+    cq_ext_file_size: Optional[int] = typer.Option(None, "--cq-ext-file-size", help="mappedFileSizeConsumeQueueExt "
+                                                   "(default 50,331,648 or the store's; implies --cq-ext)"),
     prop_crc: bool = typer.Option(False, "--prop-crc", help="end every record's properties with the __CRC32# "
                                   "property, as a broker with enabledAppendPropCRC=true"),
     fmt: str = FormatOpt,
@@ -135,7 +140,11 @@ def write_command(
         rows = None if source is None else _rows(source)
         raise typer.Exit(simplified_cli.write(store, rows, synthetic, seed, fmt))
     geometry = None
-    if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries, bcq_file_size)):
+    if cq_ext_file_size is not None and cq_ext_file_size <= 24:
+        raise UsageError(f"--cq-ext-file-size {cq_ext_file_size}: a file must hold a unit (20 bytes) and its "
+                         "4-byte end")
+    if cq_ext or any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries,
+                                              bcq_file_size, cq_ext_file_size)):
         g = Geometry()
         existing = StoreWriter.__new__(StoreWriter)
         if (store / "commitlog").is_dir():
@@ -147,6 +156,9 @@ def write_command(
         g.hash_slots = index_slots or g.hash_slots
         g.index_entries = index_entries or g.index_entries
         g.bcq_file_size = bcq_file_size or g.bcq_file_size
+        if cq_ext or cq_ext_file_size is not None:
+            from formats.consumequeue_ext import DEFAULT_EXT_FILE_SIZE
+            g.cq_ext_file_size = cq_ext_file_size or g.cq_ext_file_size or DEFAULT_EXT_FILE_SIZE
         geometry = g
     dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
     bar = _CountProgress()

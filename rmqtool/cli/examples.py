@@ -15,6 +15,7 @@ EXAMPLES: dict[str, list[str]] = {
     "locate": ["rmqtool locate fixtures/reference/basic --topic TopicTest --queue 1 --queue-offset 41"],
     "dump commitlog": ["rmqtool dump commitlog fixtures/reference/mixed --topic V6Topic --limit 3 --body hex"],
     "dump consumequeue": ["rmqtool dump consumequeue fixtures/reference/propcrc-lmq-batchcq --topic BatchCqTopic"],
+    "dump consumequeue-ext": ["rmqtool dump consumequeue-ext /tmp/cq-ext --topic BenchTopic0 --queue 1 --limit 5"],
     "dump index": ["rmqtool dump index fixtures/reference/basic --header-only"],
     "dump checkpoint": ["rmqtool dump checkpoint fixtures/reference/basic"],
     "dump dledger-entries": ["rmqtool dump dledger-entries /tmp/dledger --limit 5"],
@@ -34,7 +35,9 @@ EXAMPLES: dict[str, list[str]] = {
     "convert": ["rmqtool convert /tmp/dledger --to commitlog --output /tmp/classic"],
 }
 #: what an example needs run before it (an earlier example's output)
-SETUP = {"compare": ["rmqtool rebuild consumequeue fixtures/reference/rocksdb-cq --output /tmp/cq-rocks"]}
+SETUP = {"compare": ["rmqtool rebuild consumequeue fixtures/reference/rocksdb-cq --output /tmp/cq-rocks"],
+         "dump consumequeue-ext": ["rmqtool write /tmp/cq-ext --synthetic 40 --topics 1 --queues 2 --cq-ext "
+                                   "--cq-ext-file-size 256 --commitlog-file-size 65536 --cq-file-size 400"]}
 
 
 def epilog(command: str) -> str | None:

@@ -457,10 +457,12 @@ def engine_rebuild(kind: str, store, engine: Engine, *, geometry=None, cq_file_s
     from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
     from rmqtool.io import install as inst
     from rmqtool.errors import UsageError
-    from rmqtool.ops.rebuild import RebuildResult, check_rebuild_target
+    from rmqtool.ops.rebuild import RebuildResult, check_no_cq_ext, check_rebuild_target
     t0 = time.perf_counter()
     check_rebuild_target(store, output)
     cq = kind == "consumequeue"
+    if cq:
+        check_no_cq_ext(store)
     target = store.consumequeue_dir if cq else store.index_dir
     file_size = (cq_file_size or store.cq_file_size() or DEFAULT_CQ_FILE_SIZE) if cq else 0
     if cq and file_size % CQ_UNIT_SIZE:

@@ -128,7 +128,7 @@ def consumequeue_rows(store, topic: str | None, queue: int | None,
     for ref in refs:
         q = store.queue(ref.topic, ref.queue_id)
         _size_problems(q, problems)
-        yield from _queue_rows(ref.topic, ref.queue_id, q)
+        yield from _queue_rows(ref.topic, ref.queue_id, q, _ext_queue(store.root, ref.topic, ref.queue_id))
     for ref in store.queues(batch=True):
         if (topic is None or ref.topic == topic) and (queue is None or ref.queue_id == queue):
             yield from batch_queue_rows(store, ref)
@@ -170,10 +170,66 @@ def consumequeue_file_rows(path: Path, cq_file_size: int | None, problems: list 
     if cq_file_size and size != cq_file_size and problems is not None:
         problems.append((str(path), size, f"size {size} differs from --cq-file-size {cq_file_size}"))
     _size_problems(q, problems)
-    yield from _queue_rows(topic, queue, q)
+    root = path.parent.parent.parent.parent        # <root>/consumequeue/<topic>/<queueId>/<file>
+    ext = _ext_queue(root, topic, queue) if m and path.parent.parent.parent.name == "consumequeue" else None
+    yield from _queue_rows(topic, queue, q, ext)
 
 
-def _queue_rows(topic, queue_id, queue: SegmentQueue) -> Iterator[dict]:
+def _ext_queue(root, topic, queue_id):
+    """The queue's ConsumeQueueExt files, when the store keeps them (docs/format-cq-ext.md)."""
+    from rmqtool.io.consumequeue_ext import ExtQueue, ext_file_size
+    size = ext_file_size(root)
+    return None if size is None else (ExtQueue.of(root, topic, queue_id, size) or ExtQueue(
+        root / "consumequeue_ext" / str(topic) / str(queue_id), size))
+
+
+def ext_fields(ext, tags_code: int) -> dict:
+    """A CQ unit's tagsCode resolved: an ext address -> its ext unit's tagsCode, store time and
+    filter bitmap, and where the unit is (or why it cannot be read)."""
+    from formats.consumequeue_ext import is_ext_address
+    from rmqtool.io.consumequeue_ext import ExtProblem
+    if not is_ext_address(tags_code):
+        return {"ext_address": None}
+    out = {"ext_address": tags_code, "tags_code": None, "store_timestamp": None, "filter_bitmap": None,
+           "ext_file": None, "ext_position": None}
+    if ext is None:
+        out["ext_problem"] = "the store has no consumequeue_ext/ for this queue"
+        return out
+    try:
+        u = ext.get(tags_code)
+    except ExtProblem as exc:
+        out.update(ext_file=exc.path, ext_position=exc.position, ext_problem=exc.message)
+        return out
+    out.update(tags_code=u.tags_code, store_timestamp=u.store_timestamp, filter_bitmap=u.bitmap.hex(),
+               ext_file=u.path, ext_position=u.position)
+    return out
+
+
+def consumequeue_ext_rows(store, topic: str | None, queue: int | None) -> Iterator[dict]:
+    """Every ConsumeQueueExt unit, file by file up to each file's data end, then an END row per
+    file (where the data ends: a size <= 0, the -1 mark when the next unit did not fit)."""
+    from formats.consumequeue_ext import ext_address
+    from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues
+    size = ext_file_size(store.root)
+    for t, qid, d in ext_queues(store.root):
+        if (topic is not None and t != topic) or (queue is not None and qid != queue):
+            continue
+        ext = ExtQueue(d, size)
+        for seg in ext.segments.files:
+            end = 0
+            try:
+                for u in ext.file_units(seg):
+                    yield {"topic": t, "queue_id": qid, "kind": "EXT_UNIT", "ext_address": ext_address(u.offset),
+                           **u.as_dict()}
+                    end = u.position + u.size
+            except ExtProblem as exc:
+                raise CorruptDataError(f"ConsumeQueueExt unit: {exc.message}; the units before it were printed",
+                                       exc.path, exc.position) from None
+            yield {"topic": t, "queue_id": qid, "kind": "END", "file": str(seg.path), "position": end,
+                   "ext_offset": seg.start + end}
+
+
+def _queue_rows(topic, queue_id, queue: SegmentQueue, ext=None) -> Iterator[dict]:
     data = read_units(topic, queue_id, queue)
     blank = data.pre_blank
     files = [str(s.path) for s in queue.files]
@@ -182,7 +238,8 @@ def _queue_rows(topic, queue_id, queue: SegmentQueue) -> Iterator[dict]:
         yield {"file": files[int(data.file_index[i])], "position": int(data.position[i]),
                "kind": "PRE_BLANK" if blank[i] else "UNIT", "topic": topic, "queue_id": queue_id,
                "queue_offset": int(data.queue_offset[i]), "commitlog_offset": int(u["commitlog_offset"]),
-               "size": int(u["size"]), "tags_code": int(u["tags_code"])}
+               "size": int(u["size"]), "tags_code": int(u["tags_code"]),
+               **(ext_fields(ext, int(u["tags_code"])) if ext is not None else {})}
     if files:
         end = data.end_queue_offset * CQ_UNIT_SIZE
         seg = next((f for f in queue.files if f.start <= end < f.start + max(f.size, 1)), queue.files[-1])

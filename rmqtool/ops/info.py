@@ -27,6 +27,26 @@ def queue_summary(store, ref) -> dict:
     }
 
 
+def ext_summary(store) -> dict | None:
+    """``consumequeue_ext/`` (4.x ``enableConsumeQueueExt``): its queues, files and file size;
+    None when the store has none."""
+    from rmqtool.io.consumequeue_ext import EXT_DIR, ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
+    if not has_ext(store.root):
+        return None
+    size = ext_file_size(store.root)
+    queues = []
+    for topic, qid, d in ext_queues(store.root):
+        q = ExtQueue(d, size)
+        row = {"topic": topic, "queue_id": qid, "files": len(q.segments.files), "end_offset": None}
+        try:
+            row["end_offset"] = q.end_offset()
+        except ExtProblem as exc:
+            row["problem"] = f"{exc.path}@{exc.position}: {exc.message}"
+        queues.append(row)
+    return {"path": str(store.root / EXT_DIR), "file_size": size, "queues": len(queues),
+            "files": sum(q["files"] for q in queues), "queue_ends": queues}
+
+
 def count_messages(store) -> int:
     """MESSAGE records in every CommitLog file, each walked from its start to where its data ends
     (a file that stops early is counted up to the stop, as the broker's walk reads it)."""
@@ -100,6 +120,9 @@ def store_info(store, count_all: bool = False) -> dict:
             "path": str(store.root / "consumequeue"), "read_only": True, "queues": len(r.queues),
             "units": sum(len(u) for u in r.queues.values()), "max_phy_offset_checkpoint": r.checkpoint_phy,
             "bad_entries": len(r.problems), "view": str(store.consumequeue_dir)}
+    ext = ext_summary(store)
+    if ext is not None:                                    # only ConsumeQueueExt stores have the key
+        info["consumequeue_ext"] = ext
     kinds = detect_queue_kinds(store)
     if kinds.multi_dispatch or kinds.batch_cq_topics:      # only 5.x stores using them have the key
         info["queue_kinds"] = {"multi_dispatch": kinds.multi_dispatch, "lmq": kinds.lmq,

@@ -471,10 +471,24 @@ def dispatch_config(store, config: DispatchConfig | None = None, multi_dispatch:
     return config if config is not None else DispatchConfig(kinds=detect_queue_kinds(store, multi_dispatch))
 
 
+def check_no_cq_ext(store) -> None:
+    """Refuse a ConsumeQueue rebuild that does not rebuild ConsumeQueueExt files (``rebuild
+    consumequeue``, the distributed rebuild) of a store that keeps ``consumequeue_ext/`` (4.x
+    ``enableConsumeQueueExt``): its CQ units hold ext addresses where the rebuild would write tag
+    hashes (docs/format-cq-ext.md; ``rebuild_all`` rebuilds both, ``ops/rebuild_ext``)."""
+    from rmqtool.io.consumequeue_ext import EXT_DIR, has_ext
+    if has_ext(store.root):
+        raise RefusedError("the store keeps ConsumeQueueExt files (enableConsumeQueueExt): its ConsumeQueue "
+                           "units hold addresses into them, which this rebuild does not regenerate; it would put "
+                           "tag hashes where the addresses are and break the broker's tag/SQL filtering "
+                           "(`rebuild all` on the local engine rebuilds both)", store.root / EXT_DIR)
+
+
 def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -> None:
     """Refuse a ConsumeQueue rebuild that would drop light queues (``%LMQ%…``) because
     multi-dispatch was turned off for it; a rebuild of other topics (``--topic``) keeps them.
-    BatchCQ topics are never written to ``consumequeue/`` (their ``batchconsumequeue/`` stays)."""
+    BatchCQ topics are never written to ``consumequeue/`` (their ``batchconsumequeue/`` stays).
+    """
     if config.kinds.multi_dispatch:
         return
     lmq = sorted({r.topic for r in store.queues() if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
@@ -659,6 +673,7 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
     check_queue_kinds(store, topics, config)
+    check_no_cq_ext(store)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
     _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
              config, workers, walker, skip_corrupt)
@@ -945,7 +960,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 check_crc: bool = True, config: DispatchConfig | None = None,
                 progress: Progress | None = None, confirm=None,
                 workers: int | None = None, skip_corrupt: bool = False,
-                allow_truncate: bool = False) -> tuple[RebuildResult, RebuildResult]:
+                allow_truncate: bool = False, drop_filter_bitmaps: bool = False) -> tuple[RebuildResult, RebuildResult]:
     """ConsumeQueue and IndexFiles from one pass over the CommitLog, both built as the walk
     goes (memory does not grow with the store), then each installed crash-safely on its own.
     The two installs run at the same time unless ``confirm`` asks a person (one prompt,
@@ -955,6 +970,9 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
     check_queue_kinds(store, None, config)
+    from rmqtool.ops.rebuild_ext import ExtRebuild, check_cq_ext
+    ext = (ExtRebuild(store, output / "consumequeue_ext" if output else None, dry_run)
+           if check_cq_ext(store, True, drop_filter_bitmaps) else None)
     cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
     try:
         ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
@@ -964,8 +982,16 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     # finished in this order: the index's slot table is written (its writeback started) while the
     # ConsumeQueue's last units are placed
     jobs = [ix, cq]
-    outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
-                       config, workers, None, skip_corrupt)
+    try:
+        outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
+                           config, workers, None, skip_corrupt)
+        if ext is not None:                                # addresses into the new ext files (rebuild_ext)
+            ext.run(cq.build, cq.builder.queue_keys())
+            cq.result.warnings += ext.warnings
+    except BaseException:
+        if ext is not None:
+            ext.discard()
+        raise
     try:
         if (outcome.damage and not outcome.skipped or outcome.uncovered) and not allow_truncate and not dry_run:
             refuse_truncation([cq.result, ix.result])      # the plans, then the refusal
@@ -974,9 +1000,18 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
             ix.install(confirm, True)
         else:
             _both(lambda: cq.install(confirm, True), lambda: ix.install(confirm, True))
+        if ext is not None:
+            if cq.build is None:
+                ext.discard()                              # the ConsumeQueues were not installed (declined, dry run)
+                if dry_run:                                # one ext unit per ConsumeQueue unit
+                    cq.result.geometry.update(cq_ext_file_size=ext.file_size, cq_ext_units=cq.result.units)
+            else:
+                cq.result.geometry.update(ext.install(set(cq.builder.queue_keys())))
     except BaseException:
         for job in jobs:
             job.discard()
+        if ext is not None:
+            ext.discard()
         raise
     whole = time.perf_counter() - t0
     for job in jobs:

@@ -46,7 +46,7 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SI
 from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
-                              RecordColumns, dispatch_batch, layout_cq, open_index_image)
+                              RecordColumns, dispatch_batch, layout_cq, open_index_image, queue_groups)
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
@@ -60,6 +60,7 @@ from rmqtool.io.dledger_layout import members as dledger_members
 from rmqtool.io.topicpath import queue_dir, topic_path_problem
 from rmqtool.ops.rebuild import _IndexFileOut, index_file_names
 from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io.consumequeue_ext import ext_file_size
 from rmqtool.io import writebackup
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
@@ -81,6 +82,10 @@ class Geometry:
     hash_slots: int = DEFAULT_HASH_SLOTS
     index_entries: int = DEFAULT_INDEX_ENTRIES
     bcq_file_size: int | None = None          # BatchConsumeQueue files (None: the store's, else upstream's default)
+    #: ConsumeQueueExt files (mappedFileSizeConsumeQueueExt): set = a broker with enableConsumeQueueExt,
+    #: whose CQ units hold ext addresses (docs/format-cq-ext.md); None = off (a store holding
+    #: consumequeue_ext/ turns it on by itself, at that store's file size)
+    cq_ext_file_size: int | None = None
 
 
 @dataclass
@@ -604,7 +609,9 @@ class StoreWriter:
                 kinds, batch_cq_topics=kinds.batch_cq_topics | self.config.kinds.batch_cq_topics))
 
         self.summary = WriteSummary(str(self.given), created, first_offset=end, end_offset=end,
-                                    geometry=dict(g.__dict__), recovered=list(self.recovered))
+                                    geometry={k: v for k, v in g.__dict__.items()
+                                              if not (k == "cq_ext_file_size" and v is None)},
+                                    recovered=list(self.recovered))
         self._written: dict[str, list[tuple[int, int]]] = {}     # stage file -> ranges written (the backup's)
         if self.dledger_id is None:
             self.appender = _CommitLogAppender(self.out / "commitlog", g.commitlog_file_size, end)
@@ -616,6 +623,7 @@ class StoreWriter:
         self._bcq: list[tuple] = []       # BatchConsumeQueue units, in dispatch order
         self._rows: list[dict] = []
         self._index = self._index_builder()
+        self._ext = self._ext_builder()
         self._last_cq_ts = 0              # store time of the last record dispatched to a CQ
         self._dispatch_stopped = False
 
@@ -624,6 +632,7 @@ class StoreWriter:
         if self.store.commitlog.files:
             g.commitlog_file_size = self.store.commitlog.file_size
         g.cq_file_size = self.store.cq_file_size() or g.cq_file_size
+        g.cq_ext_file_size = ext_file_size(self.store.root)
         if self.store.index_files():
             ig = self.store.index_geometry
             g.hash_slots, g.index_entries = ig.hash_slots, ig.index_entries
@@ -647,6 +656,46 @@ class StoreWriter:
         return IndexBuilder(g.hash_slots, g.index_entries, self._sink, seed_phy, seed_ts, open_image=open_image,
                             open_file=self._open_index_file,
                             load_slots=self._pages.load if self._pages is not None else None)
+
+    def _ext_builder(self):
+        """``cqbuild.ExtBuilder`` into the stage when the store keeps ConsumeQueueExt files (or
+        ``--cq-ext`` makes it one), each queue appended at its files' data end (the write position
+        ``ConsumeQueueExt.recover`` finds, S/ConsumeQueueExt.java:268-306@4.9.7)."""
+        from rmqtool.broker.cqbuild import ExtBuilder
+        from rmqtool.io.consumequeue_ext import EXT_DIR, ExtQueue, ext_queues
+        g = self.geometry
+        if g.cq_ext_file_size is None and not self.created:
+            g.cq_ext_file_size = ext_file_size(self.store.root)
+        if g.cq_ext_file_size is None:
+            return None
+        starts = {} if self.created else {(t, q): ExtQueue(d, g.cq_ext_file_size).end_offset()
+                                          for t, q, d in ext_queues(self.store.root)}
+
+        def open_fd(path):
+            inst.make_private(path)                  # a staged file is a link to the store's until then
+            return ownership.open_file(path, os.O_RDWR)
+        ownership.makedirs(self.out / EXT_DIR)
+        return ExtBuilder(g.cq_ext_file_size, self.out / EXT_DIR, open_fd, self._note, starts)
+
+    def _put_ext(self, d, rows: list[dict]) -> None:
+        """Each CQ unit of batch ``d`` puts its ext unit first and keeps the address it gets in
+        place of its tagsCode (``putMessagePositionInfoWrapper``, S/ConsumeQueue.java:388-404@4.9.7):
+        the unit holds the dispatcher's tagsCode and the record's store time (:391-393); its filter
+        bitmap is empty, as it is from a broker without ``enableCalcFilterBitMap`` or consumer
+        filters (B/filter/CommitLogDispatcherCalcBitMap.java:49-58@4.9.7 leaves it null). A light
+        queue's unit keeps the tagsCode (``doDispatchLmqQueue``, :460-462)."""
+        if self._ext is None or not len(d.cq_topic):
+            return
+        phys = np.fromiter((r["phy_offset"] for r in rows), np.int64, len(rows))     # increasing
+        times = np.fromiter((r["store_timestamp"] for r in rows), np.int64, len(rows))
+        ts = times[np.searchsorted(phys, np.asarray(d.cq_phy_offset, dtype=np.int64))]
+        tags = np.array(d.cq_tags_code, dtype=np.int64)
+        lmq = self.config.kinds.multi_dispatch
+        for (topic, qid), grp in queue_groups(d):
+            if lmq and topic.startswith(cl.LMQ_TOPIC_PREFIX):
+                continue
+            tags[grp] = self._ext.put_many(topic, qid, tags[grp], ts[grp])
+        d.cq_tags_code = tags
 
     def _open_index_file(self) -> _IndexFileOut:
         index_dir = self.out / "index"
@@ -740,6 +789,7 @@ class StoreWriter:
                         if goes_to_consumequeue(r["sys_flag"] & cl.TRANSACTION_MASK)), None)
         if last_cq is not None:
             self._last_cq_ts = last_cq["store_timestamp"]
+        self._put_ext(d, rows)
         self.cq.add(d)
         b = d.bcq
         if b is not None:
@@ -765,6 +815,8 @@ class StoreWriter:
             self._index.finish()
             self.summary.index_entries = self._index.entries
             self._write_cq()
+            if self._ext is not None:
+                self._ext.finish()
             self._write_bcq()
             self._write_checkpoint()
             done = inst.install(self.root, self.out, drop_empty_backup=True)
@@ -791,6 +843,8 @@ class StoreWriter:
 
     def abort(self) -> None:
         """Throw the stage away; the store is left as it was."""
+        if getattr(self, "_ext", None) is not None:
+            self._ext.close()
         appender = getattr(self, "appender", None)
         if appender is not None and appender.fd >= 0:
             os.close(appender.fd)

@@ -35,6 +35,9 @@ class QueueUnits:
     position: np.ndarray      # byte position in its file
     min_qoff: int             # first queue offset the queue holds (after pre-blank / expiry)
     end_qoff: int             # next queue offset to be written
+    #: the ext units its addresses resolve to, by queue offset (``consumequeue_ext.ExtResolved``,
+    #: from ``ext_unit_checks``); None without ConsumeQueueExt
+    ext: object | None = None
 
     def where(self, j: int) -> tuple[str, int]:
         return self.paths[int(self.file_idx[j])], int(self.position[j])
@@ -208,6 +211,9 @@ def deep_unit_checks(qu: QueueUnits, table: RecordTable, store, valid_end: int, 
             sink.add("cq.tags-code", path, pos + CQ_UNIT_OFFSETS["tags_code"], f"{name}: unit at queue offset {int(qu.qoff[jj])} has "
                      f"tagsCode {int(t_unit[k])}, the record at {int(c['phy'][rr])} gives {int(t_rec[k])}",
                      excerpt_len=8)
+    if qu.ext:
+        from rmqtool.ops.verify.consumequeue_ext import deep_ext_checks
+        deep_ext_checks(qu, j, r, good, table, sink)
 
 
 def missing_units(table: RecordTable, found: np.ndarray, min_qoffs: dict, dispatch_from: int, valid_end: int,
@@ -270,4 +276,4 @@ def unit_rows(qu: QueueUnits, queue_no: int) -> np.ndarray:
 def queue_part(qu: QueueUnits, rows: np.ndarray) -> QueueUnits:
     """The units of queue ``qu`` given as routed ``rows`` (one chunk's share of them)."""
     return QueueUnits(qu.topic, qu.queue_id, qu.paths, rows["offset"], rows["size"], rows["tags"], rows["qoff"],
-                      rows["file_idx"], rows["position"], qu.min_qoff, qu.end_qoff)
+                      rows["file_idx"], rows["position"], qu.min_qoff, qu.end_qoff, qu.ext)

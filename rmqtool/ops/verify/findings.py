@@ -69,6 +69,13 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "cq.unit-record": (ERROR, "deep", "unit's record is in another topic/queue, has another QUEUEOFFSET, or is never dispatched"),
     "cq.tags-code": (ERROR, "deep", "unit tagsCode != the dispatcher's tagsCode of its record"),
     "cq.missing": (ERROR, "deep", "dispatchable record below the dispatch frontier has no unit in its queue"),
+    # ConsumeQueueExt (4.x enableConsumeQueueExt, docs/format-cq-ext.md)
+    "cqext.names": (ERROR, "shallow", "ConsumeQueueExt file name is not 20 digits or not a multiple of the file size"),
+    "cqext.file-size": (ERROR, "shallow", "ConsumeQueueExt file size differs from the queue's file size"),
+    "cqext.unit-size": (ERROR, "shallow", "ext unit size != 20 + its bitmap size, or the unit runs past its file"),
+    "cqext.address": (ERROR, "shallow", "CQ unit's ext address in no ext file, at or past its file's data end, not at a "
+                      "unit's start, or not after the previous unit's"),
+    "cqext.unit-record": (ERROR, "deep", "ext unit's tagsCode or store time != those of the record its CQ unit points at"),
     "cq.rocksdb-entry": (ERROR, "shallow", "RocksDB ConsumeQueue entry whose key or value is not a unit's (or an offset entry's) layout"),
     "cq.rocksdb-offset": (ERROR, "shallow", "RocksDB ConsumeQueue offset table's max for a queue differs from its last unit"),
     "timer.unit": (ERROR, "shallow", "timer log: a unit of the wrong size where a unit should be, or a file filler that does not cover the file's tail"),

@@ -20,6 +20,7 @@ from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
 from rmqtool.ops.verify.checkpoint import check_checkpoint, read_checkpoint_first
 from rmqtool.ops.verify.chunks import RoutedRows, SpillDir
 from rmqtool.ops.verify.commitlog import CommitLogVerifier, valid_end_from_walk
+from rmqtool.ops.verify.consumequeue_ext import ext_layout_checks, ext_unit_checks
 from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, not_dispatched_finding, read_queue,
                                          shallow_unit_checks, unit_rows)
 from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
@@ -201,12 +202,14 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
             continue
         units += len(qu.offset)
         expired += shallow_unit_checks(qu, store, end, cq_sink, live)
+        qu.ext = ext_unit_checks(qu, store, cq_sink)
         if deep and is_light_queue(kinds, qu.topic):
             lmq_unit_checks(qu, store, kinds, end, cq_sink)
         elif deep:
             live_units = qu.offset >= store.commitlog.min_offset
             routed_units.add(unit_rows(qu, len(checked_queues))[live_units], qu.offset[live_units])
             checked_queues.append(_queue_header(qu))
+    ext_layout_checks(store, cq_sink, options.topic, options.queue_id)
     truncated.sort(key=lambda t: (t["topic"], t["queue_id"]))
     batch_offsets = np.zeros(0, np.int64)
     batch_tids = np.asarray([t for t in (records.topics.lookup(n) for n in kinds.batch_cq_topics)
@@ -292,7 +295,7 @@ def _queue_header(qu: QueueUnits) -> QueueUnits:
     """The queue without its units (what a chunk's share of them is checked under)."""
     empty = np.zeros(0, np.int64)
     return QueueUnits(qu.topic, qu.queue_id, qu.paths, empty, empty, empty, empty, empty, empty,
-                      qu.min_qoff, qu.end_qoff)
+                      qu.min_qoff, qu.end_qoff, qu.ext)
 
 
 def _count_findings(summary: dict, sink: FindingSink) -> None:
