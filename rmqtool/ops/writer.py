@@ -46,6 +46,7 @@ from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, enc
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
 from rmqtool.io import install as inst
+from rmqtool.io.fileio import read_file
 from rmqtool.broker.queuekinds import QueueKinds, detect as detect_queue_kinds
 from rmqtool.errors import RefusedError, UsageError
 from formats import dledger as dl
@@ -832,7 +833,7 @@ class StoreWriter:
         inst.make_private(path)
         values = {sc.name: 0 for sc in Checkpoint.subcons}
         if path.is_file():
-            old = path.read_bytes()[:Checkpoint.sizeof()]
+            old = read_file(path, 0, Checkpoint.sizeof(), exact=False)     # the fields only, never the whole file
             if len(old) == Checkpoint.sizeof():
                 values.update({k: v for k, v in Checkpoint.parse(old).items() if k in values})
         if self.summary.records:

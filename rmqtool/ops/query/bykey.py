@@ -10,7 +10,6 @@ unconfirmed hits in upstream's order.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -65,14 +64,10 @@ def store_topics(store) -> list[str]:
             names.update(e.name for e in storage.scandir(base) if e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             pass
-    for candidate in ("topics.json", "topics.json.bak"):
-        try:
-            table = json.loads((store.config_dir / candidate).read_text(encoding="utf-8")).get(
-                "topicConfigTable") or {}
-            names.update(table)
-            break
-        except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape
-            continue
+    topics = store.config_file("topics.json")
+    table = topics.get("topicConfigTable") if isinstance(topics, dict) else None
+    if isinstance(table, dict):                 # else absent, unreadable or not the broker's shape
+        names.update(table)
     return sorted(names)
 
 
