@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from rmqtool.errors import FileChangedError, UsageError
+from rmqtool.errors import FileChangedError, RmqError, UsageError
 
 #: default byte-range size of one task (a 1 GiB CommitLog file becomes 8 tasks)
 DEFAULT_SPLIT_SIZE = 128 << 20
@@ -80,15 +80,33 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
             if hi_off is not None and seg.start >= hi_off:
                 continue
             first = lo_off - seg.start if exact_start and lo_off is not None and lo_off > seg.start else 0
-            for lo in range(first, max(size, first + 1), split_size):
-                tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo,
-                                  min(lo + split_size, size), exact=lo == first, check_crc=check_crc))
+            cuts = list(range(first, max(_data_end(seg.path, size, first + split_size), first + 1), split_size))
+            if cuts[-1] + split_size < size:         # the holes after the data: one piece
+                cuts.append(cuts[-1] + split_size)
+            for k, lo in enumerate(cuts):
+                hi = size if k == len(cuts) - 1 else min(lo + split_size, size)
+                tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo, hi,
+                                  exact=lo == first, check_crc=check_crc))
     return tasks
+
+
+def _data_end(path, size: int, first_cut: int) -> int:
+    """Where a CommitLog file's pieces stop being cut: its data's end (``fileio.data_extent``).
+    Past it a sparse file holds only holes, which one last piece covers; that piece starts in
+    zeros (``scan.past_data_end``) and costs nothing, however large the file says it is."""
+    if size <= first_cut:
+        return size
+    from rmqtool.io.fileio import ReadOnlyFile, data_extent
+    try:
+        with ReadOnlyFile(path) as fh:
+            return data_extent(fh, size)
+    except RmqError:                 # unreadable or gone: the task that reads it says so
+        return size
 
 
 def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Callable[[], TaskStatus]]:
     """(record batches of the task, a function giving its status once they are consumed)."""
-    from rmqtool.records.scan import END_RANGE, END_TORN, FileScan, find_record_start
+    from rmqtool.records.scan import END_RANGE, END_TORN, FileScan, find_record_start, past_data_end
     state: dict = {}
     check_crc = task.check_crc if check_crc is None else check_crc
 
@@ -97,7 +115,8 @@ def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Call
             state["status"] = TaskStatus(task.task_id, None, "skipped", task.lo)
             return
         try:
-            start = task.lo if task.exact else find_record_start(task.path, task.file_base, task.lo, task.hi)
+            start = task.lo if task.exact else \
+                None if past_data_end(task.path, task.lo) else find_record_start(task.path, task.file_base, task.lo, task.hi)
         except FileChangedError as exc:
             state["status"] = TaskStatus(task.task_id, task.lo, END_TORN, exc.offset or task.lo)
             return
