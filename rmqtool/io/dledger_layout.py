@@ -13,10 +13,13 @@ from pathlib import Path, PurePosixPath
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
 from rmqtool.io import storage
-from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.errors import FileChangedError
+from rmqtool.io.fileio import ReadOnlyFile, read_file
 from rmqtool.io.segments import SegmentQueue
 
 DATA_DIR = "data"
+#: the most of a member's ``checkpoint``/``currterm`` (a few ``key=value`` lines) rmqtool reads
+MAX_PROPERTIES_SIZE = 1 << 20
 INDEX_DIR = "index"
 
 
@@ -41,8 +44,9 @@ def read_properties(path: Path) -> dict[str, str] | None:
     """A DLedger ``checkpoint``/``currterm`` file (Java properties text: ``key=value`` lines,
     ``#`` comments); None when the file is missing."""
     try:
-        text = path.read_text(encoding="latin-1")
-    except FileNotFoundError:
+        text = read_file(path, exact=False, max_length=MAX_PROPERTIES_SIZE,
+                         what="DLedger properties file").decode("latin-1")
+    except FileChangedError:                # missing (vanished)
         return None
     values = {}
     for line in text.splitlines():

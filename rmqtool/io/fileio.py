@@ -194,6 +194,12 @@ def _skip_hole(fd: int, pos: int, end: int) -> int:
         return pos
 
 
+def next_data(fh: "ReadOnlyFile", pos: int, end: int) -> int:
+    """``_skip_hole`` for an open file: the next position at or after ``pos`` that may hold data
+    (``pos`` itself for a remote object)."""
+    return pos if fh.remote is not None or pos >= end else _skip_hole(fh.fd, pos, end)
+
+
 def _next_hole(fd: int, pos: int, end: int) -> int:
     """Where the data run at ``pos`` ends: the next hole of a sparse file (``end`` when the
     filesystem cannot say or there is none before it)."""
