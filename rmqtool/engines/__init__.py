@@ -80,28 +80,43 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
             if hi_off is not None and seg.start >= hi_off:
                 continue
             first = lo_off - seg.start if exact_start and lo_off is not None and lo_off > seg.start else 0
-            cuts = list(range(first, max(_data_end(seg.path, size, first + split_size), first + 1), split_size))
-            if cuts[-1] + split_size < size:         # the holes after the data: one piece
-                cuts.append(cuts[-1] + split_size)
+            cuts = _cuts(seg.path, size, first, split_size)
             for k, lo in enumerate(cuts):
-                hi = size if k == len(cuts) - 1 else min(lo + split_size, size)
+                hi = cuts[k + 1] if k + 1 < len(cuts) else size
                 tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo, hi,
                                   exact=lo == first, check_crc=check_crc))
     return tasks
 
 
-def _data_end(path, size: int, first_cut: int) -> int:
-    """Where a CommitLog file's pieces stop being cut: its data's end (``fileio.data_extent``).
-    Past it a sparse file holds only holes, which one last piece covers; that piece starts in
-    zeros (``scan.past_data_end``) and costs nothing, however large the file says it is."""
-    if size <= first_cut:
-        return size
-    from rmqtool.io.fileio import ReadOnlyFile, data_extent
+def _cuts(path, size: int, first: int, split_size: int) -> list[int]:
+    """Where a CommitLog file's tasks start: every ``split_size`` bytes from ``first``, except that
+    a run of pieces holding only holes (a sparse file's unwritten space, ``fileio.next_data``) is
+    one piece. Such a piece starts in zeros (``scan.past_data_end``): it costs nothing, however
+    large the file says it is, and a walk that reaches it is continued by the chain as always."""
+    cuts = [first]
+    if size - first <= split_size:
+        return cuts
+    from rmqtool.io.fileio import ReadOnlyFile, next_data
     try:
-        with ReadOnlyFile(path) as fh:
-            return data_extent(fh, size)
+        fh = ReadOnlyFile(path)
     except RmqError:                 # unreadable or gone: the task that reads it says so
-        return size
+        return list(range(first, size, split_size))
+    with fh:
+        at, in_hole = first + split_size, False
+        while at < size:
+            data = next_data(fh, at, size)
+            if data >= min(at + split_size, size):         # [at, at + split) is a hole
+                if not in_hole:
+                    cuts.append(at)
+                    in_hole = True
+                if data >= size:
+                    break                                   # no data up to the end
+                at = first + (data - first) // split_size * split_size    # the piece holding it
+                continue
+            cuts.append(at)
+            in_hole = False
+            at += split_size
+    return cuts
 
 
 def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Callable[[], TaskStatus]]:
