@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from formats import timer as tf
-from rmqtool.io.fileio import ReadOnlyFile, data_extent, next_data
+from rmqtool.io.fileio import ReadOnlyFile, data_extent, next_data, too_large
 from rmqtool.io import storage
 from rmqtool.io.segments import SegmentQueue
 
@@ -127,7 +127,10 @@ class TimerStore:
         nominal = self.log.file_size if self.log is not None else 0
         for seg in self.log_files():
             with ReadOnlyFile(seg.path) as fh:
-                end = min(fh.size(), nominal or MAX_TIMER_LOG_FILE_SIZE, MAX_TIMER_LOG_FILE_SIZE)
+                cap = min(nominal or MAX_TIMER_LOG_FILE_SIZE, MAX_TIMER_LOG_FILE_SIZE)
+                if fh.size() > cap == MAX_TIMER_LOG_FILE_SIZE:
+                    raise too_large(seg.path, fh.size(), cap, "timer log file")
+                end = min(fh.size(), cap)
                 # a file's holes after its data read as zeros: one unit of them ends the walk
                 length = min(-(-data_extent(fh, end) // tf.UNIT_SIZE) * tf.UNIT_SIZE + tf.UNIT_SIZE, end)
                 data = fh.read(0, length, exact=False)
