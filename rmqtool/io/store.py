@@ -23,6 +23,8 @@ INDEX_NAME = re.compile(r"^\d{17}$")
 #: the most of one ``config/*.json`` file rmqtool reads (topics, subscriptions, consumer offsets:
 #: a few MB on a large broker); a larger file is unreadable, never loaded
 MAX_CONFIG_SIZE = 64 << 20
+#: how ``Store.config_file`` starts what it says of a config file it could not load
+UNREADABLE = "unreadable: "
 MULTI_PATH_SEPARATOR = ","
 
 
@@ -325,7 +327,7 @@ class Store:
             except FileChangedError:                # absent (or gone): the next candidate
                 continue
             except RmqError as exc:
-                found = f"unreadable: {exc}"
+                found = f"{UNREADABLE}{exc.message}"
             except (OSError, ValueError) as exc:
-                found = f"unreadable: {candidate}: {exc}"
+                found = f"{UNREADABLE}{exc}"
         return found
