@@ -97,6 +97,9 @@ def _cuts(path, size: int, first: int, split_size: int) -> list[int]:
     if size - first <= split_size:
         return cuts
     from rmqtool.io.fileio import ReadOnlyFile, next_data
+    from rmqtool.io.storage import is_uri
+    if is_uri(path):                 # an object has no holes to ask about
+        return list(range(first, size, split_size))
     try:
         fh = ReadOnlyFile(path)
     except RmqError:                 # unreadable or gone: the task that reads it says so
