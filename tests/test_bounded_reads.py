@@ -180,12 +180,19 @@ def test_write(tmp_path, sparse_dir, kind):
 
 
 def test_checkpoint_is_read_within_its_page(sparse_dir):
-    """The fields come from the first 4 KiB; the size is the file's (a finding, not a read)."""
-    from rmqtool.io.checkpoint import read_checkpoint
+    """The fields come from the first 4 KiB; the size is the file's (a finding, not a read). Run
+    under the limit too: on a reader that loads the whole file this test must not take the machine."""
     _, target = make_store(sparse_dir, "checkpoint", tail=True)
-    values = read_checkpoint(target)
-    assert values.file_size == TIB
-    assert values.physic_msg_timestamp > 0 and values.nonzero_bytes_after_fields == 0
+    code = ("import json, sys; from rmqtool.io.checkpoint import read_checkpoint; "
+            "v = read_checkpoint(sys.argv[1]); print(json.dumps(v.as_dict()))")
+    env = dict(os.environ, MALLOC_ARENA_MAX="2",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    res = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True,
+                         timeout=TIMEOUT, preexec_fn=_limit_address_space, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    values = json.loads(res.stdout)
+    assert values["file_size"] == TIB
+    assert values["physic_msg_timestamp"] > 0 and values["nonzero_bytes_after_fields"] == 0
 
 
 def test_scan_tasks_do_not_multiply_with_holes(sparse_dir):
