@@ -219,3 +219,18 @@ def test_oversized_config_file_is_not_loaded(sparse_dir):
         assert Store(root).config_file("topics.json") == {"topicConfigTable": {"FromBak": {}}}
     finally:
         bak.unlink()
+
+
+@pytest.mark.parametrize("name", ["commitLog.txt", "consumerQueue.txt", "index.txt"])
+def test_simplified_layout_files(tmp_path, sparse_dir, name):
+    """The article's layout: each of its three files made 1 TiB sparse; its scans for stale bytes
+    and stale units skip the holes."""
+    root = tmp_path / "simplified"
+    assert run_limited("write", root, "--layout", "simplified", "--synthetic", "10", "--seed", "7").returncode == 0
+    os.truncate(root / name, TIB)
+    for args in (["verify", root], *(["dump", kind, root, "--layout", "simplified", "-f", "jsonl"]
+                                      for kind in ("commitlog", "consumequeue", "index"))):
+        res = run_limited(*args)
+        check(res, 0, root / name)
+        if args[0] == "dump":
+            assert len(res.stdout.splitlines()) >= 10, res.stdout[-2000:]
