@@ -12,6 +12,9 @@ CQ_UNIT_SIZE = ConsumeQueueUnit.sizeof()
 CQ_UNIT_OFFSETS = field_offsets(ConsumeQueueUnit)
 
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_UNIT_SIZE
+#: the largest ConsumeQueue (or BatchConsumeQueue) file there can be: its size
+#: (mappedFileSizeConsumeQueue) and every position in it are Java ints
+MAX_CQ_FILE_SIZE = (1 << 31) - 1
 
 #: Pre-blank filler unit written before the first real unit of a queue whose first
 #: file does not start at queue offset 0 (format.md §4.3).

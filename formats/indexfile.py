@@ -28,6 +28,9 @@ INDEX_ENTRY_SIZE = IndexEntry.sizeof()
 
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_INDEX_ENTRIES = 20_000_000
+#: the largest index file there can be: the broker computes every slot and entry position as a
+#: Java int (IndexFile.putKey/selectPhyOffset), so no position of a readable file reaches 2^31
+MAX_INDEX_FILE_SIZE = (1 << 31) - 1
 INVALID_INDEX = 0
 FIRST_INDEX = 1                  # indexCount starts at 1; entry 0 is never used
 KEY_JOINER = "#"                 # IndexService.buildKey: topic + "#" + key

@@ -176,7 +176,7 @@ def test_a_piece_starting_in_a_body_of_zeros_is_rescanned(tmp_path, monkeypatch)
     whole = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "whole", workers=1)
     data = store.commitlog.files[0].path.read_bytes()
     cut_at = data.index(bytes(100_000)) + 1000
-    assert rb._zeros_at(store.commitlog.files[0].path, cut_at)
+    assert rb.past_data_end(store.commitlog.files[0].path, cut_at)
     rescans = _cut_once(monkeypatch, cut_at)
     cut = rb.rebuild_all(store, GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=1)
     assert len(rescans) == 1

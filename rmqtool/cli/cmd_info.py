@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, escape_control, format_time, open_store, stdout)
+from formats.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqtool.ops.info import store_info
 
 
@@ -58,6 +59,9 @@ def info_command(
         stdout.print(f"[bold]checkpoint[/bold] physic {format_time(cp['physic_msg_timestamp'])}  "
                      f"logics {format_time(cp['logics_msg_timestamp'])}  index {format_time(cp['index_msg_timestamp'])}"
                      f"  confirm {cp['confirm_phy_offset']}")
+        if cp["file_size"] != CHECKPOINT_FILE_SIZE:      # read from its first page, as the broker does
+            stdout.print(f"  warning: checkpoint is {cp['file_size']} bytes, expected {CHECKPOINT_FILE_SIZE} "
+                         f"(read from its first {CHECKPOINT_FILE_SIZE})")
     if "controller" in info:
         _controller_lines(info["controller"])
     if "dledger" in info:

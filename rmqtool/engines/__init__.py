@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from rmqtool.errors import FileChangedError, UsageError
+from rmqtool.errors import FileChangedError, RmqError, UsageError
 
 #: default byte-range size of one task (a 1 GiB CommitLog file becomes 8 tasks)
 DEFAULT_SPLIT_SIZE = 128 << 20
@@ -80,15 +80,51 @@ def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_S
             if hi_off is not None and seg.start >= hi_off:
                 continue
             first = lo_off - seg.start if exact_start and lo_off is not None and lo_off > seg.start else 0
-            for lo in range(first, max(size, first + 1), split_size):
-                tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo,
-                                  min(lo + split_size, size), exact=lo == first, check_crc=check_crc))
+            cuts = _cuts(seg.path, size, first, split_size)
+            for k, lo in enumerate(cuts):
+                hi = cuts[k + 1] if k + 1 < len(cuts) else size
+                tasks.append(Task(len(tasks), name, str(seg.path), seg.start, lo, hi,
+                                  exact=lo == first, check_crc=check_crc))
     return tasks
+
+
+def _cuts(path, size: int, first: int, split_size: int) -> list[int]:
+    """Where a CommitLog file's tasks start: every ``split_size`` bytes from ``first``, except that
+    a run of pieces holding only holes (a sparse file's unwritten space, ``fileio.next_data``) is
+    one piece. Such a piece starts in zeros (``scan.past_data_end``): it costs nothing, however
+    large the file says it is, and a walk that reaches it is continued by the chain as always."""
+    cuts = [first]
+    if size - first <= split_size:
+        return cuts
+    from rmqtool.io.fileio import ReadOnlyFile, next_data
+    from rmqtool.io.storage import is_uri
+    if is_uri(path):                 # an object has no holes to ask about
+        return list(range(first, size, split_size))
+    try:
+        fh = ReadOnlyFile(path)
+    except RmqError:                 # unreadable or gone: the task that reads it says so
+        return list(range(first, size, split_size))
+    with fh:
+        at, in_hole = first + split_size, False
+        while at < size:
+            data = next_data(fh, at, size)
+            if data >= min(at + split_size, size):         # [at, at + split) is a hole
+                if not in_hole:
+                    cuts.append(at)
+                    in_hole = True
+                if data >= size:
+                    break                                   # no data up to the end
+                at = first + (data - first) // split_size * split_size    # the piece holding it
+                continue
+            cuts.append(at)
+            in_hole = False
+            at += split_size
+    return cuts
 
 
 def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Callable[[], TaskStatus]]:
     """(record batches of the task, a function giving its status once they are consumed)."""
-    from rmqtool.records.scan import END_RANGE, END_TORN, FileScan, find_record_start
+    from rmqtool.records.scan import END_RANGE, END_TORN, FileScan, find_record_start, past_data_end
     state: dict = {}
     check_crc = task.check_crc if check_crc is None else check_crc
 
@@ -97,7 +133,8 @@ def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Call
             state["status"] = TaskStatus(task.task_id, None, "skipped", task.lo)
             return
         try:
-            start = task.lo if task.exact else find_record_start(task.path, task.file_base, task.lo, task.hi)
+            start = task.lo if task.exact else \
+                None if past_data_end(task.path, task.lo) else find_record_start(task.path, task.file_base, task.lo, task.hi)
         except FileChangedError as exc:
             state["status"] = TaskStatus(task.task_id, task.lo, END_TORN, exc.offset or task.lo)
             return

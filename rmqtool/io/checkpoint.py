@@ -7,7 +7,7 @@ from pathlib import Path
 from formats.checkpoint import Checkpoint, CHECKPOINT_FILE_SIZE, CHECKPOINT_OFFSETS, MIN_TIMESTAMP_SLACK_MS
 from formats.derive import struct_of
 from rmqtool.errors import CorruptDataError
-from rmqtool.io.fileio import read_file
+from rmqtool.io.fileio import ReadOnlyFile
 
 
 _FIELDS = struct_of(Checkpoint)
@@ -40,14 +40,23 @@ class CheckpointValues:
         return d
 
 
+#: the most of a checkpoint file rmqtool reads: the broker maps one 4 KiB page of it (the five
+#: longs, then zeros) and never looks further; a larger file is reported by its size
+MAX_CHECKPOINT_READ = CHECKPOINT_FILE_SIZE
+
+
 def read_checkpoint(path: Path) -> CheckpointValues:
-    data = read_file(path, exact=False)
+    """The checkpoint's fields, from at most its first ``MAX_CHECKPOINT_READ`` bytes (``file_size``
+    is the file's whole size; ``nonzero_bytes_after_fields`` counts within that first page)."""
+    with ReadOnlyFile(path) as fh:
+        size = fh.size()
+        data = fh.read(0, min(size, MAX_CHECKPOINT_READ), exact=False)
     if len(data) < _FIELDS.size:
         raise CorruptDataError(
             f"checkpoint is {len(data)} bytes, needs at least {_FIELDS.size} "
             f"(normally {CHECKPOINT_FILE_SIZE})", path, len(data))
     tail = data[_FIELDS.size:]
-    return CheckpointValues(*_FIELDS.unpack_from(data), file_size=len(data),
+    return CheckpointValues(*_FIELDS.unpack_from(data), file_size=max(size, len(data)),
                             nonzero_bytes_after_fields=len(tail) - tail.count(0))
 
 

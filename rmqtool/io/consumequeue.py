@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from formats.consumequeue import (BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, CQ_UNIT_DTYPE, CQ_UNIT_SIZE,
+from formats.consumequeue import (BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, CQ_UNIT_DTYPE, CQ_UNIT_SIZE, MAX_CQ_FILE_SIZE,
                                   PRE_BLANK_COMMITLOG_OFFSET, PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
-from rmqtool.io.fileio import ReadOnlyFile, data_extent
+from rmqtool.io.fileio import ReadOnlyFile, data_extent, too_large
 from rmqtool.io.segments import SegmentQueue
 
 
@@ -51,18 +51,30 @@ def logical_end(units: np.ndarray) -> int:
     return int(invalid[0]) if len(invalid) else len(units)
 
 
-def read_unit_file(path) -> tuple[np.ndarray, int]:
-    """The units of one ConsumeQueue file (``CQ_UNIT_DTYPE``, whole units only) and the file's
-    size. A pre-allocated file's tail past its last data run is a hole of zero units, all invalid:
-    one of them stands for the rest (where the logical end falls, and what follows it, are the
+def _unit_bytes(path, unit: int, limit: int | None) -> tuple[bytes, int]:
+    """The bytes of a queue file worth reading (whole units) and the file's size: no further than
+    the queue's file size ``limit`` (the broker maps no more of a file; a file larger than
+    ``MAX_CQ_FILE_SIZE`` with no smaller queue file size to go by is refused: ``too_large``),
+    and a pre-allocated file's tail past its last data run, a hole of zero units, only as far as
+    one unit: it stands for the rest (where the logical end falls, and what follows it, are the
     same), so the hole is not read."""
     with ReadOnlyFile(path) as fh:
         size = fh.size()
-        usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
-        extent = data_extent(fh, size)
-        length = min(-(-extent // CQ_UNIT_SIZE) * CQ_UNIT_SIZE + CQ_UNIT_SIZE, usable)
+        cap = min(limit or MAX_CQ_FILE_SIZE, MAX_CQ_FILE_SIZE)
+        if size > cap == MAX_CQ_FILE_SIZE:         # no queue file size smaller than the file to go by
+            raise too_large(path, size, MAX_CQ_FILE_SIZE, "ConsumeQueue file")
+        usable = min(size, cap) // unit * unit
+        extent = data_extent(fh, min(size, cap))
+        length = min(-(-extent // unit) * unit + unit, usable)
         raw = fh.read(0, length, exact=False)
-    return np.frombuffer(raw[:len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE], CQ_UNIT_DTYPE), size
+    return raw[:len(raw) // unit * unit], size
+
+
+def read_unit_file(path, limit: int | None = None) -> tuple[np.ndarray, int]:
+    """The units of one ConsumeQueue file (``CQ_UNIT_DTYPE``, whole units only, within the queue's
+    file size ``limit``; see ``_unit_bytes``) and the file's size."""
+    raw, size = _unit_bytes(path, CQ_UNIT_SIZE, limit)
+    return np.frombuffer(raw, CQ_UNIT_DTYPE), size
 
 
 def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUnits:
@@ -72,7 +84,7 @@ def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUn
     ended = False
     end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
     for i, seg in enumerate(queue.files):
-        units, size = read_unit_file(seg.path)
+        units, size = read_unit_file(seg.path, queue.file_size)
         usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
         if usable != size:
             short.append((str(seg.path), size))
@@ -115,10 +127,10 @@ def queue_tail(queue: SegmentQueue) -> tuple[int, int]:
 def read_batch_queue(store, ref) -> list[tuple[str, int, np.ndarray]]:
     """(file, first unit position, units) of a BatchConsumeQueue, up to the first zero unit."""
     out = []
-    for seg in store.queue(ref.topic, ref.queue_id, batch=True).files:
-        with ReadOnlyFile(seg.path) as fh:
-            raw = fh.read(0, fh.size(), exact=False)
-        units = np.frombuffer(raw[:len(raw) // BCQ_UNIT_SIZE * BCQ_UNIT_SIZE], BCQ_UNIT_DTYPE)
+    queue = store.queue(ref.topic, ref.queue_id, batch=True)
+    for seg in queue.files:
+        raw, _ = _unit_bytes(seg.path, BCQ_UNIT_SIZE, queue.file_size)
+        units = np.frombuffer(raw, BCQ_UNIT_DTYPE)
         end = np.flatnonzero((units["commitlog_offset"] == 0) & (units["size"] == 0))
         if len(end):
             units = units[:end[0]]

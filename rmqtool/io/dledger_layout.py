@@ -7,16 +7,18 @@ and checkpoint stay in the store root and hold the records' offsets in those dat
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath
 
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
 from rmqtool.io import storage
-from rmqtool.io.fileio import ReadOnlyFile, read_text, regular_file_present
+from rmqtool.errors import FileChangedError
+from rmqtool.io.fileio import ReadOnlyFile, read_file, regular_file_present
 from rmqtool.io.segments import SegmentQueue
 
 DATA_DIR = "data"
+#: the most of a member's ``checkpoint``/``currterm`` (a few ``key=value`` lines) rmqtool reads
+MAX_PROPERTIES_SIZE = 1 << 20
 INDEX_DIR = "index"
 
 
@@ -42,7 +44,11 @@ def read_properties(path: Path) -> dict[str, str] | None:
     ``#`` comments); None when the file is missing."""
     if not regular_file_present(path):         # a FIFO or device: refused (exit 3)
         return None
-    text = read_text(path, encoding="latin-1")
+    try:
+        text = read_file(path, exact=False, max_length=MAX_PROPERTIES_SIZE,
+                         what="DLedger properties file").decode("latin-1")
+    except FileChangedError:                # vanished since
+        return None
     values = {}
     for line in text.splitlines():
         line = line.strip()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rmqtool.io import throttle
 from rmqtool.io.storage import is_uri
-from rmqtool.errors import FileChangedError, RefusedError, StoreLayoutError, UnreadableError
+from rmqtool.errors import CorruptDataError, FileChangedError, RefusedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
 CHUNK_SIZE = 64 << 20
@@ -252,11 +252,24 @@ class ReadOnlyFile:
         self.close()
 
 
-def read_file(path: Path | str, pos: int = 0, length: int | None = None, exact: bool = True) -> bytes:
+def read_file(path: Path | str, pos: int = 0, length: int | None = None, exact: bool = True,
+              max_length: int | None = None, what: str = "file") -> bytes:
+    """``length`` bytes at ``pos`` (default: the rest of the file). With ``max_length``, a file
+    holding more than that from ``pos`` is refused (``too_large``) before anything is read: the
+    read never allocates what a hostile file's size says (docs/limits.md lists each kind's cap)."""
     with ReadOnlyFile(path) as fh:
         if length is None:
-            length = max(fh.size() - pos, 0)
+            size = fh.size()
+            length = max(size - pos, 0)
+            if max_length is not None and length > max_length:
+                raise too_large(path, size, max_length, what)
         return fh.read(pos, length, exact)
+
+
+def too_large(path: Path | str, size: int, max_length: int, what: str = "file") -> CorruptDataError:
+    """The one-line error for a file larger than the most rmqtool reads of its kind."""
+    return CorruptDataError(f"{what} is {size} bytes, more than the {max_length} bytes rmqtool reads "
+                            f"of one (docs/limits.md)", path, max_length)
 
 
 def tune_allocator(mmap_threshold: int = 16 << 20, trim_threshold: int = (1 << 31) - 1) -> bool:
@@ -293,6 +306,12 @@ def _skip_hole(fd: int, pos: int, end: int) -> int:
         return end if exc.errno == errno.ENXIO else pos
     except AttributeError:                  # no SEEK_DATA on this platform
         return pos
+
+
+def next_data(fh: "ReadOnlyFile", pos: int, end: int) -> int:
+    """``_skip_hole`` for an open file: the next position at or after ``pos`` that may hold data
+    (``pos`` itself for a remote object)."""
+    return pos if fh.remote is not None or pos >= end else _skip_hole(fh.fd, pos, end)
 
 
 def _next_hole(fd: int, pos: int, end: int) -> int:

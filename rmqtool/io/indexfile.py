@@ -8,7 +8,7 @@ from formats import indexfile as layout
 from formats.derive import struct_of
 from formats.indexfile import (
     DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT_DTYPE,
-    INDEX_SLOT_SIZE, IndexHeader, entry_position, index_file_size, slot_position)
+    INDEX_SLOT_SIZE, MAX_INDEX_FILE_SIZE, IndexHeader, entry_position, index_file_size, slot_position)
 from rmqtool.errors import CorruptDataError, StoreLayoutError
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io import storage
@@ -56,8 +56,8 @@ def infer_geometry(path: Path, size: int, data=None) -> IndexGeometry | None:
     every sampled bucket must hold an entry whose hash lands in it.
     """
     import numpy as np
-    if size < INDEX_HEADER_SIZE or (size - INDEX_HEADER_SIZE) % INDEX_SLOT_SIZE:
-        return None
+    if size < INDEX_HEADER_SIZE or (size - INDEX_HEADER_SIZE) % INDEX_SLOT_SIZE or size > MAX_INDEX_FILE_SIZE:
+        return None                  # no geometry gives it (the largest file is read whole, no more)
     if data is None:
         with ReadOnlyFile(path) as fh:
             data = fh.read_array(0, size)

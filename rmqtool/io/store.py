@@ -12,14 +12,19 @@ from pathlib import Path
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, is_entry_file, members as dledger_members
-from rmqtool.errors import StoreLayoutError, UnreadableError, UsageError
-from rmqtool.io.fileio import read_text, regular_file_present
+from rmqtool.errors import FileChangedError, RefusedError, RmqError, StoreLayoutError, UsageError
+from rmqtool.io.fileio import read_file, regular_file_present
 from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue, entry_size
 from rmqtool.io import storage
 
 INDEX_NAME = re.compile(r"^\d{17}$")
+#: the most of one ``config/*.json`` file rmqtool reads (topics, subscriptions, consumer offsets:
+#: a few MB on a large broker); a larger file is unreadable, never loaded
+MAX_CONFIG_SIZE = 64 << 20
+#: how ``Store.config_file`` starts what it says of a config file it could not load
+UNREADABLE = "unreadable: "
 MULTI_PATH_SEPARATOR = ","
 
 
@@ -307,14 +312,27 @@ class Store:
         if not self.config_dir.is_dir():
             return out
         for p in sorted(self.config_dir.glob("*.json")):
-            for candidate in (p, p.with_name(p.name + ".bak")):
-                try:
-                    if not regular_file_present(candidate):     # a FIFO or device: refused (exit 3)
-                        continue
-                    text = read_text(candidate)
-                    if text.strip():
-                        out[p.name] = json.loads(text)
-                        break
-                except (OSError, ValueError, UnreadableError) as exc:
-                    out[p.name] = f"unreadable: {exc}"
+            out[p.name] = self.config_file(p.name)
         return out
+
+    def config_file(self, name: str) -> object:
+        """``config/NAME`` parsed, or its ``.bak`` when it is empty or cannot be parsed (as the
+        broker's ``ConfigManager``); what went wrong as an ``unreadable: ...`` string otherwise
+        (None when neither exists). Each is read only up to ``MAX_CONFIG_SIZE``: a larger one is
+        unreadable, named with its size, never loaded."""
+        p = self.config_dir / name
+        found: object = None
+        for candidate in (p, p.with_name(p.name + ".bak")):
+            try:
+                text = read_file(candidate, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8")
+                if text.strip():
+                    return json.loads(text)
+            except FileChangedError:                # absent (or gone): the next candidate
+                continue
+            except RefusedError:                    # a FIFO or device: never taken for an absent file
+                raise
+            except RmqError as exc:
+                found = f"{UNREADABLE}{exc.message}"
+            except (OSError, ValueError) as exc:
+                found = f"{UNREADABLE}{exc}"
+        return found

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from formats import timer as tf
-from rmqtool.io.fileio import ReadOnlyFile, regular_file_present
+from rmqtool.io.fileio import ReadOnlyFile, data_extent, next_data, regular_file_present, too_large
 from rmqtool.io import storage
 from rmqtool.io.segments import SegmentQueue
 
@@ -21,6 +21,9 @@ CHECKPOINT_PATH = ("config", "timercheck")
 #: MessageStoreConfig defaults
 DEFAULT_PRECISION_MS = 1000
 DEFAULT_LOG_FILE_SIZE = 100 * 1024 * 1024
+#: the largest timer log file there can be (mappedFileSizeTimerLog and its positions are Java ints);
+#: no more than the log's file size is read of any one
+MAX_TIMER_LOG_FILE_SIZE = (1 << 31) - 1
 _UNIT_NAMES = tuple(sc.name for sc in tf.TimerLogUnit.subcons)
 _SLOT_NAMES = tuple(sc.name for sc in tf.WheelSlot.subcons)
 _CHECKPOINT_NAMES = tuple(sc.name for sc in tf.TimerCheckpoint.subcons)
@@ -121,10 +124,17 @@ class TimerStore:
 
     def walk_log(self) -> Iterator[Unit | LogEnd]:
         """Every unit in log order; after each file, where its units stopped."""
+        nominal = self.log.file_size if self.log is not None else 0
         for seg in self.log_files():
             with ReadOnlyFile(seg.path) as fh:
-                data = fh.read(0, fh.size(), exact=False)
-            yield from _file_units(str(seg.path), seg.start, data)
+                cap = min(nominal or MAX_TIMER_LOG_FILE_SIZE, MAX_TIMER_LOG_FILE_SIZE)
+                if fh.size() > cap == MAX_TIMER_LOG_FILE_SIZE:
+                    raise too_large(seg.path, fh.size(), cap, "timer log file")
+                end = min(fh.size(), cap)
+                # a file's holes after its data read as zeros: one unit of them ends the walk
+                length = min(-(-data_extent(fh, end) // tf.UNIT_SIZE) * tf.UNIT_SIZE + tf.UNIT_SIZE, end)
+                data = fh.read(0, length, exact=False)
+            yield from _file_units(str(seg.path), seg.start, data, end)
 
     def unit_at(self, pos: int) -> Unit | None:
         """The unit at timer log position ``pos`` (None: no file holds a whole unit there)."""
@@ -159,6 +169,9 @@ class TimerStore:
             chunk = tf.SLOT_SIZE * (1 << 16)
             pos = 0
             while pos < size:
+                pos = next_data(fh, pos, size) // tf.SLOT_SIZE * tf.SLOT_SIZE    # a hole holds no slot
+                if pos >= size:
+                    break
                 raw = fh.read(pos, min(chunk, size - pos), exact=False)
                 raw = raw[:len(raw) // tf.SLOT_SIZE * tf.SLOT_SIZE]
                 if not raw:
@@ -218,9 +231,12 @@ class TimerStore:
         return out
 
 
-def _file_units(path: str, base: int, data: bytes) -> Iterator[Unit | LogEnd]:
+def _file_units(path: str, base: int, data: bytes, file_end: int | None = None) -> Iterator[Unit | LogEnd]:
+    """The units of a timer log file's ``data`` (its first bytes; ``file_end``: where the file, as
+    far as it is read, ends, by default where ``data`` does)."""
     pos = 0
     n = len(data)
+    file_end = n if file_end is None else file_end
     while True:
         if pos + 4 > n:
             yield LogEnd(path, pos, "eof")
@@ -232,7 +248,7 @@ def _file_units(path: str, base: int, data: bytes) -> Iterator[Unit | LogEnd]:
         if pos + tf.BLANK_SIZE <= n:
             left, _, magic = tf.BLANK_STRUCT.unpack_from(data, pos)
             if magic == tf.BLANK_MAGIC:
-                detail = "" if left == n - pos else f"the filler says {left} bytes are left, {n - pos} are"
+                detail = "" if left == file_end - pos else f"the filler says {left} bytes are left, {file_end - pos} are"
                 yield LogEnd(path, pos, "blank", detail)
                 return
         if size != tf.UNIT_SIZE:

@@ -34,8 +34,8 @@ from rmqtool.io.topicpath import queue_selected
 from formats.indexfile import INDEX_HEADER_DTYPE, INDEX_SLOT_DTYPE, entry_position, slot_position
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
-from rmqtool.io.fileio import CACHE_WINDOW, file_size, first_nonzero
-from rmqtool.records.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start
+from rmqtool.io.fileio import CACHE_WINDOW
+from rmqtool.records.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 
@@ -109,7 +109,7 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
             # a piece that starts in zeros is past the end of the data (the pre-allocated
             # tail of the newest file): no resync through them. Were a record there after all
             # (a body of zeros across the cut), the piece is scanned again from the chain.
-            lo = None if _zeros_at(path, lo) else find_record_start(path, file_base, lo, hi)
+            lo = None if past_data_end(path, lo) else find_record_start(path, file_base, lo, hi)
         except FileChangedError:
             lo = None
         if lo is None:
@@ -130,14 +130,6 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
         return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
                                    check="commitlog.file-changed"), records, lo
     return _ship(out), scan.end, records, lo
-
-
-#: bytes that must be zero at a piece's start for the piece to count as past the data
-ZERO_PROBE = 64 << 10
-
-
-def _zeros_at(path, pos: int) -> bool:
-    return pos < file_size(path) and first_nonzero(path, pos, pos + ZERO_PROBE) is None
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------

@@ -924,7 +924,7 @@ class StoreWriter:
         inst.make_private(path)
         values = {sc.name: 0 for sc in Checkpoint.subcons}
         if regular_file_present(path):
-            old = read_file(path, 0, Checkpoint.sizeof(), exact=False)
+            old = read_file(path, 0, Checkpoint.sizeof(), exact=False)     # the fields only, never the whole file
             if len(old) == Checkpoint.sizeof():
                 values.update({k: v for k, v in Checkpoint.parse(old).items() if k in values})
         if self.summary.records:

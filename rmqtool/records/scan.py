@@ -23,7 +23,7 @@ from formats.derive import field_offsets, numpy_dtype, struct_of
 from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError
 from rmqtool.io.dledger_layout import is_entry_file
-from rmqtool.io.fileio import CACHE_WINDOW, CHUNK_SIZE, ReadOnlyFile, first_nonzero
+from rmqtool.io.fileio import CACHE_WINDOW, CHUNK_SIZE, ReadOnlyFile, file_size, first_nonzero
 from rmqtool.io.storage import is_uri
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
@@ -772,6 +772,20 @@ def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_br
         yield scan.end
         if stop_at_break and scan.end.kind != END_BLANK:
             return
+
+
+#: bytes that must be zero at a piece's start for the piece to count as past the data
+ZERO_PROBE = 64 << 10
+
+
+def past_data_end(path: Path | str, pos: int) -> bool:
+    """Whether a piece of a CommitLog file that starts at ``pos`` (not a known record start) lies
+    past the end of the file's data: it starts in zeros (the pre-allocated tail of the newest
+    file, a sparse file's holes, which are skipped, not read). Such a piece is not resynced
+    through: whoever splits a file into pieces (rebuild's pieces, the engines' tasks) gives it no
+    records. Were a record there after all (a body of zeros across the cut), the chain from the
+    previous piece reaches it and the piece is scanned again from there."""
+    return pos < file_size(path) and first_nonzero(path, pos, pos + ZERO_PROBE) is None
 
 
 def find_record_start(path: Path | str, file_base: int, lo: int, hi: int | None = None) -> int | None:

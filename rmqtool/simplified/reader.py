@@ -17,7 +17,7 @@ import numpy as np
 from formats import simplified as fmt
 from formats.derive import member_struct
 from rmqtool.errors import CorruptDataError
-from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile
+from rmqtool.io.fileio import CHUNK_SIZE, ReadOnlyFile, next_data
 from rmqtool.kernels.gather import gather_records
 
 _LONG = member_struct(fmt.RecordHead, "msg_total_len")
@@ -285,7 +285,13 @@ def read_consumer_queue(path: Path | str, chunk_units: int = 1 << 20) -> Consume
     with ReadOnlyFile(path) as fh:
         size = fh.size()
         whole = size // fmt.CQ_UNIT_SIZE
-        for first in range(0, whole, chunk_units):
+        first = 0
+        while first < whole:
+            if ended:                         # past the end only stale units count: a hole has none
+                first = max(first, next_data(fh, first * fmt.CQ_UNIT_SIZE, whole * fmt.CQ_UNIT_SIZE)
+                            // fmt.CQ_UNIT_SIZE)
+                if first >= whole:
+                    break
             count = min(chunk_units, whole - first)
             raw = fh.read(first * fmt.CQ_UNIT_SIZE, count * fmt.CQ_UNIT_SIZE)
             units = np.frombuffer(raw, fmt.CQ_UNIT_DTYPE)
@@ -299,6 +305,7 @@ def read_consumer_queue(path: Path | str, chunk_units: int = 1 << 20) -> Consume
                 stale.append(np.flatnonzero(rest) + first + cut)
             else:
                 stale.append(np.flatnonzero(~zero) + first)
+            first += count
         trailing = fh.read(whole * fmt.CQ_UNIT_SIZE, size - whole * fmt.CQ_UNIT_SIZE)
     units = np.concatenate(parts) if parts else np.zeros(0, fmt.CQ_UNIT_DTYPE)
     stale_idx = np.concatenate(stale) if stale else np.zeros(0, np.int64)

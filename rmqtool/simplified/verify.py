@@ -147,15 +147,11 @@ def _check_gaps(sink: _Sink, cl: CommitLog) -> None:
 
 
 def _check_stale_tail(sink: _Sink, path, start: int, size: int) -> None:
-    from rmqtool.io.fileio import ReadOnlyFile
-    step = 64 << 20
-    with ReadOnlyFile(path) as fh:
-        for base in range(start, size, step):
-            nz = np.flatnonzero(fh.read_array(base, min(step, size - base)))
-            if len(nz):
-                sink.add("simplified.stale-tail", path, base + int(nz[0]),
-                         f"non-zero bytes after the end of the data (which ends at {start - 8})")
-                return
+    from rmqtool.io.fileio import first_nonzero
+    nz = first_nonzero(path, start, size)            # a sparse file's holes are skipped, not read
+    if nz is not None:
+        sink.add("simplified.stale-tail", path, nz,
+                 f"non-zero bytes after the end of the data (which ends at {start - 8})")
 
 
 def _check_cq(sink: _Sink, path, cl: CommitLog | None) -> None:

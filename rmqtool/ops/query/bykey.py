@@ -10,8 +10,6 @@ unconfirmed hits in upstream's order.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
 from formats.indexfile import KEY_JOINER
@@ -20,7 +18,7 @@ from rmqtool.kernels.javastring import index_key_hash
 from rmqtool.ops.query.indexwalk import IndexSet
 from formats import commitlog as cl
 from rmqtool.io.dledger_layout import is_entry_file
-from rmqtool.io.fileio import ReadOnlyFile, read_text, regular_file_present
+from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.records.layout import PREFIX
 from rmqtool.records.single import RecordReader, decode_record, match_kind, scan_batch
 from rmqtool.io import storage
@@ -65,15 +63,10 @@ def store_topics(store) -> list[str]:
             names.update(e.name for e in storage.scandir(base) if e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             pass
-    for candidate in ("topics.json", "topics.json.bak"):
-        try:
-            if not regular_file_present(store.config_dir / candidate):   # a FIFO: refused (exit 3)
-                continue
-            table = json.loads(read_text(store.config_dir / candidate)).get("topicConfigTable") or {}
-            names.update(table)
-            break
-        except (OSError, ValueError, AttributeError, TypeError):   # absent or not the broker's shape
-            continue
+    topics = store.config_file("topics.json")
+    table = topics.get("topicConfigTable") if isinstance(topics, dict) else None
+    if isinstance(table, dict):                 # else absent, unreadable or not the broker's shape
+        names.update(table)
     return sorted(names)
 
 

@@ -18,7 +18,7 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, ConsumeQueueUnit
 from formats.derive import struct_of
 from rmqtool.records.layout import STORE_TIMESTAMP, SYS_FLAG
 from rmqtool.errors import RmqError, UnreadableError, UsageError
-from rmqtool.io.consumequeue import logical_end
+from rmqtool.io.consumequeue import logical_end, read_unit_file
 from rmqtool.io.fileio import ReadOnlyFile
 
 BOUNDARIES = ("lower", "upper")
@@ -50,11 +50,9 @@ class QueueView:
         for seg in self.queue.files:
             if ended:
                 break
-            with ReadOnlyFile(seg.path) as fh:
-                raw = fh.read(0, min(fh.size(), size or fh.size()), exact=False)
-            units = np.frombuffer(raw[:len(raw) // CQ_UNIT_SIZE * CQ_UNIT_SIZE], CQ_UNIT_DTYPE)
+            units, _ = read_unit_file(seg.path, size)
             take = logical_end(units)
-            self.files.append(_CqFile(seg.start, raw[:take * CQ_UNIT_SIZE], size))
+            self.files.append(_CqFile(seg.start, units[:take].tobytes(), size))
             ended = take * CQ_UNIT_SIZE < size
         self.max_offset = ((self.files[-1].start + len(self.files[-1].data)) // CQ_UNIT_SIZE
                            if self.files else 0)

@@ -52,7 +52,7 @@ def read_queue(store, ref, sink: FindingSink) -> QueueUnits:
     parts, paths = [], []
     for i, seg in enumerate(q.files):
         paths.append(str(seg.path))
-        units, size = read_unit_file(seg.path)
+        units, size = read_unit_file(seg.path, q.file_size)
         usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
         if usable != size:
             sink.add("cq.file-size", seg.path, usable,

@@ -111,6 +111,8 @@ CHECKS: dict[str, tuple[str, str, str]] = {
     "checkpoint.behind": (INFO, "shallow", "checkpoint older than the data (normal after a crash: recovery re-dispatches)"),
     # the store as a tree
     "store.symlink": (WARNING, "shallow", "a symlink inside the store (named with its target): a link to a regular file is read through as the broker does, any other is not followed; write refuses it"),
+    "store.config": (WARNING, "shallow", "a config/*.json file (and its .bak) that cannot be loaded: larger than "
+                                         "64 MiB, not UTF-8 or not JSON"),
 }
 
 

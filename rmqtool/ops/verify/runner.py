@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqtool.io.checkpoint import CheckpointValues
+from rmqtool.io.store import UNREADABLE
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
 from rmqtool.ops.verify.checkpoint import check_checkpoint, read_checkpoint_first
 from rmqtool.ops.verify.chunks import RoutedRows, SpillDir
@@ -158,6 +159,12 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
         how = ("read through it as the broker does" if os.path.isfile(path) else "not followed")
         sink.add("store.symlink", path, None, f"symlink to {dest!r}: {how} (write refuses it, "
                  "rebuild carries it over as a link)", excerpt=False)
+
+    # 0b. config files that cannot be loaded (the broker falls back to the .bak, and so does rmqtool)
+    for name, value in store.config().items():
+        if isinstance(value, str) and value.startswith(UNREADABLE):
+            sink.add("store.config", store.config_dir / name, None,
+                     f"{value[len(UNREADABLE):]}: not used (nor a readable .bak)", excerpt=False)
 
     # 1. CommitLog: the walk's record table, in chunks of consecutive records
     clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
