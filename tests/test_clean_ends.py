@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from test_interrupt import _default_sigint
 
 ROOT = Path(__file__).resolve().parent.parent
 IS_LINUX = sys.platform.startswith("linux")
@@ -28,9 +29,6 @@ def _env() -> dict:
     return env
 
 
-def _default_sigint():
-    """Ctrl-C as in a terminal (a suite started in the background has SIGINT ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="module")

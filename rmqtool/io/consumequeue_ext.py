@@ -6,7 +6,6 @@ file a window at a time, never the whole file.
 """
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from formats.consumequeue_ext import (CqExtUnitHeader, EXT_HEADER_OFFSETS, EXT_H
 from rmqtool.io import storage
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
+from rmqtool.io.topicpath import queue_dirs
 
 EXT_DIR = "consumequeue_ext"
 _HEADER = struct.Struct(">hqqh")
@@ -93,20 +93,7 @@ def ext_queue_dir(root: Path, topic: str, queue_id: int) -> Path:
 
 def ext_queues(root) -> list[tuple[str, int, Path]]:
     """Every ``consumequeue_ext/<topic>/<queueId>/`` (non-integer queue dirs and links skipped)."""
-    base = storage.path(root) / EXT_DIR
-    out = []
-    try:
-        topics = sorted(storage.scandir(base), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    for t in topics:
-        if not t.is_dir(follow_symlinks=False):
-            continue
-        for q in sorted(storage.scandir(t.path), key=lambda e: e.name):
-            if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
-                out.append((t.name, int(q.name), storage.path(q.path)))
-    out.sort(key=lambda r: (r[0], r[1]))
-    return out
+    return queue_dirs(storage.path(root) / EXT_DIR)
 
 
 def has_ext(root) -> bool:

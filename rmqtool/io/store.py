@@ -18,6 +18,7 @@ from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue, entry_size
 from rmqtool.io import storage
+from rmqtool.io.topicpath import queue_dirs
 
 INDEX_NAME = re.compile(r"^\d{17}$")
 #: the most of one ``config/*.json`` file rmqtool reads (topics, subscriptions, consumer offsets:
@@ -201,19 +202,7 @@ class Store:
     def queues(self, batch: bool = False) -> list[QueueRef]:
         """Every ``consumequeue/<topic>/<queueId>/`` (non-integer queue dirs skipped)."""
         base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
-        refs = []
-        try:
-            topics = sorted(storage.scandir(base), key=lambda e: e.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return refs
-        for t in topics:
-            if not t.is_dir(follow_symlinks=False):
-                continue          # RocksDB files and strays live here too
-            for q in sorted(storage.scandir(t.path), key=lambda e: e.name):
-                if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
-                    refs.append(QueueRef(t.name, int(q.name), storage.path(q.path)))
-        refs.sort(key=lambda r: (r.topic, r.queue_id))
-        return refs
+        return [QueueRef(topic, qid, path) for topic, qid, path in queue_dirs(base)]
 
     def queue(self, topic: str, queue_id: int, batch: bool = False) -> SegmentQueue:
         base = self.batchconsumequeue_dir if batch else self.consumequeue_dir

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from rmqtool.errors import RefusedError
+from rmqtool.io import storage
 
 #: longest file name on common file systems (ext4, xfs, btrfs, APFS, NTFS), in bytes
 NAME_MAX = 255
@@ -72,3 +73,22 @@ def queue_selected(only: set | None, topic: str, queue_id: int | str) -> bool:
     except ValueError:
         return False
     return (topic, queue_id) in only or (topic, None) in only
+
+
+def queue_dirs(base) -> list[tuple[str, int, Path]]:
+    """Every ``<base>/<topic>/<queueId>/`` (consumequeue/, batchconsumequeue/, consumequeue_ext/),
+    sorted by topic and queue id: entries that are not directories (RocksDB files, strays) and
+    non-integer queue directories are skipped, links are not followed. Empty when ``base`` is none."""
+    out = []
+    try:
+        topics = sorted(storage.scandir(base), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for t in topics:
+        if not t.is_dir(follow_symlinks=False):
+            continue
+        for q in sorted(storage.scandir(t.path), key=lambda e: e.name):
+            if q.is_dir(follow_symlinks=False) and re.fullmatch(r"-?\d+", q.name):
+                out.append((t.name, int(q.name), storage.path(q.path)))
+    out.sort(key=lambda r: (r[0], r[1]))
+    return out
