@@ -113,7 +113,7 @@ def queue_tail(queue: SegmentQueue) -> tuple[int, int]:
     end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
     max_phy = 0
     for seg in queue.files:
-        units, size = read_unit_file(seg.path)
+        units, size = read_unit_file(seg.path, queue.file_size)
         take = logical_end(units)
         real = units[:take][~is_pre_blank(units[:take])]
         if len(real):

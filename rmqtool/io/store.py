@@ -12,7 +12,7 @@ from pathlib import Path
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, is_entry_file, members as dledger_members
-from rmqtool.errors import FileChangedError, RefusedError, RmqError, StoreLayoutError, UsageError
+from rmqtool.errors import FileChangedError, RmqError, StoreLayoutError, UsageError
 from rmqtool.io.fileio import read_file, regular_file_present
 from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
@@ -312,14 +312,14 @@ class Store:
         p = self.config_dir / name
         found: object = None
         for candidate in (p, p.with_name(p.name + ".bak")):
+            if not regular_file_present(candidate):    # a link is read through (and noted); a FIFO or
+                continue                               # device is refused (exit 3), never taken for absent
             try:
                 text = read_file(candidate, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8")
                 if text.strip():
                     return json.loads(text)
-            except FileChangedError:                # absent (or gone): the next candidate
+            except FileChangedError:                # gone since: the next candidate
                 continue
-            except RefusedError:                    # a FIFO or device: never taken for an absent file
-                raise
             except RmqError as exc:
                 found = f"{UNREADABLE}{exc.message}"
             except (OSError, ValueError) as exc:
