@@ -146,3 +146,14 @@ def test_compare_queues_holds_rocksdb_against_the_file_form(store, tmp_path):
     assert r.code == 1 and c["differing"] == 1
     assert (c["diffs"][0]["topic"], c["diffs"][0]["queue_id"], c["diffs"][0]["first_queue_offset"]) == ("RocksTopic", 2, 10)
     assert c["diffs"][0]["b"][1] == 7
+
+
+def test_a_fifo_in_the_database_is_refused_naming_it(store):
+    """A FIFO among the database's files is neither skipped as if absent nor read (which would
+    hang): every command that opens the database refuses (exit 3) naming it."""
+    db = store / "consumequeue"
+    sst = next(p for p in sorted(db.iterdir()) if p.suffix == ".sst")
+    sst.unlink()
+    os.mkfifo(sst)
+    r = run_cli("dump", "consumequeue", store, "-f", "jsonl")
+    assert r.code == 3 and f"{sst}: is a FIFO, not a regular file" in r.err, r.err

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from formats import rocksdb_cq as rf
 from rmqtool.io import storage
+from rmqtool.io.fileio import regular_file_present
 from rmqtool.errors import CorruptDataError, MissingDependencyError
 
 
@@ -36,11 +37,14 @@ def _snapshot(db: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="rmqtool-rocksdb-"))
     for name in storage.listdir(db):
         src = db / name
-        if not src.is_file() or name == "LOCK" or name == "LOG" or name.startswith("LOG.old"):
+        if name == "LOCK" or name == "LOG" or name.startswith("LOG.old"):
             continue
         if storage.is_uri(src):           # a remote database: copied down (read-only either way)
-            (tmp / name).write_bytes(src.read_bytes())
+            if src.is_file():
+                (tmp / name).write_bytes(src.read_bytes())
             continue
+        if os.path.isdir(src) or not regular_file_present(src):   # a FIFO or device: refused (exit 3),
+            continue                                                 # never skipped as if absent
         try:
             os.link(src, tmp / name)
         except OSError:
