@@ -1,6 +1,7 @@
 """ConsumeQueue (20-byte unit) and 5.x BatchConsumeQueue (46-byte unit), format.md §4."""
 import construct as cs
 
+from formats import JAVA_INT_MAX
 from formats.derive import lazy_dtypes, field_offsets
 
 ConsumeQueueUnit = cs.Struct(
@@ -14,7 +15,7 @@ CQ_UNIT_OFFSETS = field_offsets(ConsumeQueueUnit)
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_UNIT_SIZE
 #: the largest ConsumeQueue (or BatchConsumeQueue) file there can be: its size
 #: (mappedFileSizeConsumeQueue) and every position in it are Java ints
-MAX_CQ_FILE_SIZE = (1 << 31) - 1
+MAX_CQ_FILE_SIZE = JAVA_INT_MAX
 
 #: Pre-blank filler unit written before the first real unit of a queue whose first
 #: file does not start at queue offset 0 (format.md §4.3).

@@ -1,6 +1,7 @@
 """IndexFile: 40-byte header, 4-byte hash slots, 20-byte entries (format.md §5)."""
 import construct as cs
 
+from formats import JAVA_INT_MAX
 from formats.derive import lazy_dtypes, field_offsets
 
 IndexHeader = cs.Struct(
@@ -30,7 +31,7 @@ DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_INDEX_ENTRIES = 20_000_000
 #: the largest index file there can be: the broker computes every slot and entry position as a
 #: Java int (IndexFile.putKey/selectPhyOffset), so no position of a readable file reaches 2^31
-MAX_INDEX_FILE_SIZE = (1 << 31) - 1
+MAX_INDEX_FILE_SIZE = JAVA_INT_MAX
 INVALID_INDEX = 0
 FIRST_INDEX = 1                  # indexCount starts at 1; entry 0 is never used
 KEY_JOINER = "#"                 # IndexService.buildKey: topic + "#" + key

@@ -9,6 +9,7 @@ link back through ``prev_pos``) in ``timerwheel``.
 """
 import construct as cs
 
+from formats import JAVA_INT_MAX
 from formats.derive import field_offsets, lazy_dtypes, struct_of
 
 #: TimerMessageStore.TIMER_TOPIC: the topic timer messages are parked in
@@ -92,3 +93,6 @@ def last_unit_offset(file_size: int) -> int:
 
 
 __getattr__ = lazy_dtypes(globals(), UNIT_DTYPE=TimerLogUnit, SLOT_DTYPE=WheelSlot)
+
+#: the largest timer log file there can be (mappedFileSizeTimerLog and its positions are Java ints)
+MAX_TIMER_LOG_FILE_SIZE = JAVA_INT_MAX

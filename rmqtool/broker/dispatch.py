@@ -16,11 +16,14 @@ the scalar Java hash of the decoded string (UTF-16 code units, U+FFFD replacemen
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
+
+from formats import JAVA_INT_MAX
 
 from formats import commitlog as cl
 from formats.consumequeue import (CQ_UNIT_DTYPE, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
@@ -34,11 +37,12 @@ from rmqtool.broker.queuekinds import (PROPERTY_INNER_MULTI_DISPATCH, QueueKinds
 from rmqtool.broker.transactions import goes_to_consumequeue, goes_to_index  # noqa: F401 (the rules' home)
 from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
-from rmqtool.io.install import pwrite_all
+from rmqtool.io.indexfile import IndexGeometry
+from rmqtool.io.install import crash_point, pwrite_all
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import length_groups, span_matrix
 
-INT_MAX = (1 << 31) - 1
+INT_MAX = JAVA_INT_MAX
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
 _SCHEDULE = np.frombuffer(cl.SCHEDULE_TOPIC.encode("ascii"), dtype=np.uint8)
 _JOINER = ord(KEY_JOINER)
@@ -763,9 +767,8 @@ class IndexFileImage:
     def write_to(self, fd: int) -> None:
         """Write into an open file: truncate to size, then only the non-zero regions (their
         writeback started at once: the fsync that follows finds less left to write)."""
-        import os
         os.ftruncate(fd, index_file_size(self.hash_slots, self.index_entries))
-        os.pwrite(fd, self.header.astype(INDEX_HEADER_DTYPE).tobytes(), 0)
+        pwrite_all(fd, self.header.astype(INDEX_HEADER_DTYPE).tobytes(), 0)
         # a piece at a time, pieces of zeros left as holes: one converted copy of a 20 MB table
         # is 5,000 fresh pages to fault in (at the run's end, while the other core waits)
         for at in range(0, len(self.slots), SLOT_WRITE_PIECE):
@@ -1026,6 +1029,71 @@ def open_index_image(path, hash_slots: int, index_entries: int) -> tuple[IndexFi
     pages = SlotPages(path, hash_slots)
     return IndexFileImage(header, pages.slots, np.zeros(0, dtype=INDEX_ENTRY_DTYPE), hash_slots,
                           index_entries), pages
+
+
+def index_file_name(when_ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time, as the broker names index files."""
+    import datetime as dt
+    t = dt.datetime.fromtimestamp(when_ms / 1000)
+    return t.strftime("%Y%m%d%H%M%S") + f"{when_ms % 1000:03d}"
+
+
+def index_file_names(kept_names: list[str]):
+    """Fresh index file names: now (local time), strictly after every kept name."""
+    import time
+    now = int(time.time() * 1000)
+    floor = max((int(n) for n in kept_names), default=0)
+    while True:
+        name = index_file_name(now)
+        if int(name) > floor:
+            floor = int(name)
+            yield name
+        now += 1
+
+
+class IndexFileWriter:
+    """One IndexFile written as it fills: entries as they are made, then header and slots
+    (``path`` None: a dry run, nothing is written); the ``open_file`` of an ``IndexBuilder``, used by
+    ``rebuild`` and ``write``. ``pages`` (a ``SlotPages``): ``path`` is an existing file being
+    appended to (``open_index_image``): only the new entries, the header and the slots the keys
+    reached are written, and ``on_write(offset, length)`` hears each of those writes (a new file:
+    the entries' writes; its header and slots go through ``IndexFileImage.write_to``)."""
+
+    def __init__(self, path: Path | None, geometry: IndexGeometry, pages=None, on_write=None):
+        self.geometry, self.fd, self.pages = geometry, None, pages
+        self.on_write = on_write or (lambda offset, length: None)
+        if path is not None and pages is not None:
+            self.fd = os.open(path, os.O_RDWR)
+            if os.fstat(self.fd).st_size < geometry.file_size:
+                os.ftruncate(self.fd, geometry.file_size)
+        elif path is not None:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.ftruncate(self.fd, geometry.file_size)
+
+    def write_entries(self, first: int, entries) -> None:
+        if self.fd is not None:
+            at = entry_position(self.geometry.hash_slots, first)
+            pwrite_all(self.fd, entries.view(np.uint8).reshape(-1), at, start_writeback=True)
+            self.on_write(at, entries.nbytes)
+
+    def close(self, image: IndexFileImage) -> None:
+        if self.fd is None:
+            return
+        try:
+            if self.pages is None:
+                image.write_to(self.fd)        # the header and the used slots (no entries here)
+            else:
+                for first, count in self.pages.touched_runs():
+                    at = slot_position(self.geometry.hash_slots, first)
+                    pwrite_all(self.fd, image.slots[first:first + count].astype(INDEX_SLOT_DTYPE), at)
+                    self.on_write(at, 4 * count)
+                header = image.header.astype(INDEX_HEADER_DTYPE).tobytes()
+                pwrite_all(self.fd, header, 0)
+                self.on_write(0, len(header))
+        finally:
+            os.close(self.fd)
+            self.fd = None
+        crash_point("build")
 
 
 #: keys an IndexBuilder holds before it appends them to the open file (bounds its memory, and

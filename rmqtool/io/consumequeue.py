@@ -7,7 +7,7 @@ import numpy as np
 
 from formats.consumequeue import (BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, CQ_UNIT_DTYPE, CQ_UNIT_SIZE, MAX_CQ_FILE_SIZE,
                                   PRE_BLANK_COMMITLOG_OFFSET, PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
-from rmqtool.io.fileio import ReadOnlyFile, data_extent, too_large
+from rmqtool.io.fileio import ReadOnlyFile, unit_file_head
 from rmqtool.io.segments import SegmentQueue
 
 
@@ -59,14 +59,7 @@ def _unit_bytes(path, unit: int, limit: int | None) -> tuple[bytes, int]:
     one unit: it stands for the rest (where the logical end falls, and what follows it, are the
     same), so the hole is not read."""
     with ReadOnlyFile(path) as fh:
-        size = fh.size()
-        cap = min(limit or MAX_CQ_FILE_SIZE, MAX_CQ_FILE_SIZE)
-        if size > cap == MAX_CQ_FILE_SIZE:         # no queue file size smaller than the file to go by
-            raise too_large(path, size, MAX_CQ_FILE_SIZE, "ConsumeQueue file")
-        usable = min(size, cap) // unit * unit
-        extent = data_extent(fh, min(size, cap))
-        length = min(-(-extent // unit) * unit + unit, usable)
-        raw = fh.read(0, length, exact=False)
+        raw, size, _ = unit_file_head(fh, unit, limit, MAX_CQ_FILE_SIZE, "ConsumeQueue file")
     return raw[:len(raw) // unit * unit], size
 
 

@@ -266,6 +266,22 @@ def read_file(path: Path | str, pos: int = 0, length: int | None = None, exact: 
         return fh.read(pos, length, exact)
 
 
+def unit_file_head(fh: "ReadOnlyFile", unit: int, limit: int | None, largest: int,
+                   what: str) -> tuple[bytes, int, int]:
+    """The bytes worth reading of an open file of ``unit``-byte records (a ConsumeQueue, a timer
+    log), the file's size, and where it ends as read: no further than the queue's file size
+    ``limit`` (the broker maps no more of a file; a file larger than ``largest`` with no smaller
+    ``limit`` to go by is refused, ``too_large``), and past the file's last data run only one unit:
+    a pre-allocated tail's hole reads as zeros, and one unit of them stands for the rest."""
+    size = fh.size()
+    cap = min(limit or largest, largest)
+    if size > cap == largest:
+        raise too_large(fh.path, size, largest, what)
+    end = min(size, cap)
+    length = min(-(-data_extent(fh, end) // unit) * unit + unit, end)
+    return fh.read(0, length, exact=False), size, end
+
+
 def too_large(path: Path | str, size: int, max_length: int, what: str = "file") -> CorruptDataError:
     """The one-line error for a file larger than the most rmqtool reads of its kind."""
     return CorruptDataError(f"{what} is {size} bytes, more than the {max_length} bytes rmqtool reads "

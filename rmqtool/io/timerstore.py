@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from formats import timer as tf
-from rmqtool.io.fileio import ReadOnlyFile, data_extent, next_data, regular_file_present, too_large
+from rmqtool.io.fileio import ReadOnlyFile, next_data, regular_file_present, unit_file_head
 from rmqtool.io import storage
 from rmqtool.io.segments import SegmentQueue
 
@@ -21,9 +21,6 @@ CHECKPOINT_PATH = ("config", "timercheck")
 #: MessageStoreConfig defaults
 DEFAULT_PRECISION_MS = 1000
 DEFAULT_LOG_FILE_SIZE = 100 * 1024 * 1024
-#: the largest timer log file there can be (mappedFileSizeTimerLog and its positions are Java ints);
-#: no more than the log's file size is read of any one
-MAX_TIMER_LOG_FILE_SIZE = (1 << 31) - 1
 _UNIT_NAMES = tuple(sc.name for sc in tf.TimerLogUnit.subcons)
 _SLOT_NAMES = tuple(sc.name for sc in tf.WheelSlot.subcons)
 _CHECKPOINT_NAMES = tuple(sc.name for sc in tf.TimerCheckpoint.subcons)
@@ -127,13 +124,8 @@ class TimerStore:
         nominal = self.log.file_size if self.log is not None else 0
         for seg in self.log_files():
             with ReadOnlyFile(seg.path) as fh:
-                cap = min(nominal or MAX_TIMER_LOG_FILE_SIZE, MAX_TIMER_LOG_FILE_SIZE)
-                if fh.size() > cap == MAX_TIMER_LOG_FILE_SIZE:
-                    raise too_large(seg.path, fh.size(), cap, "timer log file")
-                end = min(fh.size(), cap)
-                # a file's holes after its data read as zeros: one unit of them ends the walk
-                length = min(-(-data_extent(fh, end) // tf.UNIT_SIZE) * tf.UNIT_SIZE + tf.UNIT_SIZE, end)
-                data = fh.read(0, length, exact=False)
+                data, _, end = unit_file_head(fh, tf.UNIT_SIZE, nominal, tf.MAX_TIMER_LOG_FILE_SIZE,
+                                              "timer log file")
             yield from _file_units(str(seg.path), seg.start, data, end)
 
     def unit_at(self, pos: int) -> Unit | None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formats import JAVA_INT_MAX
+
 from formats.indexfile import (INDEX_ENTRY_DTYPE, INDEX_ENTRY_SIZE, INDEX_HEADER_OFFSETS, INDEX_HEADER_SIZE,
                                INDEX_SLOT_DTYPE, IndexEntry, entry_position, slot_position)
 from formats.derive import field_offsets
@@ -25,7 +27,7 @@ from rmqtool.kernels.search import is_member
 from rmqtool.ops.verify.records import RecordTable
 
 _ENTRY_FIELD = field_offsets(IndexEntry)
-INT_MAX = (1 << 31) - 1
+INT_MAX = JAVA_INT_MAX
 #: entries past indexCount inspected for stray (uncounted) writes
 BEYOND_WINDOW = 1 << 16
 
