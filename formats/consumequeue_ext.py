@@ -7,7 +7,7 @@ the layout is the same in rocketmq-all-4.2.0).
 """
 import construct as cs
 
-from formats.derive import field_offsets
+from formats.derive import field_offsets, lazy_dtypes
 
 #: The fixed part of one ext unit (``ConsumeQueueExt.CqExtUnit``, S/ConsumeQueueExt.java:410-457;
 #: written field by field in this order by ``CqExtUnit.write``, :507-529). The filter bitmap,
@@ -61,3 +61,7 @@ def ext_address(offset: int) -> int:
     """The address ``put`` returns for a unit written at ``offset`` (file base + write position):
     ``decorate`` (:125-130, :229), ``offset + Long.MIN_VALUE``."""
     return offset + LONG_MIN
+
+
+#: numpy dtype of the unit header (a unit without bitmap is exactly one), built on first use
+__getattr__ = lazy_dtypes(globals(), EXT_HEADER_DTYPE=CqExtUnitHeader)

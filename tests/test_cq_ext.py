@@ -353,3 +353,71 @@ def test_write_undo_restores_ext_files(ext_store):
     r = run_cli("write", ext_store, "--undo", backup)
     assert r.code == 0, r.err
     assert {p.relative_to(ext_dir): p.read_bytes() for p in ext_dir.rglob("*") if p.is_file()} == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 70), min_size=1, max_size=6), st.sampled_from([64, 100, 256]), st.integers(0, 200))
+def test_put_many_equals_put_one_by_one(tmp_path_factory, runs, file_size, start):
+    """The fast path (``put_many``: a file's run of 20-byte units at once) writes the same bytes and
+    returns the same addresses as ``put`` unit by unit, across file ends and from any start."""
+    import numpy as np
+    from rmqtool.broker.cqbuild import ExtBuilder
+    roots = [tmp_path_factory.mktemp("many"), tmp_path_factory.mktemp("one")]
+    many, one = ExtBuilder(file_size, roots[0]), ExtBuilder(file_size, roots[1])
+    many.start("T", 0, start), one.start("T", 0, start)
+    k = 0
+    for n in runs:
+        tags = np.arange(k, k + n, dtype=np.int64) - 7
+        ts = np.arange(k, k + n, dtype=np.int64) * 1000
+        got = many.put_many("T", 0, tags, ts).tolist()
+        assert got == [one.put("T", 0, int(t), int(s)) for t, s in zip(tags, ts)]
+        k += n
+    many.finish(), one.finish()
+    assert _tree(roots[0]) == _tree(roots[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.builds(lambda t, s: CqExtUnitHeader.build({"size": 20, "tags_code": t, "store_timestamp": s,
+                                                  "bitmap_size": 0}),
+              st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-(1 << 63), (1 << 63) - 1)),
+    st.builds(lambda b: CqExtUnitHeader.build({"size": 20 + len(b), "tags_code": 1, "store_timestamp": 2,
+                                               "bitmap_size": len(b)}) + b, st.binary(min_size=1, max_size=9)),
+    st.binary(max_size=24)), max_size=12), st.booleans())
+def test_index_walk_equals_the_construct_parse(tmp_path_factory, pieces, tail_zero):
+    """The reader's index (``_scan``: runs of plain units a block at a time) and ``headers_at``
+    (a gather with the derived dtype) agree with the formats/ declaration parsed unit by unit
+    (``CqExtUnitHeader.parse`` along the size fields), on any bytes: the units, the data end and
+    the unit that stops the walk."""
+    import construct as cs
+    data = b"".join(pieces) + (bytes(2) if tail_zero else b"")
+    if not data:
+        return
+    d = tmp_path_factory.mktemp("scan")
+    (d / f"{0:020d}").write_bytes(data)
+    want, pos, problem = [], 0, False
+    while pos + 2 <= len(data):
+        size = cs.Int16sb.parse(data[pos:pos + 2])
+        if size <= 0:
+            break
+        try:
+            h = CqExtUnitHeader.parse(data[pos:pos + 20])
+        except cs.StreamError:
+            problem = True
+            break
+        if size < 20 or h.bitmap_size < 0 or size != 20 + h.bitmap_size or pos + size > len(data):
+            problem = True
+            break
+        want.append((pos, h.tags_code, h.store_timestamp))
+        pos += size
+    q = ExtQueue(d, len(data))
+    seg = q.segments.files[0]
+    end, starts, stop, _ = q._index(seg)
+    assert (end, starts.tolist(), stop is not None) == (pos, [w[0] for w in want], problem)
+    _, at, tags, ts = q.headers_at(starts)
+    assert list(zip(at.tolist(), tags.tolist(), ts.tolist())) == want
+    try:
+        assert [(u.position, u.tags_code, u.store_timestamp) for u in q.file_units(seg)] == want
+        assert not problem
+    except ExtProblem:
+        assert problem

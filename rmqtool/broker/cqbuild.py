@@ -299,8 +299,7 @@ class ExtBuilder:
         """``put`` of many units without bitmap, in order (20 bytes each: the file's runs are written
         at once); their addresses."""
         from formats.consumequeue_ext import (CqExtUnitHeader, EXT_END_BLANK_LENGTH, EXT_FILE_END_MARK,
-                                              EXT_MAX_REAL_OFFSET, EXT_UNIT_MIN_SIZE, LONG_MIN)
-        from formats.derive import numpy_dtype
+                                              EXT_HEADER_DTYPE, EXT_MAX_REAL_OFFSET, EXT_UNIT_MIN_SIZE, ext_address)
         n, size = len(tags_code), EXT_UNIT_MIN_SIZE
         key = (topic, int(queue_id))
         at = self._next.get(key, 0)
@@ -318,11 +317,11 @@ class ExtBuilder:
                 at = base + self.file_size
                 continue
             k = min(fit, n - i)
-            units = np.zeros(k, numpy_dtype(CqExtUnitHeader))
+            units = np.zeros(k, EXT_HEADER_DTYPE)
             units["size"], units["tags_code"] = size, tags_code[i:i + k]
             units["store_timestamp"] = store_timestamp[i:i + k]
             self._write(qdir, key, base, pos, units.tobytes())
-            out[i:i + k] = at + size * np.arange(k, dtype=np.int64) + LONG_MIN
+            out[i:i + k] = ext_address(at + size * np.arange(k, dtype=np.int64))
             at += size * k
             i += k
         self._next[key] = at

@@ -6,21 +6,21 @@ file a window at a time, never the whole file.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from formats.consumequeue_ext import (CqExtUnitHeader, EXT_HEADER_OFFSETS, EXT_HEADER_SIZE, EXT_UNIT_MIN_SIZE,
+from formats.consumequeue_ext import (CqExtUnitHeader, EXT_HEADER_SIZE, EXT_UNIT_MIN_SIZE,
                                       ext_offset, is_ext_address)
+from formats.derive import member_struct, struct_of
 from rmqtool.io import storage
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
 from rmqtool.io.topicpath import queue_dirs
 
 EXT_DIR = "consumequeue_ext"
-_HEADER = struct.Struct(">hqqh")
-assert _HEADER.size == EXT_HEADER_SIZE == CqExtUnitHeader.sizeof()
+_HEADER = struct_of(CqExtUnitHeader)
+_SIZE = member_struct(CqExtUnitHeader, "size")
 #: bytes read at once by a listing
 WINDOW = 1 << 20
 
@@ -62,7 +62,7 @@ def parse_header(data: bytes, path: str = "", position: int = 0) -> tuple[int, i
     for a header cut by the end of ``data`` or sizes that disagree."""
     if len(data) < 2:
         raise ExtProblem("no room for an ext unit's size field", path, position)
-    size = struct.unpack_from(">h", data)[0]
+    size = _SIZE.unpack_from(data)[0]
     if size <= 0:
         return None
     if size < EXT_UNIT_MIN_SIZE:
@@ -192,6 +192,7 @@ class ExtQueue:
         bitmap), a window at a time; a run of 20-byte units without bitmap (the usual unit) is taken a
         block at a time."""
         import numpy as np
+        from formats.consumequeue_ext import EXT_HEADER_DTYPE
         parts, problem, bitmaps = [], None, False
         with ReadOnlyFile(seg.path) as fh:
             size = fh.size()
@@ -203,11 +204,11 @@ class ExtQueue:
                     buf_at, buf = pos, fh.read(pos, min(WINDOW, size - pos), exact=False)
                     continue
                 unit_size, _, _, bm = _HEADER.unpack_from(buf, lp) if rest >= EXT_HEADER_SIZE else (
-                    struct.unpack_from(">h", buf, lp)[0], 0, 0, -1)
+                    _SIZE.unpack_from(buf, lp)[0], 0, 0, -1)
                 if unit_size == EXT_UNIT_MIN_SIZE and bm == 0:
                     k = min(rest // EXT_HEADER_SIZE, 4096)
-                    cols = np.frombuffer(buf, ">i2", count=k * (EXT_HEADER_SIZE // 2), offset=lp).reshape(k, -1)
-                    ok = (cols[:, 0] == EXT_UNIT_MIN_SIZE) & (cols[:, -1] == 0)
+                    heads = np.frombuffer(buf, EXT_HEADER_DTYPE, count=k, offset=lp)
+                    ok = (heads["size"] == EXT_UNIT_MIN_SIZE) & (heads["bitmap_size"] == 0)
                     run = k if ok.all() else int(np.argmin(ok))
                     parts.append(pos + EXT_HEADER_SIZE * np.arange(run, dtype=np.int64))
                     pos += EXT_HEADER_SIZE * run
@@ -241,7 +242,7 @@ class ExtQueue:
                 head = buf[pos - buf_at:]
                 if len(head) < 2:
                     break
-                unit_size = struct.unpack_from(">h", head)[0]
+                unit_size = _SIZE.unpack_from(head)[0]
                 if unit_size > 0 and len(head) < unit_size and pos + unit_size <= size:
                     buf_at, buf = pos, memoryview(fh.read(pos, min(max(WINDOW, unit_size), size - pos), exact=False))
                     head = buf
@@ -262,6 +263,8 @@ class ExtQueue:
         """(file index, position, tagsCode, store time) of the units starting at ``offsets`` (unit
         starts, as ``unit_offsets`` gives them), each file read a window at a time."""
         import numpy as np
+        from formats.consumequeue_ext import EXT_HEADER_DTYPE
+        from rmqtool.kernels.gather import gather_records
         offsets = np.asarray(offsets, dtype=np.int64)
         order = np.argsort(offsets, kind="stable")
         srt = offsets[order]
@@ -282,10 +285,8 @@ class ExtQueue:
                     if not len(inside):
                         raise ExtProblem("ext unit header cut by the end of its file", str(self.segments.files[f].path), w0)
                     cols[inside] = pos[inside] - w0
-                    raw = np.frombuffer(data, np.uint8)
-                    for name, out in (("tags_code", tags), ("store_timestamp", ts)):
-                        at = cols[inside, None] + EXT_HEADER_OFFSETS[name] + np.arange(8)
-                        out[inside] = raw[at].copy().view(">i8").reshape(-1)
+                    heads = gather_records(np.frombuffer(data, np.uint8), cols[inside], EXT_HEADER_DTYPE)
+                    tags[inside], ts[inside] = heads["tags_code"], heads["store_timestamp"]
                     k += len(inside)
         back = np.empty_like(order)
         back[order] = np.arange(len(order))

@@ -14,14 +14,14 @@ caller drops them (``drop_filter_bitmaps``).
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
 
 from formats import commitlog as cl
-from formats.consumequeue import CQ_UNIT_SIZE
+from formats.consumequeue import CQ_UNIT_SIZE, ConsumeQueueUnit
 from formats.consumequeue_ext import ext_offset, is_ext_address
+from formats.derive import struct_of
 from rmqtool.broker.cqbuild import ExtBuilder
 from rmqtool.errors import RefusedError
 from rmqtool.io import install as inst
@@ -29,7 +29,9 @@ from rmqtool.io.consumequeue import is_pre_blank, logical_end, read_unit_file
 from rmqtool.io.consumequeue_ext import EXT_DIR, ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.topicpath import queue_dir
+from rmqtool.records.layout import STORE_TIMESTAMP, SYS_FLAG
 
+_CQ_UNIT = struct_of(ConsumeQueueUnit)
 _SYS_FLAG_AT = cl.MESSAGE_HEAD_OFFSETS["sys_flag"]
 #: past STORETIMESTAMP whatever the born host's size
 _TS_END_MAX = cl.store_timestamp_position(cl.BORNHOST_V6_FLAG) + cl.STORE_TIMESTAMP_SIZE
@@ -140,7 +142,7 @@ class ExtRebuild:
             with ReadOnlyFile(seg.path) as fh:
                 raw = fh.read(pos, CQ_UNIT_SIZE, exact=False)
             if len(raw) == CQ_UNIT_SIZE:
-                phy, _, tags = struct.unpack(">qiq", raw)
+                phy, _, tags = _CQ_UNIT.unpack(raw)
                 if phy == int(unit["commitlog_offset"]) and is_ext_address(tags):
                     try:
                         u = old.get(tags)
@@ -171,12 +173,12 @@ class ExtRebuild:
             self._ts_file = (seg.path, ReadOnlyFile(seg.path))
         fh = self._ts_file[1]
         head = fh.read(pos + _SYS_FLAG_AT, _TS_END_MAX - _SYS_FLAG_AT, exact=False)    # one read: flag .. time
-        sys_flag = struct.unpack_from(">i", head)[0]
+        sys_flag = SYS_FLAG.unpack_from(head)[0]
         at = cl.store_timestamp_position(sys_flag) - _SYS_FLAG_AT
-        if len(head) < at + 8:
+        if len(head) < at + STORE_TIMESTAMP.size:
             raise RefusedError(f"the record a rebuilt ConsumeQueue unit points at ({phy}) is cut by its file's end",
                                seg.path, pos)
-        return struct.unpack_from(">q", head, at)[0]
+        return STORE_TIMESTAMP.unpack_from(head, at)[0]
 
     def discard(self) -> None:
         if self.build is not None:

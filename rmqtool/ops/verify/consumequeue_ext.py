@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats.consumequeue import CQ_UNIT_OFFSETS
-from formats.consumequeue_ext import EXT_ADDRESS_MAX, EXT_HEADER_OFFSETS, LONG_MIN
+from formats.consumequeue_ext import EXT_HEADER_OFFSETS, ext_offset, is_ext_address
 from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 
 _TAGS_AT = CQ_UNIT_OFFSETS["tags_code"]
@@ -66,7 +66,7 @@ def ext_unit_checks(qu, store, sink) -> ExtResolved | None:
     """Every ext address of queue ``qu`` (``consumequeue.QueueUnits``) resolved to its unit;
     returns them by queue offset (``ExtResolved``) for the deep check (None when the queue holds
     no address)."""
-    is_addr = qu.tags <= EXT_ADDRESS_MAX
+    is_addr = is_ext_address(qu.tags)
     if not is_addr.any():
         return None
     name = f"{qu.topic}/{qu.queue_id}"
@@ -79,7 +79,7 @@ def ext_unit_checks(qu, store, sink) -> ExtResolved | None:
         sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: {len(idx)} unit(s) hold ext addresses (the first at "
                  f"queue offset {int(qu.qoff[j])}) but the queue has no consumequeue_ext/ file", excerpt_len=8)
         return ExtResolved([], *(np.zeros(0, np.int64) for _ in range(5)))
-    offsets = qu.tags[idx] - LONG_MIN
+    offsets = ext_offset(qu.tags[idx])
     starts = ext.unit_offsets()
     rank = np.minimum(np.searchsorted(starts, offsets), max(len(starts) - 1, 0))
     exact = (rank < len(starts)) & (starts[rank] == offsets) if len(starts) else np.zeros(len(idx), bool)
@@ -129,7 +129,7 @@ def deep_ext_checks(qu, j: np.ndarray, r: np.ndarray, good: np.ndarray, table, s
         return
     c = table.cols
     name = f"{qu.topic}/{qu.queue_id}"
-    for k in np.flatnonzero(good & (qu.tags[j] <= EXT_ADDRESS_MAX)):
+    for k in np.flatnonzero(good & is_ext_address(qu.tags[j])):
         jj, rr = int(j[k]), int(r[k])
         got = ext.get(int(qu.qoff[jj]))
         if got is None:
