@@ -230,27 +230,23 @@ class ExtQueue:
         return pos, starts, problem, bitmaps
 
     def file_units(self, seg) -> Iterator[ExtUnit]:
-        """The units of one file in order, up to the first size <= 0 (or the file's last 2 bytes).
-        A unit that cannot be read ends the walk with ``ExtProblem``."""
+        """The units of one file in order, up to its data end (``_index``'s walk: the first size
+        <= 0, or the file's last 2 bytes), each read a window at a time. A unit that cannot be
+        read ends them with ``ExtProblem``."""
+        end, starts, problem, _ = self._index(seg)
+        stops = starts.tolist()[1:] + [end]
         with ReadOnlyFile(seg.path) as fh:
             size = fh.size()
-            pos, buf, buf_at = 0, memoryview(b""), 0
-            while pos + 2 <= size:
-                need = pos + EXT_HEADER_SIZE
-                if need > buf_at + len(buf):
-                    buf_at, buf = pos, memoryview(fh.read(pos, min(WINDOW, size - pos), exact=False))
-                head = buf[pos - buf_at:]
-                if len(head) < 2:
-                    break
-                unit_size = _SIZE.unpack_from(head)[0]
-                if unit_size > 0 and len(head) < unit_size and pos + unit_size <= size:
-                    buf_at, buf = pos, memoryview(fh.read(pos, min(max(WINDOW, unit_size), size - pos), exact=False))
-                    head = buf
-                unit = parse_unit(head, str(seg.path), pos, seg.start + pos)
-                if unit is None:
+            buf, buf_at = memoryview(b""), 0
+            for pos, stop in zip(starts.tolist(), stops):
+                if stop > buf_at + len(buf):
+                    buf_at, buf = pos, memoryview(fh.read(pos, min(max(WINDOW, stop - pos), size - pos), exact=False))
+                unit = parse_unit(buf[pos - buf_at:stop - buf_at], str(seg.path), pos, seg.start + pos)
+                if unit is None:          # the file changed since its walk (a live store): stop there
                     return
                 yield unit
-                pos += unit.size
+        if problem is not None:
+            raise problem
 
     def unit_offsets(self):
         """The offset (in the queue's ext space) of every unit, file by file up to each file's
