@@ -269,9 +269,8 @@ def test_open_index_file_is_appended_to_without_being_loaded(tmp_path):
     """Appending keys to an existing, not full index file reads only the slot pages the keys
     reach and writes only those slots, the new entries and the header: the file is the same
     as appending with the whole file loaded."""
-    from rmqtool.broker.dispatch import IndexBuilder, SLOT_PAGE, SlotPages, extend_index_image, open_index_image, \
-        read_index_image, build_index_image
-    from rmqtool.ops.rebuild import _IndexFileOut
+    from rmqtool.broker.dispatch import IndexBuilder, IndexFileWriter, SLOT_PAGE, SlotPages, extend_index_image, \
+        open_index_image, read_index_image, build_index_image
     slots, entries = 64 * SLOT_PAGE, 50_000
     rng = np.random.default_rng(5)
     old = build_index_image(rng.integers(0, 1 << 31, 40_000), np.arange(40_000) * 100, np.full(40_000, 10**12),
@@ -285,7 +284,7 @@ def test_open_index_file_is_appended_to_without_being_loaded(tmp_path):
     image, pages = open_index_image(path, slots, entries)
     assert len(image.entries) == 0
     written = []
-    out = _IndexFileOut(path, IndexGeometry(slots, entries), pages, on_write=lambda o, n: written.append((o, n)))
+    out = IndexFileWriter(path, IndexGeometry(slots, entries), pages, on_write=lambda o, n: written.append((o, n)))
     b = IndexBuilder(slots, entries, lambda im: None, open_image=image, open_file=lambda: out, load_slots=pages.load)
     b.add(keys, phy, ts, phy)
     b.finish()

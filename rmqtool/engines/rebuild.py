@@ -379,8 +379,8 @@ def distributed_rebuild(engine: Engine, store, *, cq_out=None, index_out=None, c
     import tempfile
     import time
     from pathlib import Path
-    from rmqtool.broker.dispatch import build_index_image
-    from rmqtool.ops.rebuild import dispatch_config, index_file_name
+    from rmqtool.broker.dispatch import build_index_image, index_file_name
+    from rmqtool.ops.rebuild import dispatch_config
     config = dispatch_config(store, config)
     outs = [Path(p) for p in (cq_out, index_out) if p is not None]
     for p in outs:

@@ -27,6 +27,7 @@ from rmqtool.broker.cqbuild import BcqBuilder, CqBuilder
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
+                                     IndexFileWriter, index_file_names,
                               dispatch_batch)
 from rmqtool.engines.interrupts import interrupts_held, start_worker
 from rmqtool.errors import RefusedError, UsageError
@@ -754,12 +755,6 @@ def _finish(result: RebuildResult, store, target: Path, build: Path, output: Pat
 
 
 # --- index ----------------------------------------------------------------------------------
-def index_file_name(when_ms: int) -> str:
-    """yyyyMMddHHmmssSSS in local time, as the broker names index files."""
-    t = dt.datetime.fromtimestamp(when_ms / 1000)
-    return t.strftime("%Y%m%d%H%M%S") + f"{when_ms % 1000:03d}"
-
-
 @dataclass
 class _Kept:
     files: list[Path]
@@ -791,49 +786,6 @@ def _kept_index_files(store, geometry: IndexGeometry, from_offset: int | None) -
     return kept
 
 
-class _IndexFileOut:
-    """One IndexFile written as it fills: entries as they are made, then header and slots
-    (``path`` None: a dry run, nothing is written). ``pages`` (a ``SlotPages``): ``path`` is an
-    existing file being appended to (``open_index_image``): only the new entries, the header
-    and the slots the keys reached are written. ``on_write(offset, length)`` hears every write."""
-
-    def __init__(self, path: Path | None, geometry: IndexGeometry, pages=None, on_write=None):
-        self.geometry, self.fd, self.pages = geometry, None, pages
-        self.on_write = on_write or (lambda offset, length: None)
-        if path is not None and pages is not None:
-            self.fd = os.open(path, os.O_RDWR)
-            if os.fstat(self.fd).st_size < geometry.file_size:
-                os.ftruncate(self.fd, geometry.file_size)
-        elif path is not None:
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.ftruncate(self.fd, geometry.file_size)
-
-    def write_entries(self, first: int, entries) -> None:
-        if self.fd is not None:
-            at = entry_position(self.geometry.hash_slots, first)
-            inst.pwrite_all(self.fd, entries.view(np.uint8).reshape(-1), at, start_writeback=True)
-            self.on_write(at, entries.nbytes)
-
-    def close(self, image: IndexFileImage) -> None:
-        if self.fd is None:
-            return
-        try:
-            if self.pages is None:
-                image.write_to(self.fd)        # the header and the used slots (no entries here)
-            else:
-                for first, count in self.pages.touched_runs():
-                    at = slot_position(self.geometry.hash_slots, first)
-                    inst.pwrite_all(self.fd, image.slots[first:first + count].astype(INDEX_SLOT_DTYPE), at)
-                    self.on_write(at, 4 * count)
-                header = image.header.astype(INDEX_HEADER_DTYPE).tobytes()
-                inst.pwrite_all(self.fd, header, 0)
-                self.on_write(0, len(header))
-        finally:
-            os.close(self.fd)
-            self.fd = None
-        inst.crash_point("build")
-
-
 class _IndexJob(_Job):
     def __init__(self, store, geometry: IndexGeometry, from_offset: int | None, to_offset: int | None,
                  output, dry_run: bool):
@@ -858,13 +810,13 @@ class _IndexJob(_Job):
         self.builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, self._sink,
                                     kept.seed_phy, kept.seed_ts, kept.skip, open_file=self._open_file)
 
-    def _open_file(self) -> "_IndexFileOut":
+    def _open_file(self) -> IndexFileWriter:
         name = next(self.names)
         self.result.files_written.append({"path": name, "size": self.geometry.file_size})
-        return _IndexFileOut(None if self.build is None else self.build / name, self.geometry)
+        return IndexFileWriter(None if self.build is None else self.build / name, self.geometry)
 
     def _sink(self, image: IndexFileImage) -> None:
-        """A file is complete (``_IndexFileOut.close`` wrote it)."""
+        """A file is complete (``IndexFileWriter.close`` wrote it)."""
 
     def on_dispatch(self, d) -> None:
         self.builder.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
@@ -920,18 +872,6 @@ def _current_entries(store) -> int | None:
         except Exception:     # noqa: BLE001 - an unreadable file holds nothing we can count
             continue
     return total
-
-
-def index_file_names(kept_names: list[str]):
-    """Fresh index file names: now (local time), strictly after every kept name."""
-    now = int(time.time() * 1000)
-    floor = max((int(n) for n in kept_names), default=0)
-    while True:
-        name = index_file_name(now)
-        if int(name) > floor:
-            floor = int(name)
-            yield name
-        now += 1
 
 
 def discard_build(build: Path, keep_dir: bool) -> None:

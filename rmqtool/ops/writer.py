@@ -18,7 +18,7 @@ the ranges this run wrote (each write is noted: ``_note``) and a manifest that p
 (``write --undo``). A new store is staged and renamed into place. A failed run removes its stage.
 
 Memory does not grow with the store: the open index file is appended to through rebuild's
-``IndexBuilder`` and ``_IndexFileOut`` without being loaded (``open_index_image``), and the
+``IndexBuilder`` and ``IndexFileWriter`` (``broker/dispatch``) without being loaded (``open_index_image``), and the
 store's end is found with one small CommitLog window and one ConsumeQueue file at a time.
 
 The run holds the rmqtool writer lock (``rmqtool.io.storelock``: the broker's ``lock`` file,
@@ -46,7 +46,8 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SI
 from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
 from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
-                              RecordColumns, dispatch_batch, layout_cq, open_index_image, queue_groups)
+                              IndexFileWriter, RecordColumns, dispatch_batch, index_file_names, layout_cq,
+                              open_index_image, queue_groups)
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
                             patch_phy_offset)
@@ -58,7 +59,6 @@ from formats import dledger as dl
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, INDEX_DIR as DLEDGER_INDEX_DIR
 from rmqtool.io.dledger_layout import members as dledger_members
 from rmqtool.io.topicpath import queue_dir, topic_path_problem
-from rmqtool.ops.rebuild import _IndexFileOut, index_file_names
 from rmqtool.io.indexfile import IndexGeometry
 from rmqtool.io.consumequeue_ext import ext_file_size
 from rmqtool.io import writebackup
@@ -639,7 +639,7 @@ class StoreWriter:
         return g
 
     def _index_builder(self) -> IndexBuilder:
-        """rebuild's IndexBuilder, writing each file as it fills (``_IndexFileOut``); the last file,
+        """rebuild's IndexBuilder, writing each file as it fills (``IndexFileWriter``); the last file,
         when not full, is appended to without being loaded (``open_index_image``: its header and
         the slot pages the new keys reach)."""
         g = self.geometry
@@ -697,7 +697,7 @@ class StoreWriter:
             tags[grp] = self._ext.put_many(topic, qid, tags[grp], ts[grp])
         d.cq_tags_code = tags
 
-    def _open_index_file(self) -> _IndexFileOut:
+    def _open_index_file(self) -> IndexFileWriter:
         index_dir = self.out / "index"
         ownership.makedirs(index_dir)
         pages = None
@@ -708,11 +708,11 @@ class StoreWriter:
         else:
             path = index_dir / next(self._names)
         self.summary.index_files.append(path.name)
-        return _IndexFileOut(path, IndexGeometry(self.geometry.hash_slots, self.geometry.index_entries), pages,
+        return IndexFileWriter(path, IndexGeometry(self.geometry.hash_slots, self.geometry.index_entries), pages,
                              on_write=lambda offset, length: self._note(path, offset, length))
 
     def _sink(self, image: IndexFileImage) -> None:
-        """An index file is complete (``_IndexFileOut.close`` wrote it)."""
+        """An index file is complete (``IndexFileWriter.close`` wrote it)."""
         self._last_index_end_ts = int(image.header["end_timestamp"][0])
 
     def _note(self, path: Path, offset: int, length: int) -> None:
