@@ -157,11 +157,6 @@ def regular_file_present(path) -> bool:
     return regular_size(path) is not None
 
 
-def read_text(path, encoding: str = "utf-8") -> str:
-    """A whole small text file of the store (config JSON, properties), through ``ReadOnlyFile``."""
-    return read_file(path, exact=False).decode(encoding)
-
-
 class ReadOnlyFile:
     """An open file descriptor used only with pread (a remote object: ranged reads)."""
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqtool.io import ownership, storage, writeback
+from rmqtool.io.fileio import not_regular, open_regular, read_file, refuse_not_regular
 from rmqtool.errors import RefusedError, RmqError
 from rmqtool.io.topicpath import queue_selected
 
@@ -49,6 +50,8 @@ WRITE_CRASH_STEPS = ("staged", "mid-file") + CRASH_STEPS + ("backup",)
 TMP_MARK = ".rmqtool-tmp-"
 BACKUP_MARK = ".backup-"
 JOURNAL_SUFFIX = ".rmqtool-install"
+#: the most of an install journal read back (a few paths; anything larger is not rmqtool's)
+MAX_JOURNAL_SIZE = 1 << 20
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -155,8 +158,8 @@ def recover_leftovers(target: Path) -> list[str]:
         notes.append(f"removed an unfinished install journal {stray.name}")
     if journal.exists():
         try:
-            from rmqtool.io.fileio import read_text
-            j = json.loads(read_text(journal))       # a FIFO there: refused (exit 3), never waited on
+            j = json.loads(read_file(journal, max_length=MAX_JOURNAL_SIZE,    # a FIFO: refused (exit 3)
+                                     what="install journal"))
             tmp, backup, old_ino = Path(j["tmp"]), Path(j["backup"]), j.get("old_ino")
         except (ValueError, KeyError, TypeError):
             # empty or torn (written in place by older versions, e.g. on a full disk): the swap
@@ -338,7 +341,6 @@ def link_tree(src: Path, dst: Path) -> int:
                     shutil.copy2(e.path, target)
                     ownership.inherit(target, like=e.path)
             else:                           # a FIFO, socket or device: never dropped from the new store
-                from rmqtool.io.fileio import not_regular, refuse_not_regular
                 raise refuse_not_regular(e.path, not_regular(e.stat(follow_symlinks=False).st_mode))
             n += 1
     return n
@@ -366,7 +368,6 @@ def copy_sparse(src: Path, dst: Path) -> None:
     (SEEK_DATA/SEEK_HOLE), so a preallocated-by-truncate file costs only what it holds. The
     copy gets the owner, group and mode of ``src`` before any byte is written."""
     import fcntl
-    from rmqtool.io.fileio import open_regular
     fin = open_regular(src)             # a directory, FIFO or device: one line naming it, never read
     try:
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

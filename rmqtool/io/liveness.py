@@ -211,8 +211,8 @@ def _parents() -> dict[int, int]:
             continue
         try:
             with open(f"{entry.path}/stat", "rb") as fh:
-                stat = fh.read(4096)
-            out[int(entry.name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+                line = fh.read(4096)
+            out[int(entry.name)] = int(line[line.rindex(b")") + 2:].split()[1])   # after "(comm) state"
         except (OSError, ValueError, IndexError):
             continue
     return out
