@@ -421,3 +421,25 @@ def test_index_walk_equals_the_construct_parse(tmp_path_factory, pieces, tail_ze
         assert not problem
     except ExtProblem:
         assert problem
+
+
+def test_store_times_read_in_windows_equal_the_records(ext_store):
+    """``ExtRebuild._store_times`` (a window per run of records, gathered) gives each record's
+    STORETIMESTAMP as the record decoder does, in any order of offsets."""
+    import numpy as np
+    from rmqtool.io.store import Store
+    from rmqtool.ops.rebuild_ext import ExtRebuild
+    r = run_cli("dump", "commitlog", ext_store, "-f", "jsonl", "--body", "none")
+    records = [row for row in _jsonl(r.out) if row.get("kind") == "MESSAGE"]
+    phys = np.array([row["phy_offset"] for row in records], np.int64)
+    shuffle = np.random.default_rng(7).permutation(len(phys))
+    x = ExtRebuild(Store(ext_store), None, dry_run=True)
+    x._ts_file = None
+    try:
+        got = x._store_times(phys[shuffle])
+        one = x._store_time(int(phys[-1]))
+    finally:
+        if x._ts_file is not None:
+            x._ts_file[1].close()
+    assert got.tolist() == [records[k]["store_timestamp"] for k in shuffle.tolist()]
+    assert one == records[-1]["store_timestamp"]

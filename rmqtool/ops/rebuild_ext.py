@@ -29,12 +29,13 @@ from rmqtool.io.consumequeue import is_pre_blank, logical_end, read_unit_file
 from rmqtool.io.consumequeue_ext import EXT_DIR, ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.topicpath import queue_dir
-from rmqtool.records.layout import STORE_TIMESTAMP, SYS_FLAG
 
 _CQ_UNIT = struct_of(ConsumeQueueUnit)
 _SYS_FLAG_AT = cl.MESSAGE_HEAD_OFFSETS["sys_flag"]
 #: past STORETIMESTAMP whatever the born host's size
 _TS_END_MAX = cl.store_timestamp_position(cl.BORNHOST_V6_FLAG) + cl.STORE_TIMESTAMP_SIZE
+#: the CommitLog bytes one read of ``_store_times`` spans at most
+_WINDOW = 1 << 20
 
 
 def bitmap_files(store) -> list[Path]:
@@ -115,7 +116,7 @@ class ExtRebuild:
             if not seeded and len(real):
                 self._seed(topic, qid, int(path.name) // CQ_UNIT_SIZE + int(real[0]), units[int(real[0])])
                 seeded = True
-            times = np.fromiter((self._store_time(int(p)) for p in units["commitlog_offset"][real]), np.int64, len(real))
+            times = self._store_times(units["commitlog_offset"][real])
             units["tags_code"][real] = self.builder.put_many(topic, qid, units["tags_code"][real].astype(np.int64), times)
             self.units += len(real)
             fd = os.open(path, os.O_WRONLY)
@@ -162,23 +163,53 @@ class ExtRebuild:
 
     def _store_time(self, phy: int) -> int:
         """STORETIMESTAMP of the record at ``phy`` (what the dispatch request carries)."""
-        hit = self.store.locate(phy)
-        if hit is None:
-            raise RefusedError(f"a rebuilt ConsumeQueue unit points at {phy}, which no CommitLog file holds",
-                               self.store.commitlog_dirs[0])
-        seg, pos = hit
+        return int(self._store_times(np.array([phy], np.int64))[0])
+
+    def _store_times(self, phys: np.ndarray) -> np.ndarray:
+        """STORETIMESTAMP of the records at ``phys``: one read per run of them within ``WINDOW``
+        bytes of one CommitLog file (a queue's units come in CommitLog order), from each run's
+        first sysFlag to its last record's store time."""
+        from formats.derive import field_dtype
+        from rmqtool.kernels.gather import gather_ints
+        flag_dtype, ts_dtype = cl.MESSAGE_HEAD_DTYPE["sys_flag"], field_dtype(cl.StoreTimestamp)
+        order = np.argsort(phys, kind="stable")
+        srt = np.asarray(phys, np.int64)[order]
+        out = np.empty(len(srt), np.int64)
+        ts_plain, ts_v6 = (cl.store_timestamp_position(f) - _SYS_FLAG_AT for f in (0, cl.BORNHOST_V6_FLAG))
+        i = 0
+        while i < len(srt):
+            phy = int(srt[i])
+            hit = self.store.locate(phy)
+            if hit is None:
+                raise RefusedError(f"a rebuilt ConsumeQueue unit points at {phy}, which no CommitLog file holds",
+                                   self.store.commitlog_dirs[0])
+            seg, pos = hit
+            fh = self._commitlog_file(seg)
+            j = i + int(np.searchsorted(srt[i:], min(phy + _WINDOW, seg.start + fh.size()), side="left"))
+            j = max(j, i + 1)
+            rel = srt[i:j] - phy
+            raw = np.frombuffer(fh.read(pos + _SYS_FLAG_AT, int(rel[-1]) + _TS_END_MAX - _SYS_FLAG_AT, exact=False),
+                                np.uint8)
+            flags = gather_ints(raw, rel, flag_dtype)
+            at = rel + np.where(flags & cl.BORNHOST_V6_FLAG, ts_v6, ts_plain)
+            cut = (rel + flag_dtype.itemsize > len(raw)) | (at + ts_dtype.itemsize > len(raw))
+            if cut.any():
+                k = int(np.argmax(cut))
+                raise RefusedError(f"the record a rebuilt ConsumeQueue unit points at ({int(srt[i + k])}) is cut "
+                                   "by its file's end", seg.path, pos + int(rel[k]))
+            out[i:j] = gather_ints(raw, at, ts_dtype)
+            i = j
+        back = np.empty(len(out), np.int64)
+        back[order] = out
+        return back
+
+    def _commitlog_file(self, seg) -> ReadOnlyFile:
+        """The open CommitLog file (one at a time: a queue's records are read file by file)."""
         if self._ts_file is None or self._ts_file[0] != seg.path:
             if self._ts_file is not None:
                 self._ts_file[1].close()
             self._ts_file = (seg.path, ReadOnlyFile(seg.path))
-        fh = self._ts_file[1]
-        head = fh.read(pos + _SYS_FLAG_AT, _TS_END_MAX - _SYS_FLAG_AT, exact=False)    # one read: flag .. time
-        sys_flag = SYS_FLAG.unpack_from(head)[0]
-        at = cl.store_timestamp_position(sys_flag) - _SYS_FLAG_AT
-        if len(head) < at + STORE_TIMESTAMP.size:
-            raise RefusedError(f"the record a rebuilt ConsumeQueue unit points at ({phy}) is cut by its file's end",
-                               seg.path, pos)
-        return STORE_TIMESTAMP.unpack_from(head, at)[0]
+        return self._ts_file[1]
 
     def discard(self) -> None:
         if self.build is not None:
