@@ -125,10 +125,11 @@ def consumequeue_rows(store, topic: str | None, queue: int | None,
     """Rows of every selected queue; wrong-size files are appended to ``problems`` (when given)."""
     refs = [r for r in store.queues()
             if (topic is None or r.topic == topic) and (queue is None or r.queue_id == queue)]
+    ext_size = _ext_file_size(store.root) if refs else None        # once, not per queue
     for ref in refs:
         q = store.queue(ref.topic, ref.queue_id)
         _size_problems(q, problems)
-        yield from _queue_rows(ref.topic, ref.queue_id, q, _ext_queue(store.root, ref.topic, ref.queue_id))
+        yield from _queue_rows(ref.topic, ref.queue_id, q, _ext_queue(store.root, ref.topic, ref.queue_id, ext_size))
     for ref in store.queues(batch=True):
         if (topic is None or ref.topic == topic) and (queue is None or ref.queue_id == queue):
             yield from batch_queue_rows(store, ref)
@@ -171,16 +172,21 @@ def consumequeue_file_rows(path: Path, cq_file_size: int | None, problems: list 
         problems.append((str(path), size, f"size {size} differs from --cq-file-size {cq_file_size}"))
     _size_problems(q, problems)
     root = path.parent.parent.parent.parent        # <root>/consumequeue/<topic>/<queueId>/<file>
-    ext = _ext_queue(root, topic, queue) if m and path.parent.parent.parent.name == "consumequeue" else None
+    ext = (_ext_queue(root, topic, queue, _ext_file_size(root))
+           if m and path.parent.parent.parent.name == "consumequeue" else None)
     yield from _queue_rows(topic, queue, q, ext)
 
 
-def _ext_queue(root, topic, queue_id):
-    """The queue's ConsumeQueueExt files, when the store keeps them (docs/format-cq-ext.md)."""
-    from rmqtool.io.consumequeue_ext import ExtQueue, ext_file_size
-    size = ext_file_size(root)
-    return None if size is None else (ExtQueue.of(root, topic, queue_id, size) or ExtQueue(
-        root / "consumequeue_ext" / str(topic) / str(queue_id), size))
+def _ext_file_size(root) -> int | None:
+    from rmqtool.io.consumequeue_ext import ext_file_size
+    return ext_file_size(root)
+
+
+def _ext_queue(root, topic, queue_id, size: int | None):
+    """The queue's ConsumeQueueExt files (``size``: the store's ext file size, None when it keeps
+    none: docs/format-cq-ext.md)."""
+    from rmqtool.io.consumequeue_ext import ExtQueue, ext_queue_dir
+    return None if size is None else ExtQueue(ext_queue_dir(root, topic, queue_id), size)
 
 
 def ext_fields(ext, tags_code: int) -> dict:

@@ -8,6 +8,7 @@ A wrong address is reported at the CQ unit's tagsCode field: the address is what
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,15 @@ from formats.consumequeue_ext import EXT_HEADER_OFFSETS, ext_offset, is_ext_addr
 from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 
 _TAGS_AT = CQ_UNIT_OFFSETS["tags_code"]
+#: the store's ext file size, found once per ``Store`` of a run (``ext_unit_checks`` is called per
+#: queue, and ``ext_file_size`` lists up to 64 queues' files)
+_FILE_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _file_size(store) -> int | None:
+    if store not in _FILE_SIZES:
+        _FILE_SIZES[store] = ext_file_size(store.root)
+    return _FILE_SIZES[store]
 
 
 @dataclass
@@ -45,7 +55,7 @@ def ext_layout_checks(store, sink, topic: str | None = None, queue_id: int | Non
     """Every (selected) ext queue's files (names, sizes) and units (sizes, a unit cut by its file's end)."""
     if not has_ext(store.root):
         return
-    size = ext_file_size(store.root)
+    size = _file_size(store)
     for t, qid, d in ext_queues(store.root):
         if (topic is not None and t != topic) or (queue_id is not None and qid != queue_id):
             continue
@@ -70,7 +80,7 @@ def ext_unit_checks(qu, store, sink) -> ExtResolved | None:
     if not is_addr.any():
         return None
     name = f"{qu.topic}/{qu.queue_id}"
-    size = ext_file_size(store.root)
+    size = _file_size(store)
     ext = ExtQueue.of(store.root, qu.topic, qu.queue_id, size)
     idx = np.flatnonzero(is_addr)
     if ext is None or not ext.segments.files:
