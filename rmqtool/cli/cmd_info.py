@@ -1,7 +1,6 @@
 """`rmqtool info STORE`: files, geometry, topics/queues, checkpoint, liveness, recovery start."""
 from __future__ import annotations
 
-import os
 
 import typer
 from rich.markup import escape
@@ -33,11 +32,10 @@ def info_command(
     stdout.print(f"  live: {'yes, lock held by ' + info['lock_owner_text'] if info['live'] else 'no'}"
                  f"   abort file: {'present (last shutdown was not clean)' if info['abort'] else 'absent'}",
                  markup=False)
+    from rmqtool.io.fileio import how_link_is_read
     for link in info["symlinks"]:
-        how = ("read through it as the broker does" if os.path.isfile(link["path"])   # a link to a file
-               else "not followed")
         stdout.print(f"  warning: symlink {escape_control(link['path'])} -> {escape_control(link['target'])} "
-                     f"({how})", markup=False)
+                     f"({how_link_is_read(link['path'])})", markup=False)
     stdout.print(f"[bold]commitlog[/bold] {cl['files']} files of {cl['file_size']} bytes in "
                  f"{', '.join(cl['dirs'])}")
     counted = (f"messages {cl['messages']} in the store, " if cl["messages"] is not None else "") + \

@@ -390,10 +390,9 @@ def _cell(value) -> str:
 
 def say_followed_links() -> None:
     """One note per store file this run read through a symbolic link (``fileio.followed_links``)."""
-    from rmqtool.io.fileio import followed_links
+    from rmqtool.io.fileio import followed_links, link_note
     for path, target in followed_links():
-        stderr.print(f"note: {escape_control(path)} is a symbolic link to {escape_control(target)}; "
-                     "read through it as the broker does", markup=False)
+        stderr.print(f"note: {escape_control(path)} {escape_control(link_note(path, target))}", markup=False)
 
 
 def fail(exc: RmqError) -> None:

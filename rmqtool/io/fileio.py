@@ -128,6 +128,21 @@ def forget_followed_links() -> None:
     _FOLLOWED.clear()
 
 
+#: what every command does with a store file that is a symbolic link to a regular file
+READ_THROUGH = "read through it as the broker does"
+
+
+def how_link_is_read(path) -> str:
+    """What rmqtool does with the symbolic link ``path`` in a store: a link to a regular file is
+    read through, as the broker does; any other link is not followed."""
+    return READ_THROUGH if os.path.isfile(path) else "not followed"
+
+
+def link_note(path, target: str | None = None) -> str:
+    """What a command says of a store file that is a symbolic link it reads through."""
+    return f"is a symbolic link to {target or os.path.realpath(path)}; {READ_THROUGH}"
+
+
 def regular_size(path) -> int | None:
     """Size of a store file the broker reads by name, as its ``File`` API sees it: None when
     nothing is at ``path``; a symbolic link to a regular file is followed (and recorded,

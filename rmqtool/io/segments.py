@@ -1,7 +1,6 @@
 """Ordered segment files named by their start offset (the MappedFileQueue equivalent)."""
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -66,7 +65,7 @@ class SegmentQueue:
                                                   "file vanished while listing; ignored", "warning"))
                     continue
                 if e.is_symlink():
-                    problems.append(LayoutProblem("names", e.path, None, link_note(e.path), "info"))
+                    problems.append(LayoutProblem("names", e.path, None, fileio.link_note(e.path), "info"))
                 files.append(Segment(storage.path(e.path), int(e.name), size))
         files.sort(key=lambda s: s.name)
         nominal = file_size or _infer_file_size(files, unit)
@@ -132,11 +131,6 @@ def entry_size(e) -> int | None:
         return None
     fileio.require_regular(e.path, st.st_mode)
     return st.st_size
-
-
-def link_note(path) -> str:
-    """What a command says of a store file that is a symbolic link it reads through."""
-    return f"is a symbolic link to {os.path.realpath(path)}; read through it as the broker does"
 
 
 def _infer_file_size(files: list[Segment], unit: int) -> int:

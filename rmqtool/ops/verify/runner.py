@@ -9,12 +9,12 @@ queues are still read because the cross-checks and the forecast need them.
 """
 from __future__ import annotations
 
-import os
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqtool.io.fileio import how_link_is_read
 from rmqtool.io.checkpoint import CheckpointValues
 from rmqtool.io.store import UNREADABLE
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK, StoreLayoutError, UsageError
@@ -156,8 +156,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
 
     # 0. symlinks inside the store: listed, never followed
     for path, dest in store.symlinks():
-        how = ("read through it as the broker does" if os.path.isfile(path) else "not followed")
-        sink.add("store.symlink", path, None, f"symlink to {dest!r}: {how} (write refuses it, "
+        sink.add("store.symlink", path, None, f"symlink to {dest!r}: {how_link_is_read(path)} (write refuses it, "
                  "rebuild carries it over as a link)", excerpt=False)
 
     # 0b. config files that cannot be loaded (the broker falls back to the .bak, and so does rmqtool)
