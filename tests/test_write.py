@@ -293,6 +293,45 @@ def test_open_index_file_is_appended_to_without_being_loaded(tmp_path):
     assert sum(n for _, n in written) < 30 * (20 + 4 * 17) + 40
 
 
+@pytest.mark.parametrize("fold_keys", [700, 1_000_000])
+def test_appending_to_an_open_index_file_equals_the_whole_file_path(tmp_path, fold_keys):
+    """The fast path (``open_index_image``: slot pages read as keys reach them across folds,
+    only touched slots written) against the reference (the file loaded whole, images written by
+    ``to_bytes``), through a fill of the open file and a spill into a new one: the same bytes."""
+    from rmqtool.broker.dispatch import IndexBuilder, IndexFileWriter, SLOT_PAGE, build_index_image, \
+        open_index_image, read_index_image
+    slots, entries = 16 * SLOT_PAGE, 50_000
+    geometry = IndexGeometry(slots, entries)
+    rng = np.random.default_rng(7)
+    old = build_index_image(rng.integers(0, 1 << 31, 40_000), np.arange(40_000) * 100,
+                            10**12 + np.arange(40_000), slots, entries)
+    path = tmp_path / "open"
+    with open(path, "wb") as fh:
+        old.write_to(fh.fileno())
+    n = 25_000                                    # 9,999 fill the open file, the rest start a new one
+    keys = rng.integers(-(1 << 31), 1 << 31, n)
+    phy = 4_000_000 + np.arange(n) * 100
+    ts = 10**12 + 50_000 + np.arange(n)
+
+    reference = []
+    b = IndexBuilder(slots, entries, reference.append, open_image=read_index_image(path, slots, entries),
+                     fold_keys=fold_keys)
+    for at in range(0, n, 3_000):
+        b.add(keys[at:at + 3_000], phy[at:at + 3_000], ts[at:at + 3_000], phy[at:at + 3_000])
+    b.finish()
+    assert len(reference) == 2
+
+    image, pages = open_index_image(path, slots, entries)
+    outs = iter([IndexFileWriter(path, geometry, pages), IndexFileWriter(tmp_path / "new", geometry)])
+    b = IndexBuilder(slots, entries, lambda im: None, open_image=image, open_file=lambda: next(outs),
+                     load_slots=pages.load, fold_keys=fold_keys)
+    for at in range(0, n, 3_000):
+        b.add(keys[at:at + 3_000], phy[at:at + 3_000], ts[at:at + 3_000], phy[at:at + 3_000])
+    b.finish()
+    assert path.read_bytes() == reference[0].to_bytes()
+    assert (tmp_path / "new").read_bytes() == reference[1].to_bytes()
+
+
 def test_a_failed_write_changes_nothing(store_copy, tmp_path):
     from rmqtool.errors import UsageError
     root = store_copy("basic")
