@@ -218,10 +218,13 @@ def _state(store: Path, f: dict) -> str:
         return "other"
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        if size == f["new_size"] and _crc(fh.fileno(), ranges, size, path) == f["new_crc32"]:
-            return "new"
-        if f["existed"] and size == f["size"] and _crc(fh.fileno(), ranges, size, path) == f["old_crc32"]:
-            return "old"
+        if size != f["new_size"] and not (f["existed"] and size == f["size"]):
+            return "other"
+        crc = _crc(fh.fileno(), ranges, size, path)       # the ranges read once, whichever it matches
+    if size == f["new_size"] and crc == f["new_crc32"]:
+        return "new"
+    if f["existed"] and size == f["size"] and crc == f["old_crc32"]:
+        return "old"
     return "other"
 
 

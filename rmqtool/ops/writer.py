@@ -603,6 +603,7 @@ class StoreWriter:
             raise UsageError(f"the store's commitlog files are {self.store.commitlog.file_size} bytes, "
                              f"not {g.commitlog_file_size}", self.store.commitlog.files[-1].path)
         end, self.next_offset, self.last_ts = (0, {}, 0) if created else _existing_state(self.store, g)
+        self._queue_ends = dict(self.next_offset)     # each queue's end as found (where _write_cq appends)
         if not created:                   # dispatch as the broker that wrote the store did
             kinds = detect_queue_kinds(self.store, self.config.kinds.multi_dispatch or None)
             self.config = replace(self.config, kinds=replace(
@@ -866,8 +867,10 @@ class StoreWriter:
         for q in self.cq.queues():
             qdir = queue_dir(self.out / "consumequeue", q.topic, q.queue_id)
             existing = None
-            if qdir.is_dir() and any(qdir.iterdir()):
-                existing, _ = queue_tail(self.store.queue(q.topic, q.queue_id))
+            if qdir.is_dir() and any(qdir.iterdir()):         # _existing_state read its tail already
+                existing = self._queue_ends.get((q.topic, q.queue_id))
+                if existing is None:
+                    existing, _ = queue_tail(self.store.queue(q.topic, q.queue_id))
             if existing is None:
                 layout = layout_cq(q, size)
                 start, units = layout.first_file, layout.units
