@@ -23,10 +23,6 @@ PRE_BLANK_COMMITLOG_OFFSET = 0
 PRE_BLANK_SIZE = 0x7FFFFFFF
 PRE_BLANK_TAGS_CODE = 0
 
-#: tagsCode values at or below this are ConsumeQueueExt addresses (format.md §4.2).
-EXT_ADDRESS_MAX = -2147483649
-LONG_MIN = -(1 << 63)
-
 BatchConsumeQueueUnit = cs.Struct(
     "commitlog_offset" / cs.Int64sb,
     "size" / cs.Int32sb,

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from formats import commitlog as cl
-from formats.consumequeue import (CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, EXT_ADDRESS_MAX, PRE_BLANK_COMMITLOG_OFFSET,
+from formats.consumequeue_ext import EXT_ADDRESS_MAX
+from formats.consumequeue import (CQ_UNIT_OFFSETS, CQ_UNIT_SIZE, PRE_BLANK_COMMITLOG_OFFSET,
                                   PRE_BLANK_SIZE, PRE_BLANK_TAGS_CODE)
 from rmqtool.broker.dispatch import goes_to_consumequeue
 from rmqtool.io.consumequeue import read_unit_file, valid_units
