@@ -15,6 +15,7 @@ import pytest
 
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
+from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.ops.dump import RecordFilter, commitlog_rows
 from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
 from rmqtool.records.scan import RecordBatch, walk_store
@@ -330,6 +331,29 @@ def test_appending_to_an_open_index_file_equals_the_whole_file_path(tmp_path, fo
     b.finish()
     assert path.read_bytes() == reference[0].to_bytes()
     assert (tmp_path / "new").read_bytes() == reference[1].to_bytes()
+
+
+@pytest.mark.parametrize("name", ["basic", "crashed", "mixed", "propcrc-lmq-batchcq"])
+def test_queue_tail_is_read_units_end(name, tmp_path):
+    """write's ``queue_tail`` (one file at a time, none past the end) finds the end and the largest
+    unit end ``read_units`` finds, also with the logical end cut into the middle of a queue."""
+    import shutil
+    from rmqtool.io.consumequeue import queue_tail, read_units
+    root = tmp_path / name
+    shutil.copytree(reference_store(name), root)
+    st = Store(root)
+    refs = list(st.queues())
+    assert refs
+    cut = st.queue(refs[0].topic, refs[0].queue_id).files[0].path      # a unit of zeros: the end moves there
+    with open(cut, "r+b") as fh:
+        fh.seek(CQ_UNIT_SIZE)
+        fh.write(bytes(CQ_UNIT_SIZE))
+    for ref in refs:
+        q = st.queue(ref.topic, ref.queue_id)
+        units = read_units(ref.topic, ref.queue_id, q)
+        real = units.units[~units.pre_blank]
+        max_phy = int((real["commitlog_offset"] + real["size"]).max()) if len(real) else 0
+        assert queue_tail(q) == (units.end_queue_offset, max_phy), ref
 
 
 def test_a_failed_write_changes_nothing(store_copy, tmp_path):

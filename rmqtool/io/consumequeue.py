@@ -70,31 +70,41 @@ def read_unit_file(path, limit: int | None = None) -> tuple[np.ndarray, int]:
     return np.frombuffer(raw, CQ_UNIT_DTYPE), size
 
 
+def unit_files(queue: SegmentQueue):
+    """(file index, segment, units, file size, units before the logical end, the end falls in this
+    file) of each file of a queue in order, one in memory at a time. The logical end is the first
+    unit with offset < 0 or size <= 0, or the end of a file shorter than the queue's file size; a
+    file past it has None units before the end. The one walk of a queue to its end: ``read_units``
+    and ``queue_tail`` (which stops at the end: the files after it are not read)."""
+    ended = False
+    for i, seg in enumerate(queue.files):
+        units, size = read_unit_file(seg.path, queue.file_size)
+        if ended:
+            yield i, seg, units, size, None, False
+            continue
+        take = logical_end(units)
+        ended = take < len(units) or size // CQ_UNIT_SIZE * CQ_UNIT_SIZE < queue.file_size
+        yield i, seg, units, size, take, ended
+
+
 def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUnits:
     """Read every file; the logical end is the first unit with offset < 0 or size <= 0."""
     parts, qoffs, fidx, poss = [], [], [], []
     stale, short = 0, []
-    ended = False
     end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
-    for i, seg in enumerate(queue.files):
-        units, size = read_unit_file(seg.path, queue.file_size)
-        usable = size // CQ_UNIT_SIZE * CQ_UNIT_SIZE
-        if usable != size:
+    for i, seg, units, size, take, _ in unit_files(queue):
+        if size // CQ_UNIT_SIZE * CQ_UNIT_SIZE != size:
             short.append((str(seg.path), size))
-        if ended:
+        if take is None:
             stale += int(np.count_nonzero(units["size"]))
             continue
-        take = logical_end(units)
         parts.append(units[:take])
         positions = np.arange(take, dtype=np.int64) * CQ_UNIT_SIZE
         poss.append(positions)
         qoffs.append((seg.start + positions) // CQ_UNIT_SIZE)
         fidx.append(np.full(take, i, dtype=np.int32))
         end_q = (seg.start + take * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-        if take < len(units) or usable < queue.file_size:
-            ended = True
-            rest = units[take:]
-            stale += int(np.count_nonzero(rest["size"] > 0))
+        stale += int(np.count_nonzero(units[take:]["size"] > 0))     # the file the end falls in
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
     return ConsumeQueueUnits(topic, queue_id, cat(parts, CQ_UNIT_DTYPE), cat(qoffs, np.int64),
                              cat(fidx, np.int32), cat(poss, np.int64), queue, end_q, stale, short)
@@ -102,17 +112,16 @@ def read_units(topic: str, queue_id: int, queue: SegmentQueue) -> ConsumeQueueUn
 
 def queue_tail(queue: SegmentQueue) -> tuple[int, int]:
     """(the queue's end offset, the largest commitlog offset + size of its units before that end,
-    filler units aside; 0 when none) as ``read_units`` finds them, one file in memory at a time."""
+    filler units aside; 0 when none) as ``read_units`` finds them (``unit_files``), one file in
+    memory at a time, no file past the end read."""
     end_q = queue.files[0].start // CQ_UNIT_SIZE if queue.files else 0
     max_phy = 0
-    for seg in queue.files:
-        units, size = read_unit_file(seg.path, queue.file_size)
-        take = logical_end(units)
+    for _, seg, units, _, take, ends in unit_files(queue):
         real = units[:take][~is_pre_blank(units[:take])]
         if len(real):
             max_phy = max(max_phy, int((real["commitlog_offset"] + real["size"]).max()))
         end_q = (seg.start + take * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-        if take < len(units) or size // CQ_UNIT_SIZE * CQ_UNIT_SIZE < queue.file_size:
+        if ends:
             break
     return end_q, max_phy
 
