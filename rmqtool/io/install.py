@@ -173,7 +173,7 @@ def recover_leftovers(target: Path) -> list[str]:
     prefix = target.name + TMP_MARK
     for entry in sorted(parent.iterdir()):
         if entry.name.startswith(prefix) and (entry.is_dir() or entry.is_file()):
-            _remove(entry)
+            remove_build(entry)
             notes.append(f"removed an unfinished build left by a crash: {entry.name}")
     if notes:
         fsync_path(parent)
@@ -187,7 +187,7 @@ def _finish_swap(target: Path, tmp: Path, backup: Path, old_ino) -> str:
     if old_ino is not None and target_ino == old_ino:
         # the swap never happened: target is the old tree, tmp an unused new tree
         if tmp.exists():
-            _remove(tmp)
+            remove_build(tmp)
         return f"interrupted install before the swap: kept the original {target}, removed the unused build {tmp.name}"
     if target_ino is None and tmp.exists():
         # rename fallback died between its two renames: the old tree is at backup
@@ -201,8 +201,8 @@ def _finish_swap(target: Path, tmp: Path, backup: Path, old_ino) -> str:
     return f"interrupted install had completed; originals are in {backup.name}"
 
 
-def _remove(path: Path) -> None:
-    """Remove a build: a tree, or one file."""
+def remove_build(path: Path) -> None:
+    """Remove a build (or what a write's backup no longer needs): a tree, or one file."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -241,10 +241,10 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     backup = target.parent / f"{target.name}{BACKUP_MARK}{utc_stamp()}"
     journal = journal_path(target)
     try:
-        _write_synced(journal, json.dumps({"tmp": str(tmp), "backup": str(backup),
+        write_synced(journal, json.dumps({"tmp": str(tmp), "backup": str(backup),
                                            "old_ino": target.stat().st_ino}))
     except BaseException:                   # nothing swapped: the build goes, the original stays
-        _remove(tmp)
+        remove_build(tmp)
         raise
     fsync_path(target.parent)
     crash_point("journal")
@@ -266,7 +266,7 @@ def install(target: Path, tmp: Path, drop_empty_backup: bool = False) -> Install
     return InstallResult(str(target), str(backup) if backup else None, files, size)
 
 
-def _write_synced(path: Path, text) -> None:
+def write_synced(path: Path, text) -> None:
     """Write ``path`` whole or not at all: a temporary file, fsynced, renamed over it (the caller
     fsyncs the directory). A crash or a full disk leaves the old file or none, never a torn one.
     ``text``: a str, bytes, or an iterable of bytes written one after another."""

@@ -161,15 +161,15 @@ def shrink(backup: Path, root: Path, written: dict[str, list[tuple[int, int]]]) 
                     os.close(fd)
             entries.append(entry)
 
-    inst._write_synced(backup / SAVED, saved_chunks())
+    inst.write_synced(backup / SAVED, saved_chunks())
     manifest = {"format": FORMAT, "version": VERSION, "store": str(root), "saved": SAVED,
                 "files": entries, "new_dirs": sorted(new_dirs - old_dirs, key=lambda d: (-d.count(os.sep), d))}
-    inst._write_synced(backup / MANIFEST, json.dumps(manifest, separators=(",", ":")))
+    inst.write_synced(backup / MANIFEST, json.dumps(manifest, separators=(",", ":")))
     inst.fsync_path(backup)
     inst.crash_point("backup")
     for child in os.listdir(backup):                    # the whole old files: no longer needed
         if child not in (MANIFEST, SAVED):
-            inst._remove(backup / child)
+            inst.remove_build(backup / child)
     inst.fsync_path(backup)
     used = sum(os.lstat(backup / n).st_blocks * 512 for n in os.listdir(backup))
     return len(entries), used
