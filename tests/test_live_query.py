@@ -108,7 +108,7 @@ def appender(root: str, log: str, count: int, start_phy: int, conn=None, checkpo
             _pw(cfd, data[:half], pos)          # a reader may now see a torn record
             time.sleep(0.0005)
             _pw(cfd, data[half:], pos + half)
-            for key in (uniq, f"live", KEY, f"x{n}"):
+            for key in (uniq, "live", KEY, f"x{n}"):
                 while not _put_key(ifd, f"{TOPIC}#{key}", phy, ts):
                     end_phy, end_ts = _index_header(ifd)[3], _index_header(ifd)[1]
                     os.close(ifd)

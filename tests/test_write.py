@@ -270,7 +270,7 @@ def test_open_index_file_is_appended_to_without_being_loaded(tmp_path):
     """Appending keys to an existing, not full index file reads only the slot pages the keys
     reach and writes only those slots, the new entries and the header: the file is the same
     as appending with the whole file loaded."""
-    from rmqtool.broker.dispatch import IndexBuilder, IndexFileWriter, SLOT_PAGE, SlotPages, extend_index_image, \
+    from rmqtool.broker.dispatch import IndexBuilder, IndexFileWriter, SLOT_PAGE, extend_index_image, \
         open_index_image, read_index_image, build_index_image
     slots, entries = 64 * SLOT_PAGE, 50_000
     rng = np.random.default_rng(5)

@@ -8,7 +8,6 @@ hard links. ``--output`` builds the replacement tree elsewhere and touches nothi
 """
 from __future__ import annotations
 
-import datetime as dt
 import mmap
 import os
 import shutil
@@ -32,7 +31,6 @@ from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchC
 from rmqtool.engines.interrupts import interrupts_held, start_worker
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
-from formats.indexfile import INDEX_HEADER_DTYPE, INDEX_SLOT_DTYPE, entry_position, slot_position
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
