@@ -29,6 +29,15 @@ def _nobody() -> tuple[int, int]:
     return pw.pw_uid, pw.pw_gid
 
 
+def _empty_home(tmp_path, mode: int) -> Path:
+    """An empty directory of ``mode`` that nobody owns, as a user's home a store is written into."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(home, mode)
+    os.chown(home, *_nobody())
+    return home
+
+
 def _umask() -> int:
     old = os.umask(0o022)
     os.umask(old)
@@ -231,11 +240,7 @@ def test_convert_into_a_users_directory_gives_the_new_store_to_that_user(tmp_pat
     """convert writes a new store (never into an existing one): made in a directory nobody
     owns, the whole new store is nobody's, with the modes a new entry gets there."""
     source = dledger_copy(tmp_path / "dledger")
-    home = tmp_path / "home"
-    home.mkdir(mode=0o750)
-    os.chmod(home, 0o750)
-    uid, gid = _nobody()
-    os.chown(home, uid, gid)
+    home = _empty_home(tmp_path, 0o750)
     before = _snapshot(home)
     r = run_cli("convert", source, "--output", home / "store")
     assert r.code == 0, r.err
@@ -246,11 +251,7 @@ def test_convert_into_a_users_directory_gives_the_new_store_to_that_user(tmp_pat
 
 @needs_root
 def test_write_a_new_store_in_a_users_directory(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chmod(home, 0o755)
-    uid, gid = _nobody()
-    os.chown(home, uid, gid)
+    home = _empty_home(tmp_path, 0o755)
     before = _snapshot(home)
     r = run_cli("write", home / "store", "--synthetic", "50")
     assert r.code == 0, r.err
@@ -344,11 +345,7 @@ def test_files_and_directories_made_in_a_store_are_the_owners_from_their_creatio
 
 @needs_root
 def test_the_article_layout_written_into_a_users_directory_is_that_users(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chmod(home, 0o750)
-    uid, gid = _nobody()
-    os.chown(home, uid, gid)
+    home = _empty_home(tmp_path, 0o750)
     before = _snapshot(home)
     r = run_cli("write", home / "article", "--layout", "simplified", "--synthetic", "5")
     assert r.code == 0, r.err
