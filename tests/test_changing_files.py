@@ -238,7 +238,7 @@ def test_segment_deleted_between_listing_and_stat(tmp_path, monkeypatch):
         entries = list(real_scandir(path))
         subprocess.run(["rm", str(d / f"{0:020d}")], check=True)      # a second process deletes one
         return iter(entries)
-    monkeypatch.setattr(segments.os, "scandir", scandir_then_delete)
+    monkeypatch.setattr(_os, "scandir", scandir_then_delete)     # the one os module segments lists with
     queue = segments.SegmentQueue.discover([d], "commitlog", 1024)
     assert [s.start for s in queue.files] == [1024, 2048]
     assert any("vanished" in p.message and p.path.endswith(f"{0:020d}") for p in queue.problems)
