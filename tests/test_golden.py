@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
-from cases import GOLDEN, ROOT, STORES, cases, run_case  # noqa: E402
+from cases import GOLDEN, ROOT, STORES, cases, materialise, run_case  # noqa: E402
 
 REFERENCE = ROOT / "fixtures" / "reference"
 
@@ -29,6 +28,6 @@ def test_output_is_the_golden_one(tmp_path, name, case, argv):
     golden = GOLDEN / name / f"{case}.out"
     assert golden.exists(), f"no golden for {name}/{case}: run tests/golden/capture.py"
     store = tmp_path / "store"
-    shutil.copytree(REFERENCE / name, store)
+    materialise(REFERENCE, name, store)
     got = run_case(argv, store, tmp_path / "out", ROOT)
     assert got == golden.read_text(encoding="utf-8")

@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import GOLDEN, ROOT, STORES, cases, run_case  # noqa: E402
+from cases import GOLDEN, ROOT, STORES, cases, materialise, run_case  # noqa: E402
 
 
 def main() -> int:
@@ -33,7 +32,7 @@ def main() -> int:
                 continue
             with tempfile.TemporaryDirectory(prefix="rmqtool-golden-") as tmp:
                 store = Path(tmp) / "store"
-                shutil.copytree(reference / name, store)
+                materialise(reference, name, store)
                 record = run_case(argv, store, Path(tmp) / "out", args.tree.resolve())
             (out_dir / f"{case}.out").write_text(record, encoding="utf-8")
             print(f"{name}/{case}: {record.splitlines()[0]}")
