@@ -24,6 +24,7 @@ INLINE_LIMIT = 24 << 10
 #: JSON fields that differ from run to run (times, backup names)
 VOLATILE = {"seconds", "messages_per_second", "backup"}
 _INDEX_NAME = re.compile(r"\b20\d{15}\b")          # index file names are creation times
+_ROCKSDB_VIEW = re.compile(r"/tmp/rmqtool-rocksdb-cq-\w+")  # a RocksDB CQ's file view (a temporary directory)
 
 
 def _pick(answers: dict) -> dict:
@@ -94,13 +95,16 @@ def materialise(reference: Path, name: str, dest: Path) -> Path:
     return dest
 
 
-def _tree_digest(path: Path) -> str:
-    """File name (index names normalised) -> sha1 of content, one line each, sorted by content
-    for the index (its names are creation times)."""
+def _tree_digest(path: Path, store: Path, tmp: Path) -> str:
+    """File name (index names normalised) -> sha1 of content (the store's and the run's paths in
+    it replaced, as in the outputs), one line each, sorted by content for the index (its names
+    are creation times)."""
     rows = []
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
         rel = _INDEX_NAME.sub("{index-name}", str(f.relative_to(path)))
-        rows.append(f"{rel} {hashlib.sha1(f.read_bytes()).hexdigest()}")
+        data = (f.read_bytes().replace(str(tmp).encode(), b"{tmp}")
+                .replace(str(store).encode(), b"{store}"))
+        rows.append(f"{rel} {hashlib.sha1(data).hexdigest()}")
     return "\n".join(sorted(rows)) + "\n"
 
 
@@ -118,6 +122,7 @@ def normalise(text: str, store: Path, tmp: Path) -> str:
     """Paths and volatile values replaced. JSON is parsed before index names are masked, so a
     float whose digits look like a creation time (0.20000123456789012) cannot break the parse."""
     text = text.replace(str(tmp), "{tmp}").replace(str(store), "{store}")
+    text = _ROCKSDB_VIEW.sub("{rocksdb-view}", text)
     try:
         data = json.loads(text)
     except ValueError:
@@ -151,5 +156,5 @@ def run_case(argv: list[str], store: Path, tmp: Path, tree: Path) -> str:
                + "\n".join(lines[:3]) + "\n")
     record = f"exit {proc.returncode}\n--- stderr\n{err}--- stdout\n{out}"
     if digest_dir is not None:
-        record += "--- files\n" + (_tree_digest(digest_dir) if digest_dir.exists() else "(none)\n")
+        record += "--- files\n" + (_tree_digest(digest_dir, store, tmp) if digest_dir.exists() else "(none)\n")
     return record
