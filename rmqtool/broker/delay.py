@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 from formats.commitlog import DEFAULT_DELAY_LEVELS
+from rmqtool.io.fileio import read_file, regular_file_present
+from rmqtool.io.store import MAX_CONFIG_SIZE
+
+#: the broker's own settings file in the store's ``config/`` (upstream ``BrokerPathConfigHelper``:
+#: ``<store root>/config/broker.properties`` unless the broker is started with another path)
+BROKER_PROPERTIES = "broker.properties"
+DELAY_LEVEL_SETTING = "messageDelayLevel"
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: upstream uses storeTimestamp + 1000 when the level has no entry in its table
@@ -17,6 +24,37 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> list[int]:
 
 
 DEFAULT_LEVELS_MS = parse_delay_levels()
+
+
+def properties_value(text: str, key: str) -> str | None:
+    """The value of ``key`` in a Java ``.properties`` text (``key=value``, ``key: value`` or
+    ``key value``; ``#``/``!`` comments; the last occurrence wins); None when absent."""
+    found = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":"), line.find(" "), line.find("\t")) if i >= 0),
+                  default=len(line))
+        if line[:cut].strip() == key:
+            found = line[cut + 1:].strip().lstrip("=:").strip()
+    return found
+
+
+def store_delay_levels(store) -> list[int]:
+    """The delay table of the broker that wrote ``store``: ``messageDelayLevel`` of its
+    ``config/broker.properties`` when the file sets it, else the default table. A value the
+    broker could not parse (it then refuses to start) counts as the default table."""
+    path = store.config_dir / BROKER_PROPERTIES
+    if not regular_file_present(path):
+        return list(DEFAULT_LEVELS_MS)
+    text = read_file(path, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8", "replace")
+    spec = properties_value(text, DELAY_LEVEL_SETTING)
+    try:
+        levels = parse_delay_levels(spec) if spec else []
+    except (ValueError, KeyError, IndexError):
+        levels = []
+    return levels or list(DEFAULT_LEVELS_MS)
 
 
 def deliver_timestamp(level: int, store_timestamp: int, levels_ms: list[int] = DEFAULT_LEVELS_MS) -> int:
