@@ -104,3 +104,34 @@ def test_deep_verify_of_batch_units_uses_the_stores_delay_table(tmp_path):
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / "broker.properties").write_text("messageDelayLevel=1s 5s 20s\n")
     assert findings() == [("bcq.unit-record", 0), ("bcq.unit-record", 46), ("bcq.unit-record", 92)]
+
+
+def test_the_end_of_a_file_is_one_property():
+    """"A file not ending in a BLANK ends the log at base + file size" is ``FileEnd.log_end`` /
+    ``FileEnd.ends_log``; past a BLANK the log goes on at the next file's start."""
+    from rmqtool.broker.dispatch import END_DISPATCH_STOP
+    from rmqtool.records.scan import END_BLANK, END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileEnd
+    blank = FileEnd("f", 1 << 20, 1 << 20, 900, END_BLANK)
+    assert (blank.ends_log, blank.log_end) == (False, 2 << 20)
+    for kind in (END_ZERO, END_EOF, END_CORRUPT, END_TORN, END_DISPATCH_STOP):
+        end = FileEnd("f", 1 << 20, 1 << 20, 900, kind)
+        assert (end.ends_log, end.log_end) == (True, (1 << 20) + 900), kind
+
+
+def test_no_module_restates_the_end_of_a_file():
+    """No ``<end>.file_base + <x>.file_size`` outside ``records/scan.py`` (the property's home):
+    recovery, verify, write and the truncation count take ``FileEnd.log_end``."""
+    import ast
+    from pathlib import Path
+    import rmqtool
+    root = Path(rmqtool.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "records" / "scan.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+                    and isinstance(node.left, ast.Attribute) and node.left.attr == "file_base"
+                    and isinstance(node.right, ast.Attribute) and node.right.attr == "file_size"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
