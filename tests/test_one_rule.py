@@ -11,9 +11,9 @@ import pytest
 from formats import commitlog as cl
 from conftest import STORE_NAMES, load_answers, reference_store, run_cli
 from rmqtool.broker import dispatch
-from rmqtool.broker.delay import DEFAULT_LEVELS_MS, parse_delay_levels, store_delay_levels
+from rmqtool.broker.delay import DEFAULT_LEVELS_MS, parse_delay_levels, store_delay_levels, tags_code_of
 from rmqtool.broker.dispatch import (DispatchConfig, dispatch_batch, goes_to_consumequeue, record_index_keys,
-                                     record_tags_codes, schedule_delays, tags_code_of)
+                                     record_tags_codes, schedule_delays)
 from rmqtool.records.scan import RecordBatch, walk_store
 from rmqtool.io.store import Store
 from rmqtool.ops.verify import records as verify_records
@@ -135,3 +135,28 @@ def test_no_module_restates_the_end_of_a_file():
                     and isinstance(node.right, ast.Attribute) and node.right.attr == "file_size"):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert found == []
+
+
+@pytest.mark.parametrize("name", STORE_NAMES)
+def test_index_keys_are_the_scalar_rule_on_every_record(name):
+    """``dispatch.record_index_keys`` (the C loop and the numpy formulation) puts exactly the keys
+    of ``broker.indexkeys.index_keys``, in its order, for every record of every reference store;
+    the key search (``match_kind``) finds each record by each of them."""
+    from formats.indexfile import KEY_JOINER
+    from rmqtool.broker.indexkeys import MATCH_KEYS, MATCH_UNIQ, index_keys, match_kind
+    from rmqtool.broker.transactions import goes_to_index
+    from rmqtool.kernels.javastring import index_key_hash
+    for b in _batches(name):
+        want_rec, want_hash = [], []
+        for i in range(len(b)):
+            if not goes_to_index(cl.transaction_type(int(b.sys_flag[i]))):
+                continue
+            for kind, key in index_keys(b.text("uniq", i), b.text("keys", i)):
+                want_rec.append(i)
+                want_hash.append(index_key_hash(b.topic(i) + KEY_JOINER + key))
+                if key:
+                    assert match_kind(b, i, key, b.topic(i)) in (kind, MATCH_UNIQ), (b.path, i, key)
+                    assert kind != MATCH_KEYS or match_kind(b, i, key, None, uniq_only=True) != MATCH_KEYS
+        for core in (dispatch.native.core, None):
+            rec, keys = record_index_keys(b, core=core)
+            assert (rec.tolist(), keys.tolist()) == (want_rec, want_hash), (name, b.path, core)

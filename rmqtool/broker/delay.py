@@ -1,9 +1,11 @@
 """Delay levels: the deliver timestamp the broker stores as tagsCode for SCHEDULE_TOPIC_XXXX."""
 from __future__ import annotations
 
+from formats import commitlog as cl
 from formats.commitlog import DEFAULT_DELAY_LEVELS
 from rmqtool.io.fileio import read_file, regular_file_present
 from rmqtool.io.store import MAX_CONFIG_SIZE
+from rmqtool.kernels.javastring import tags_code
 
 #: the broker's own settings file in the store's ``config/`` (upstream ``BrokerPathConfigHelper``:
 #: ``<store root>/config/broker.properties`` unless the broker is started with another path)
@@ -77,3 +79,16 @@ def parse_level(text: str) -> int | None:
     if not -(1 << 31) <= value < (1 << 31):
         return None
     return value
+
+
+def tags_code_of(topic: str, props: dict, store_timestamp: int,
+                 delay_levels_ms: list[int] = DEFAULT_LEVELS_MS) -> int:
+    """``dispatch.record_tags_codes`` for one decoded record (its topic, properties and store time): the
+    row form dump, export and the per-unit checks of light queues and BatchConsumeQueues use.
+    ``tests/test_one_rule.py`` proves it equal to the batch rule on every reference record, with
+    the default delay table and another one."""
+    if topic == cl.SCHEDULE_TOPIC and cl.PROPERTY_DELAY_TIME_LEVEL in props:
+        level = parse_level(props[cl.PROPERTY_DELAY_TIME_LEVEL])
+        if level is not None and level > 0:
+            return deliver_timestamp(level, store_timestamp, delay_levels_ms)
+    return tags_code(props.get(cl.PROPERTY_TAGS))

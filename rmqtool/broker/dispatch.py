@@ -36,7 +36,7 @@ from rmqtool.broker.delay import DEFAULT_LEVELS_MS, deliver_timestamp, parse_lev
 from rmqtool.broker.queuekinds import (PROPERTY_INNER_MULTI_DISPATCH, QueueKinds, batch_position,
                                        goes_to_batch_queue, lmq_units)
 from rmqtool.broker.transactions import goes_to_consumequeue, goes_to_index  # noqa: F401 (the rules' home)
-from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes, tags_code
+from rmqtool.kernels.javahash import combine_hash, index_key_hash_array, span_hashes
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexGeometry
 from rmqtool.io.install import crash_point, pwrite_all
@@ -387,19 +387,6 @@ def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = No
             if level > 0:
                 tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
     return tags_code
-
-
-def tags_code_of(topic: str, props: dict, store_timestamp: int,
-                 delay_levels_ms: list[int] = DEFAULT_LEVELS_MS) -> int:
-    """``record_tags_codes`` for one decoded record (its topic, properties and store time): the
-    row form dump, export and the per-unit checks of light queues and BatchConsumeQueues use.
-    ``tests/test_one_rule.py`` proves it equal to the batch rule on every reference record, with
-    the default delay table and another one."""
-    if topic == cl.SCHEDULE_TOPIC and cl.PROPERTY_DELAY_TIME_LEVEL in props:
-        level = parse_level(props[cl.PROPERTY_DELAY_TIME_LEVEL])
-        if level is not None and level > 0:
-            return deliver_timestamp(level, store_timestamp, delay_levels_ms)
-    return tags_code(props.get(cl.PROPERTY_TAGS))
 
 
 def record_index_keys(batch: DispatchColumns, n: int | None = None,

@@ -25,7 +25,7 @@ from formats import commitlog as cl
 from rmqtool.records.ids import decode_uniq_key, format_address, format_host
 from rmqtool.kernels.javahash import tags_code
 from rmqtool.kernels.gather import gather_bytes
-from rmqtool.broker.dispatch import tags_code_of
+from rmqtool.broker.delay import tags_code_of
 from rmqtool.output.schema import RECORD_FIELDS, decompress
 
 EXPORT_BODY_MODES = ("none", "raw", "text")

@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass
 
 from formats import commitlog as cl
-from rmqtool.broker.dispatch import tags_code_of
+from rmqtool.broker.delay import tags_code_of
 from rmqtool.output.kinds_fields import kind_fields
 from rmqtool.output.system_topics import system_fields
 from rmqtool.records.ids import decode_uniq_key, format_host, offset_msg_id

@@ -17,8 +17,7 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import BCQ_UNIT_OFFSETS, BCQ_UNIT_SIZE
-from rmqtool.broker.delay import store_delay_levels
-from rmqtool.broker.dispatch import tags_code_of
+from rmqtool.broker.delay import store_delay_levels, tags_code_of
 from rmqtool.broker.queuekinds import QueueKinds, batch_position, lmq_units
 from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.records.single import RecordReader
