@@ -148,10 +148,6 @@ class RecordBatch:
         raw = self.buf[start:start + size].tobytes()
         return raw[:-4], struct.unpack(">i", raw[-4:])[0]
 
-    def record(self, i: int, body: str = "none") -> dict:
-        from rmqtool.output.schema import record_to_dict
-        return record_to_dict(self, i, body=body)
-
 
 class ReadBuffer:
     """A read buffer that scans running one after another share (never two at once): the
