@@ -160,3 +160,21 @@ def test_index_keys_are_the_scalar_rule_on_every_record(name):
         for core in (dispatch.native.core, None):
             rec, keys = record_index_keys(b, core=core)
             assert (rec.tolist(), keys.tolist()) == (want_rec, want_hash), (name, b.path, core)
+
+
+def test_every_write_goes_through_pwrite_all():
+    """``io/install.pwrite_all`` is the one positioned write (it loops over short writes); no
+    other module calls ``os.pwrite``/``os.pwritev`` itself."""
+    import ast
+    from pathlib import Path
+    import rmqtool
+    root = Path(rmqtool.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "io" / "install.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("pwrite", "pwritev")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
