@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import REFERENCE, dledger_copy, dledger_store, run_cli, run_cli_process
 from formats import dledger as dl
 from rmqtool.io.store import Store
+from rmqtool.output.schema import record_to_dict
 from rmqtool.records.scan import FileEnd, RecordBatch, _walk_entries, walk_store
 
 
@@ -31,7 +32,7 @@ def _records(root) -> list[dict]:
     out = []
     for item in walk_store(Store(root), check_crc=True):
         if isinstance(item, RecordBatch):
-            out.extend(item.record(i, body="raw") for i in range(len(item)))
+            out.extend(record_to_dict(item, i, body="raw") for i in range(len(item)))
     return out
 
 

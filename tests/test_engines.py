@@ -15,6 +15,7 @@ import pytest
 from conftest import STORE_NAMES, reference_store
 from formats import commitlog as cl
 from rmqtool.engines import Task, check_chains, get_engine, plan_tasks, TaskStatus
+from rmqtool.output.schema import record_to_dict
 from rmqtool.output.arrow import ScanStage, arrow_schema, batch_to_arrow, rows_for_json
 from rmqtool.errors import MissingDependencyError, RefusedError
 from rmqtool.ops.export import NULL_PARTITION, encode_topic, export, open_stores
@@ -36,7 +37,7 @@ def reference_rows(store: Store, name: str, body: str = "raw") -> list[dict]:
     for item in walk_store(store):
         if isinstance(item, RecordBatch):
             for i in range(len(item)):
-                r = item.record(i, body=body)
+                r = record_to_dict(item, i, body=body)
                 r["store"] = name
                 rows.append(r)
     return rows

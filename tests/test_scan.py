@@ -11,6 +11,7 @@ from conftest import load_answers, reference_store
 from formats import commitlog as cl
 from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_TORN, END_ZERO, FileScan, RecordBatch,
                           decode_record_reference, extract_properties, find_record_start, walk_store)
+from rmqtool.output.schema import record_to_dict
 from rmqtool.io.store import Store
 
 
@@ -18,7 +19,7 @@ def _scan(name):
     recs, ends = [], []
     for item in walk_store(Store(reference_store(name)), check_crc=True):
         if isinstance(item, RecordBatch):
-            recs.extend(item.record(i, body="base64") for i in range(len(item)))
+            recs.extend(record_to_dict(item, i, body="base64") for i in range(len(item)))
         else:
             ends.append(item)
     return recs, ends

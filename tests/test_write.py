@@ -17,6 +17,7 @@ from conftest import load_answers, reference_store
 from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.ops.dump import RecordFilter, commitlog_rows
+from rmqtool.output.schema import record_to_dict
 from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
 from rmqtool.records.scan import RecordBatch, walk_store
 from rmqtool.io.store import Store
@@ -135,7 +136,7 @@ def test_minimal_rows_get_broker_defaults(tmp_path):
             ("d", {"topic": "T" * 130, "body": "", "born_host": "[::1]:9"})]
     root = tmp_path / "m"
     write_rows(root, rows, Geometry(1 << 16, 200, 7, 50))
-    recs = [b.record(i) for b in walk_store(Store(root)) if isinstance(b, RecordBatch) for i in range(len(b))]
+    recs = [record_to_dict(b, i) for b in walk_store(Store(root)) if isinstance(b, RecordBatch) for i in range(len(b))]
     assert [r["queue_offset"] for r in recs] == [0, 0, 1, 0]
     assert all(len(r["uniq_key"]) == 32 for r in recs)
     assert recs[2]["tags_code"] == 2598919 and recs[2]["keys"] == "k1 k2"

@@ -1,7 +1,16 @@
 """Delay levels: the deliver timestamp the broker stores as tagsCode for SCHEDULE_TOPIC_XXXX."""
 from __future__ import annotations
 
+from formats import commitlog as cl
 from formats.commitlog import DEFAULT_DELAY_LEVELS
+from rmqtool.io.fileio import read_file, regular_file_present
+from rmqtool.io.store import MAX_CONFIG_SIZE
+from rmqtool.kernels.javastring import tags_code
+
+#: the broker's own settings file in the store's ``config/`` (upstream ``BrokerPathConfigHelper``:
+#: ``<store root>/config/broker.properties`` unless the broker is started with another path)
+BROKER_PROPERTIES = "broker.properties"
+DELAY_LEVEL_SETTING = "messageDelayLevel"
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: upstream uses storeTimestamp + 1000 when the level has no entry in its table
@@ -17,6 +26,37 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> list[int]:
 
 
 DEFAULT_LEVELS_MS = parse_delay_levels()
+
+
+def properties_value(text: str, key: str) -> str | None:
+    """The value of ``key`` in a Java ``.properties`` text (``key=value``, ``key: value`` or
+    ``key value``; ``#``/``!`` comments; the last occurrence wins); None when absent."""
+    found = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":"), line.find(" "), line.find("\t")) if i >= 0),
+                  default=len(line))
+        if line[:cut].strip() == key:
+            found = line[cut + 1:].strip().lstrip("=:").strip()
+    return found
+
+
+def store_delay_levels(store) -> list[int]:
+    """The delay table of the broker that wrote ``store``: ``messageDelayLevel`` of its
+    ``config/broker.properties`` when the file sets it, else the default table. A value the
+    broker could not parse (it then refuses to start) counts as the default table."""
+    path = store.config_dir / BROKER_PROPERTIES
+    if not regular_file_present(path):
+        return list(DEFAULT_LEVELS_MS)
+    text = read_file(path, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8", "replace")
+    spec = properties_value(text, DELAY_LEVEL_SETTING)
+    try:
+        levels = parse_delay_levels(spec) if spec else []
+    except (ValueError, KeyError, IndexError):
+        levels = []
+    return levels or list(DEFAULT_LEVELS_MS)
 
 
 def deliver_timestamp(level: int, store_timestamp: int, levels_ms: list[int] = DEFAULT_LEVELS_MS) -> int:
@@ -39,3 +79,16 @@ def parse_level(text: str) -> int | None:
     if not -(1 << 31) <= value < (1 << 31):
         return None
     return value
+
+
+def tags_code_of(topic: str, props: dict, store_timestamp: int,
+                 delay_levels_ms: list[int] = DEFAULT_LEVELS_MS) -> int:
+    """``dispatch.record_tags_codes`` for one decoded record (its topic, properties and store time): the
+    row form dump, export and the per-unit checks of light queues and BatchConsumeQueues use.
+    ``tests/test_one_rule.py`` proves it equal to the batch rule on every reference record, with
+    the default delay table and another one."""
+    if topic == cl.SCHEDULE_TOPIC and cl.PROPERTY_DELAY_TIME_LEVEL in props:
+        level = parse_level(props[cl.PROPERTY_DELAY_TIME_LEVEL])
+        if level is not None and level > 0:
+            return deliver_timestamp(level, store_timestamp, delay_levels_ms)
+    return tags_code(props.get(cl.PROPERTY_TAGS))

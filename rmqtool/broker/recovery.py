@@ -13,7 +13,7 @@ from rmqtool.io.consumequeue import read_units
 from rmqtool.broker.dledger_recovery import START_RULE, DLedgerRecovery, dledger_recovery
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, delay_stop_text, schedule_delays
 from rmqtool.errors import RmqError
-from rmqtool.records.scan import END_BLANK, FileEnd, FileScan, RecordBatch, walk_store
+from rmqtool.records.scan import FileEnd, FileScan, RecordBatch, walk_store
 
 
 @dataclass
@@ -145,6 +145,4 @@ def valid_end(store, start: RecoveryStart) -> tuple[int, FileEnd | None, int]:
             last_end = item
     if last_end is None:
         return start.offset, None, count
-    if last_end.kind == END_BLANK:     # every file ended in a BLANK: the end is the last file's end
-        return last_end.file_base + last_end.file_size, last_end, count
-    return last_end.phy_offset, last_end, count
+    return last_end.log_end, last_end, count

@@ -234,6 +234,4 @@ def records_past(store, end: int, kind: str) -> int:
                 last = item
         if last is None or last.phy_offset <= after:
             return count
-        at, stop_kind = last.phy_offset, last.kind
-        if last.kind == "blank":
-            at = last.file_base + last.file_size
+        at, stop_kind = last.log_end, last.kind

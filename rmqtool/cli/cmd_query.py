@@ -8,6 +8,7 @@ import typer
 from rmqtool.cli.common import (EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
                                 IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time, open_store,
                                 open_stores, parse_time, stderr, stdout)
+from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
 TABLE_COLUMNS = ["phy_offset", "topic", "queue_id", "queue_offset", "store_time", "keys", "uniq_key"]
@@ -203,7 +204,7 @@ def query_queue_command(
         records = []
         for q, phy, size, tags in view.units(offset, count or 1):
             batch = reader.read(phy)
-            rec = batch.record(0, body=body) if batch is not None else {
+            rec = record_to_dict(batch, 0, body=body) if batch is not None else {
                 "phy_offset": phy, "note": "no complete record starts at this commitlog offset"}
             rec.update(cq_queue_offset=q, cq_commitlog_offset=phy, cq_size=size, cq_tags_code=tags)
             records.append(rec)

@@ -1,6 +1,6 @@
 """`query-key --scan --engine spark`: the CommitLog scan for a key as engine tasks.
 
-Each task runs ``rmqtool.records.single.scan_batch`` (the local scan's matcher) on its
+Each task runs ``rmqtool.broker.indexkeys.scan_batch`` (the local scan's matcher) on its
 record batches and returns only the matching offsets; the driver reads those records
 back and answers like ``rmqtool.ops.query.bykey.query_key(scan=True)``.
 """
@@ -19,7 +19,7 @@ class KeyScanStage:
         self.args = (key, topic, begin, end, uniq_only, rollback)
 
     def __call__(self, task, batches):
-        from rmqtool.records.single import scan_batch
+        from rmqtool.broker.indexkeys import scan_batch
         phy, kinds, scanned = [], [], 0
         for b in batches:
             for row, kind in scan_batch(b, *self.args):

@@ -260,7 +260,6 @@ class ExtQueue:
         starts, as ``unit_offsets`` gives them), each file read a window at a time."""
         import numpy as np
         from formats.consumequeue_ext import EXT_HEADER_DTYPE
-        from rmqtool.kernels.gather import gather_records
         offsets = np.asarray(offsets, dtype=np.int64)
         order = np.argsort(offsets, kind="stable")
         srt = offsets[order]
@@ -281,7 +280,8 @@ class ExtQueue:
                     if not len(inside):
                         raise ExtProblem("ext unit header cut by the end of its file", str(self.segments.files[f].path), w0)
                     cols[inside] = pos[inside] - w0
-                    heads = gather_records(np.frombuffer(data, np.uint8), cols[inside], EXT_HEADER_DTYPE)
+                    rows = np.frombuffer(data, np.uint8)[cols[inside][:, None] + np.arange(EXT_HEADER_SIZE)]
+                    heads = rows.view(EXT_HEADER_DTYPE).reshape(-1)
                     tags[inside], ts[inside] = heads["tags_code"], heads["store_timestamp"]
                     k += len(inside)
         back = np.empty_like(order)

@@ -107,12 +107,12 @@ class RemoteOutput:
 
     def open(self, path: str, text: bool):
         from rmqtool.errors import UnreadableError
-        from rmqtool.io.storage import _first_line
+        from rmqtool.io.storage import first_line
         p = self._p(path)
         try:
             stream = p.fs.open_output_stream(p.fs_path)
         except OSError as exc:
-            raise UnreadableError(f"cannot write: {_first_line(exc)}", path) from None
+            raise UnreadableError(f"cannot write: {first_line(exc)}", path) from None
         return io.TextIOWrapper(stream, encoding="utf-8") if text else stream
 
     def publish(self, tmp: str, final: str) -> None:

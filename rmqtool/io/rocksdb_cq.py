@@ -15,6 +15,7 @@ from pathlib import Path
 from formats import rocksdb_cq as rf
 from rmqtool.io import storage
 from rmqtool.io.fileio import regular_file_present
+from rmqtool.io.install import pwrite_all
 from rmqtool.errors import CorruptDataError, MissingDependencyError
 
 
@@ -168,8 +169,8 @@ def materialize(units: RocksUnits, file_size: int) -> Path:
                 if fd is None:
                     fd = handles[start] = os.open(qdir / f"{start:020d}", os.O_RDWR | os.O_CREAT, 0o444)
                     os.ftruncate(fd, file_size)
-                os.pwrite(fd, phy.to_bytes(8, "big", signed=True) + size.to_bytes(4, "big", signed=True)
-                          + tags.to_bytes(8, "big", signed=True), at - start)
+                pwrite_all(fd, phy.to_bytes(8, "big", signed=True) + size.to_bytes(4, "big", signed=True)
+                           + tags.to_bytes(8, "big", signed=True), at - start)
         finally:
             for fd in handles.values():
                 os.close(fd)

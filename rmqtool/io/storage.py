@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rmqtool.errors import FileChangedError, MissingDependencyError, UnreadableError, UsageError
+from rmqtool.io import throttle
 
 ENV_OPTIONS = "RMQTOOL_STORAGE_OPTIONS"
 EXTRA = "pip install 'rmqtool[storage]'"
@@ -155,7 +156,7 @@ def filesystem(scheme: str, netloc: str):
             else:
                 fs = _fsspec_fs(pafs, scheme, opts)
         except (OSError, ValueError, TypeError) as exc:
-            raise UnreadableError(f"cannot open the {scheme}:// filesystem: {_first_line(exc)}",
+            raise UnreadableError(f"cannot open the {scheme}:// filesystem: {first_line(exc)}",
                                   f"{scheme}://{netloc}") from None
         _FILESYSTEMS[key] = fs
         return fs
@@ -170,10 +171,11 @@ def _fsspec_fs(pafs, scheme: str, opts: dict):
     try:
         return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec.filesystem(scheme, **opts)))
     except (ImportError, ValueError) as exc:
-        raise UsageError(f"{scheme}:// is not a supported store URI: {_first_line(exc)}") from None
+        raise UsageError(f"{scheme}:// is not a supported store URI: {first_line(exc)}") from None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (its class name when it has none), at most 300 characters."""
     text = str(exc).strip() or exc.__class__.__name__
     return text.splitlines()[0][:300]
 
@@ -361,10 +363,19 @@ class RemotePath:
 
     def read_bytes(self) -> bytes:
         """The whole object; FileNotFoundError when there is none (as pathlib's)."""
-        from rmqtool.io.fileio import read_file
         if self._info() is None:
             raise FileNotFoundError(2, "no such object", str(self))
-        return read_file(self)
+        f = RemoteFile(self)
+        try:
+            size = f.size()
+            data = f.read_at(0, size)
+        finally:
+            f.close()
+        throttle.consume(len(data))
+        if len(data) < size:
+            raise FileChangedError(f"file shorter than expected (wanted {size} bytes, got {len(data)})",
+                                   str(self), len(data))
+        return data
 
     def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.read_bytes().decode(encoding, errors)
@@ -464,7 +475,7 @@ def remote_error(exc: OSError, where) -> Exception:
     """The one-line error for a failed remote call: a missing bucket or object, refused
     credentials, an endpoint that does not answer."""
     from rmqtool.errors import StoreLayoutError
-    text = _first_line(exc)
+    text = first_line(exc)
     if isinstance(exc, FileNotFoundError) or "NoSuchBucket" in text or "does not exist" in text:
         return StoreLayoutError(f"not found on the remote store ({text})", str(where))
     return UnreadableError(f"remote read failed: {text}", str(where))
@@ -486,7 +497,7 @@ def write_bytes(uri, data: bytes) -> None:
         with p.fs.open_output_stream(p.fs_path) as out:
             out.write(data)
     except OSError as exc:
-        raise UnreadableError(f"remote write failed: {_first_line(exc)}", str(p)) from None
+        raise UnreadableError(f"remote write failed: {first_line(exc)}", str(p)) from None
     _INFO.pop(str(p), None)
 
 
@@ -503,7 +514,7 @@ def remove(uri) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise UnreadableError(f"remote delete failed: {_first_line(exc)}", str(p)) from None
+        raise UnreadableError(f"remote delete failed: {first_line(exc)}", str(p)) from None
     _INFO.pop(str(p), None)
 
 
@@ -536,7 +547,7 @@ class RemoteFile:
         except FileNotFoundError:
             raise FileChangedError("file vanished (no such object)", str(p)) from None
         except OSError as exc:
-            text = _first_line(exc)
+            text = first_line(exc)
             if "NoSuchKey" in text or "not found" in text.lower() or "Path does not exist" in text:
                 raise FileChangedError(f"file vanished (no such object: {text})", str(p)) from None
             if "is a directory" in text.lower() or "Cannot open directory" in text:
@@ -567,7 +578,7 @@ class RemoteFile:
         try:
             return self._fh.read_at(length, pos)
         except OSError as exc:
-            raise UnreadableError(f"read failed: {_first_line(exc)}", str(self.path), pos) from None
+            raise UnreadableError(f"read failed: {first_line(exc)}", str(self.path), pos) from None
 
     def close(self) -> None:
         try:

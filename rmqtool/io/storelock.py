@@ -37,6 +37,7 @@ from pathlib import Path
 from rmqtool.io import liveness, ownership
 from rmqtool.errors import RefusedError, writing_to
 from rmqtool.io.fileio import not_regular
+from rmqtool.io.install import pwrite_all
 from rmqtool.io.liveness import HELD, SIDE_MARKER, LockOwner, lock_owner, read_side, side_path
 
 LOCK_NAME = "lock"
@@ -168,7 +169,7 @@ class WriterLock:
                 os.close(fd)
                 continue
             if os.fstat(fd).st_size == 0:
-                os.pwrite(fd, LOCK_CONTENT, 0)
+                pwrite_all(fd, LOCK_CONTENT, 0)
             st = os.fstat(fd)
             self._locks.append((fd, (st.st_dev, st.st_ino)))
             _fds_here.add(fd)
@@ -206,7 +207,7 @@ class WriterLock:
                 continue
             data = json.dumps({"marker": SIDE_MARKER, "pid": os.getpid(), "command": self.command,
                                "store": str(self.root)}).encode()
-            os.pwrite(fd, data, 0)
+            pwrite_all(fd, data, 0)
             os.ftruncate(fd, len(data))
             self._side_fd = fd
             _fds_here.add(fd)

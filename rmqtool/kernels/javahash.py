@@ -9,7 +9,7 @@ import numpy as np
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import length_groups, span_matrix
 
-from rmqtool.kernels.javastring import (INT_MIN, _MASK, _to_int32, index_key_hash, index_slot,  # noqa: F401
+from rmqtool.kernels.javastring import (INT_MIN, index_key_hash, index_slot,  # noqa: F401
                                         java_bytes_hash, java_string_hash, tags_code, utf16_units)
 
 

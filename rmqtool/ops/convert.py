@@ -16,6 +16,7 @@ import numpy as np
 
 from formats import dledger as dl
 from rmqtool.errors import RefusedError, UsageError
+from rmqtool.output.schema import record_to_dict
 from rmqtool.io.dledger_layout import committed_index
 from rmqtool.kernels.gather import strided_view
 from rmqtool.ops.writer import Geometry, WriteSummary, write_rows
@@ -56,7 +57,7 @@ def convert_to_commitlog(store, output: Path, commitlog_file_size: int | None = 
                 continue
             keep = np.ones(len(item), dtype=bool) if last is None else entry_indexes(item) <= last
             for i in np.flatnonzero(keep).tolist():
-                yield f"{item.path}@{int(item.position[i])}", item.record(i, body="raw")
+                yield f"{item.path}@{int(item.position[i])}", record_to_dict(item, i, body="raw")
 
     summary = write_rows(output, rows(), g, generate_uniq_key=False, progress=progress, detect_batches=False)
     if stops:       # the walk ended at damage: what was converted is there, and said so

@@ -13,6 +13,7 @@ import numpy as np
 
 from formats import dledger as dl
 from rmqtool.io.dledger_layout import INDEX_DIR, index_queue, read_properties
+from rmqtool.output.schema import record_to_dict
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.kernels.gather import strided_view
 from rmqtool.ops.dump import end_row
@@ -47,7 +48,7 @@ def entry_rows(store, with_message: bool = True) -> Iterator[dict]:
             row.update({name: int(h[name]) for name in dl.ENTRY_HEADER_DTYPE.names})
             row["message_phy_offset"] = int(item.phy_offset[i])
             if with_message:
-                rec = item.record(i)
+                rec = record_to_dict(item, i)
                 row.update({k: rec.get(k) for k in ("topic", "queue_id", "queue_offset", "keys", "uniq_key")})
             yield row
 

@@ -11,6 +11,7 @@ import numpy as np
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from formats.indexfile import FIRST_INDEX, INDEX_HEADER_SIZE
 from rmqtool.io.checkpoint import read_checkpoint, require_checkpoint
+from rmqtool.output.schema import record_to_dict
 from rmqtool.io.consumequeue import read_units
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.io.fileio import file_size, regular_file_present
@@ -109,7 +110,7 @@ def commitlog_rows(store, flt: RecordFilter, body: str = "none", files=None,
     for item in walk_store(store, files=seg_list):
         if isinstance(item, RecordBatch):
             for i in np.flatnonzero(flt.batch_mask(item)):
-                yield item.record(int(i), body=body)
+                yield record_to_dict(item, int(i), body=body)
         elif show_ends:
             row = end_row(item)
             if row and flt.wants_offset(row["phy_offset"]) and flt.topic is None and flt.queue is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.errors import UsageError
+from rmqtool.output.schema import record_to_dict
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.records.scan import END_BLANK, FileScan
 import numpy as np
@@ -25,7 +26,7 @@ def locate_offset(store, offset: int) -> dict:
         starts = batch.position
         i = int(np.searchsorted(starts, pos, side="right")) - 1
         if i >= 0 and starts[i] <= pos < starts[i] + batch.size[i]:
-            rec = batch.record(i)
+            rec = record_to_dict(batch, i)
             result["record"] = {"start": rec["phy_offset"], "position": rec["position"], "size": rec["size"],
                                 "offset_in_record": pos - rec["position"], "topic": rec["topic"],
                                 "queue_id": rec["queue_id"], "queue_offset": rec["queue_offset"],

@@ -34,7 +34,7 @@ from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
-from rmqtool.records.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
+from rmqtool.records.scan import END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 
@@ -395,16 +395,13 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
                     return records, d.stop_at, END_DISPATCH_STOP
             if file_end is None:                  # more pieces of this file follow
                 continue
-            if file_end.kind == END_BLANK:
-                end, kind = base + size, file_end.kind
-            else:
-                end, kind = file_end.phy_offset, file_end.kind
+            end, kind = file_end.log_end, file_end.kind
             if progress:
                 progress(end - start, total)
             if to_offset is not None and end >= to_offset:
                 failed = False
                 return records, to_offset, "to-offset"
-            if file_end.kind != END_BLANK:
+            if file_end.ends_log:
                 break
         failed = False
     finally:

@@ -486,7 +486,7 @@ class _DLedgerAppender(_CommitLogAppender):
 def _existing_state(store, geometry: Geometry):
     """(valid end, next queue offsets, last store timestamp) of an existing store."""
     from rmqtool.io.consumequeue import queue_tail
-    from rmqtool.records.scan import END_BLANK, FileEnd, walk_store
+    from rmqtool.records.scan import FileEnd, walk_store
     next_off: dict[tuple[str, int], int] = {}
     max_phy = 0
     for ref in store.queues():               # memory: one ConsumeQueue file, one CommitLog window
@@ -498,7 +498,7 @@ def _existing_state(store, geometry: Geometry):
         for item in walk_store(store, check_crc=True, stop_at_break=True, reuse_buffer=True,
                                chunk_size=STATE_WINDOW):
             if isinstance(item, FileEnd):
-                end = item.phy_offset if item.kind != END_BLANK else item.file_base + store.commitlog.file_size
+                end = item.log_end
                 continue
             last_ts = int(item.store_timestamp[-1])
             lag = item.phy_offset >= max_phy         # records the CQ has not seen yet

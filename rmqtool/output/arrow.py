@@ -25,7 +25,8 @@ from formats import commitlog as cl
 from rmqtool.records.ids import decode_uniq_key, format_address, format_host
 from rmqtool.kernels.javahash import tags_code
 from rmqtool.kernels.gather import gather_bytes
-from rmqtool.output.schema import RECORD_FIELDS, decompress, dispatch_tags_code
+from rmqtool.broker.delay import tags_code_of
+from rmqtool.output.schema import RECORD_FIELDS, decompress
 
 EXPORT_BODY_MODES = ("none", "raw", "text")
 
@@ -394,8 +395,7 @@ def _tags_codes(batch, tags: pa.Array, topic: pa.Array) -> pa.Array:
     delayed = np.flatnonzero(pc.fill_null(pc.equal(topic, cl.SCHEDULE_TOPIC), False)
                              .to_numpy(zero_copy_only=False))
     for i in delayed.tolist():
-        out[i] = dispatch_tags_code(cl.SCHEDULE_TOPIC, batch.properties(i),
-                                    int(batch.columns["store_timestamp"][i]))
+        out[i] = tags_code_of(cl.SCHEDULE_TOPIC, batch.properties(i), int(batch.columns["store_timestamp"][i]))
     return pa.array(out)
 
 

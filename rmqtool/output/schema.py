@@ -11,11 +11,10 @@ import zlib
 from dataclasses import dataclass
 
 from formats import commitlog as cl
-from rmqtool.broker.delay import deliver_timestamp, parse_level
+from rmqtool.broker.delay import tags_code_of
 from rmqtool.output.kinds_fields import kind_fields
 from rmqtool.output.system_topics import system_fields
 from rmqtool.records.ids import decode_uniq_key, format_host, offset_msg_id
-from rmqtool.kernels.javastring import tags_code
 
 
 @dataclass(frozen=True)
@@ -144,15 +143,6 @@ def _b64(raw: bytes | None) -> str | None:
     return None if raw is None else base64.b64encode(raw).decode("ascii")
 
 
-def dispatch_tags_code(topic: str, props: dict, store_timestamp: int) -> int:
-    """tagsCode as the dispatcher computes it (deliver time for delayed messages)."""
-    if topic == cl.SCHEDULE_TOPIC and cl.PROPERTY_DELAY_TIME_LEVEL in props:
-        level = parse_level(props[cl.PROPERTY_DELAY_TIME_LEVEL])
-        if level is not None and level > 0:
-            return deliver_timestamp(level, store_timestamp)
-    return tags_code(props.get(cl.PROPERTY_TAGS))
-
-
 def record_to_dict(batch, i: int, body: str = "none") -> dict:
     """Every schema field of record ``i`` of a RecordBatch."""
     c = batch.columns
@@ -198,7 +188,7 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "keys": props.get(cl.PROPERTY_KEYS),
         "tags": props.get(cl.PROPERTY_TAGS),
         "uniq_key": uniq,
-        "tags_code": dispatch_tags_code(topic, props, store_ts),
+        "tags_code": tags_code_of(topic, props, store_ts),
         "offset_msg_id": offset_msg_id(store_addr, store_port, stored_phy),
         "uniq_key_info": decode_uniq_key(uniq, born_ts, store_ts),
         "compression": codec,

@@ -83,6 +83,19 @@ class FileEnd:
     def clean(self) -> bool:
         return self.kind in (END_BLANK, END_ZERO, END_EOF, END_RANGE)
 
+    @property
+    def ends_log(self) -> bool:
+        """A file not ending in a BLANK ends the CommitLog's valid data (the broker's recovery and
+        reput go on into the next file only past a BLANK)."""
+        return self.kind != END_BLANK
+
+    @property
+    def log_end(self) -> int:
+        """Where the valid log ends as far as this file says: past a BLANK the file is full to its
+        end (base + file size, where the next file starts); any other end stops the log where the
+        walk stopped. The one statement of the rule: recovery, verify, rebuild and write take it."""
+        return self.phy_offset if self.ends_log else self.file_base + self.file_size
+
 
 @dataclass
 class RecordBatch:
@@ -134,10 +147,6 @@ class RecordBatch:
         size = cl.HOST_V6_SIZE if v6 else cl.HOST_V4_SIZE
         raw = self.buf[start:start + size].tobytes()
         return raw[:-4], struct.unpack(">i", raw[-4:])[0]
-
-    def record(self, i: int, body: str = "none") -> dict:
-        from rmqtool.output.schema import record_to_dict
-        return record_to_dict(self, i, body=body)
 
 
 class ReadBuffer:
@@ -770,7 +779,7 @@ def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_br
                 return
             continue
         yield scan.end
-        if stop_at_break and scan.end.kind != END_BLANK:
+        if stop_at_break and scan.end.ends_log:
             return
 
 

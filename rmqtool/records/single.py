@@ -4,7 +4,6 @@ from __future__ import annotations
 from formats import commitlog as cl
 from rmqtool.records.layout import (HEAD, PORT, PREFIX, PROPERTIES_LEN, STORE_TIMESTAMP, TAIL,
                                     TOPIC_LEN_V1, TOPIC_LEN_V2)
-from rmqtool.broker.transactions import goes_to_index
 from rmqtool.errors import RmqError, UnreadableError
 from rmqtool.io.fileio import ReadOnlyFile
 
@@ -63,10 +62,6 @@ class SingleRecord:
         raw = self.raw[start:start + length]
         return raw[:-PORT.size], PORT.unpack(raw[-PORT.size:])[0]
 
-    def record(self, i: int = 0, body: str = "none") -> dict:
-        from rmqtool.output.schema import record_to_dict
-        return record_to_dict(self, 0, body=body)
-
 
 def decode_record(raw: bytes, position: int, path: str, file_base: int) -> SingleRecord | None:
     """Decode the MESSAGE at the start of ``raw`` with the scanner's validity rules, else None."""
@@ -108,10 +103,6 @@ def decode_record(raw: bytes, position: int, path: str, file_base: int) -> Singl
              "body": (body_at, body_len), "topic": (topic_at, topic_len),
              "props": (props_len_at + PROPERTIES_LEN.size, props_len if props_len > 0 else -1)}
     return SingleRecord(path, file_base, raw[:total], cols, spans)
-
-MATCH_UNIQ = "uniq_key"
-MATCH_KEYS = "keys"
-
 
 class RecordReader:
     """Decodes the MESSAGE that starts at a commitlog offset; files opened once, read with pread."""
@@ -159,104 +150,3 @@ class RecordReader:
         except RmqError:
             return None          # the file vanished or shrank: nothing to confirm
         return decode_record(window[:total], pos, str(seg.path), seg.start)
-
-
-def is_rollback(batch, i: int) -> bool:
-    """Not indexed by the broker (``dispatch.goes_to_index``)."""
-    return not goes_to_index(cl.transaction_type(int(batch.sys_flag[i])))
-
-
-def match_kind(batch, i: int, key: str, topic: str | None, uniq_only: bool = False,
-               rollback: bool = False) -> str | None:
-    """How record ``i`` carries ``key`` as the broker indexes it: its UNIQ_KEY or a KEYS token.
-
-    ROLLBACK records are never indexed by the broker and match only with ``rollback``.
-    """
-    if not rollback and is_rollback(batch, i):
-        return None
-    if topic is not None and batch.topic(i) != topic:
-        return None
-    uniq = batch.text("uniq", i)
-    if uniq is not None and uniq == key:
-        return MATCH_UNIQ
-    if not uniq_only:
-        keys = batch.text("keys", i)
-        if keys and key in cl.split_keys(keys):
-            return MATCH_KEYS
-    return None
-
-
-def scan_batch(batch, key: str, topic: str | None, begin: int, end: int,
-               uniq_only: bool = False, rollback: bool = False) -> list[tuple[int, str]]:
-    """(row, match kind) of every record of a batch that carries ``key`` in [begin, end].
-
-    Vectorized prefilter on bytes (UNIQ_KEY equal, or the key as a space-delimited token
-    inside KEYS), then the exact string test of ``match_kind`` on the few survivors.
-    """
-    import numpy as np
-    n = len(batch)
-    if n == 0 or not key:
-        return []
-    kb = key.encode("utf-8")
-    ts = batch.store_timestamp
-    ok = (ts >= begin) & (ts <= end)
-    if topic is not None:
-        tb = topic.encode("utf-8")
-        ok &= _spans_equal(batch.buf, batch.topic_start, batch.topic_len, tb)
-    if not ok.any():
-        return []
-    cand = ok & _spans_equal(batch.buf, batch.uniq_start, batch.uniq_len, kb)
-    if not uniq_only and b" " not in kb:
-        if "\ufffd" in key:      # may match through UTF-8 replacement: test every record
-            cand |= ok & (batch.keys_len > 0)
-        else:
-            cand |= ok & _token_rows(batch, kb)
-    rows = np.flatnonzero(cand)
-    out = []
-    for i in rows.tolist():
-        kind = match_kind(batch, i, key, topic, uniq_only, rollback)
-        if kind:
-            out.append((i, kind))
-    return out
-
-
-def _spans_equal(buf, start, length, needle: bytes):
-    import numpy as np
-    same = length == len(needle)
-    rows = np.flatnonzero(same)
-    if len(rows) and len(needle):
-        window = buf[start[rows][:, None] + np.arange(len(needle))]
-        same[rows] = (window == np.frombuffer(needle, np.uint8)).all(axis=1)
-    return same
-
-
-def _token_rows(batch, kb: bytes):
-    """Rows whose KEYS span holds ``kb`` delimited by its ends or spaces."""
-    import numpy as np
-    rows = np.zeros(len(batch), dtype=bool)
-    has = np.flatnonzero(batch.keys_len > 0)
-    if not len(has):
-        return rows
-    k_start, k_end = batch.keys_start[has], batch.keys_start[has] + batch.keys_len[has]
-    lo, hi = int(k_start.min()), int(k_end.max())
-    data = batch.buf[lo:hi].tobytes()
-    hits, p = [], data.find(kb)
-    while p >= 0:
-        hits.append(p + lo)
-        p = data.find(kb, p + 1)
-    if not hits:
-        return rows
-    hits = np.asarray(hits, dtype=np.int64)
-    owner = np.searchsorted(k_start, hits, side="right") - 1
-    valid = owner >= 0
-    owner = np.maximum(owner, 0)
-    start, stop = k_start[owner], k_end[owner]
-    after = hits + len(kb)
-    valid &= (hits >= start) & (after <= stop)
-    space = ord(cl.KEY_SEPARATOR)
-    buf = batch.buf
-    before_ok = (hits == start) | (buf[np.maximum(hits - 1, 0)] == space)
-    after_ok = (after == stop) | (buf[np.minimum(after, len(buf) - 1)] == space)
-    valid &= before_ok & after_ok
-    rows[has[owner[valid]]] = True
-    return rows

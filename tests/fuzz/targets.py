@@ -20,6 +20,7 @@ from formats import commitlog as cl
 from formats.consumequeue import CQ_UNIT_SIZE
 from formats.indexfile import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, entry_position
 from rmqtool.errors import RmqError
+from rmqtool.output.schema import record_to_dict
 
 from . import seeds as sd
 
@@ -97,7 +98,7 @@ def run_commitlog(data: bytes, seed, scratch: Path) -> int:
                 check(bool((sz >= cl.RECORD_PREFIX_SIZE).all()), "record smaller than its prefix")
                 last_end = int(pos[-1] + sz[-1])
                 for i in sorted({0, len(item) // 2, len(item) - 1}):
-                    rec = item.record(i, body="text")
+                    rec = record_to_dict(item, i, body="text")
                     check(rec["phy_offset"] == seed.base + int(pos[i]), "phy_offset != base + position")
                 steps(dispatch_batch, item)
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmqtool.records.ids import decode_offset_msg_id, decode_uniq_key
+from rmqtool.output.schema import record_to_dict
 from rmqtool.ops.query.bykey import Hit, query_key
 from rmqtool.records.single import RecordReader
 
@@ -31,7 +32,7 @@ def query_id(store, msg_id: str, scan: bool = False) -> IdResult:
             if batch is not None and int(batch.stored_phy_offset[0]) == offset \
                     and batch.host("store", 0) == (address, port):
                 res.kind = KIND_OFFSET
-                res.decoded = {"store_host": batch.record(0)["store_host"], "phy_offset": offset}
+                res.decoded = {"store_host": record_to_dict(batch, 0)["store_host"], "phy_offset": offset}
                 res.hits = [Hit(batch, 0, offset, "offset_msg_id", True)]
                 return res
         finally:

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 
 from formats.indexfile import KEY_JOINER
 from rmqtool.errors import RmqError, UnreadableError, UsageError
+from rmqtool.output.schema import record_to_dict
 from rmqtool.kernels.javastring import index_key_hash
 from rmqtool.ops.query.indexwalk import IndexSet
 from formats import commitlog as cl
 from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.records.layout import PREFIX
-from rmqtool.records.single import RecordReader, decode_record, match_kind, scan_batch
+from rmqtool.broker.indexkeys import match_kind, scan_batch
+from rmqtool.records.single import RecordReader, decode_record
 from rmqtool.io import storage
 
 LONG_MAX = (1 << 63) - 1
@@ -38,7 +40,7 @@ class Hit:
     index_file: str | None = None
 
     def record(self, body: str = "none") -> dict:
-        rec = self.batch.record(self.row, body=body)
+        rec = record_to_dict(self.batch, self.row, body=body)
         rec["matched_by"] = self.match
         rec["indexed"] = self.indexed
         rec["index_file"] = self.index_file

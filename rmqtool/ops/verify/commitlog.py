@@ -290,13 +290,12 @@ def valid_end_from_walk(clv: "CommitLogVerifier", records: RecordChunks, start) 
             end = FileEnd(str(seg.path), seg.start, seg.size, crc_at, END_CORRUPT, detail="body CRC mismatch",
                           check="commitlog.body-crc")
             break
-        if kind != END_BLANK:
-            end = FileEnd(str(seg.path), seg.start, seg.size, pos, kind)
-            break
         end = FileEnd(str(seg.path), seg.start, seg.size, pos, kind)
+        if end.ends_log:
+            break
     if end is None:
         return start.offset, None, 0
-    offset = end.file_base + end.file_size if end.kind == END_BLANK else end.phy_offset
+    offset = end.log_end
     return offset, end, records.count(start.offset, offset)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmqtool.broker.dledger_recovery import dledger_recovery
+from rmqtool.output.schema import record_to_dict
 from rmqtool.broker.recovery import RecoveryStart, dledger_start, recovery_start, valid_end
 from rmqtool.ops.verify.records import RecordTable
 
@@ -132,7 +133,7 @@ def identify(store, listing: list[dict]) -> None:
             if rec is None:
                 row.update(keys=None, uniq_key=None, offset_msg_id=None, tags=None)
                 continue
-            d = rec.record()
+            d = record_to_dict(rec, 0)
             row.update(keys=d["keys"], uniq_key=d["uniq_key"], offset_msg_id=d["offset_msg_id"], tags=d["tags"])
     finally:
         reader.close()

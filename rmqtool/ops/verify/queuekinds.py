@@ -17,9 +17,9 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import BCQ_UNIT_OFFSETS, BCQ_UNIT_SIZE
+from rmqtool.broker.delay import store_delay_levels, tags_code_of
 from rmqtool.broker.queuekinds import QueueKinds, batch_position, lmq_units
 from rmqtool.io.consumequeue import read_batch_queue
-from rmqtool.output.schema import dispatch_tags_code
 from rmqtool.records.single import RecordReader
 
 
@@ -30,6 +30,7 @@ def is_light_queue(kinds: QueueKinds, topic: str) -> bool:
 def lmq_unit_checks(qu, store, kinds: QueueKinds, valid_end: int, sink) -> None:
     """Every unit of light queue ``qu`` (``consumequeue.QueueUnits``) against the record it points at."""
     name = f"{qu.topic}/{qu.queue_id}"
+    levels = store_delay_levels(store)
     reader = RecordReader(store)
     try:
         for j in np.flatnonzero(qu.offset >= store.commitlog.min_offset).tolist():
@@ -50,7 +51,7 @@ def lmq_unit_checks(qu, store, kinds: QueueKinds, valid_end: int, sink) -> None:
                            f"{', '.join(f'{t}/{q}@{o}' for t, q, o in targets) or 'no light queue'}")
             if int(rec.size[0]) != size:
                 why.append(f"unit size {size} != TOTALSIZE {int(rec.size[0])}")
-            tags = dispatch_tags_code(rec.topic(), props, int(rec.store_timestamp[0]))
+            tags = tags_code_of(rec.topic(), props, int(rec.store_timestamp[0]), levels)
             if int(qu.tags[j]) != tags:
                 why.append(f"tagsCode {int(qu.tags[j])} != {tags}")
             if why:
@@ -63,6 +64,7 @@ def lmq_unit_checks(qu, store, kinds: QueueKinds, valid_end: int, sink) -> None:
 def batch_unit_checks(store, ref, valid_end: int, sink) -> np.ndarray:
     """Every unit of one BatchConsumeQueue against its record; returns the units' commitlog offsets."""
     name = f"{ref.topic}/{ref.queue_id}"
+    levels = store_delay_levels(store)
     reader = RecordReader(store)
     seen = []
     prev = None
@@ -96,7 +98,7 @@ def batch_unit_checks(store, ref, valid_end: int, sink) -> np.ndarray:
                     why.append(f"store time {int(u['store_timestamp'])} != {int(rec.store_timestamp[0])}")
                 if want != (base, num):
                     why.append(f"base offset/count {base}/{num} != the record's {want}")
-                tags = dispatch_tags_code(rec.topic(), props, int(rec.store_timestamp[0]))
+                tags = tags_code_of(rec.topic(), props, int(rec.store_timestamp[0]), levels)
                 if int(u["tags_code"]) != tags:
                     why.append(f"tagsCode {int(u['tags_code'])} != {tags}")
                 if why:
