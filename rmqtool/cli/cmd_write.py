@@ -161,7 +161,7 @@ def write_command(
             g.cq_ext_file_size = cq_ext_file_size or g.cq_ext_file_size or DEFAULT_EXT_FILE_SIZE
         geometry = g
     dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
-    bar = _CountProgress()
+    bar = CountProgress()
     try:
         with writing_to(store):            # an ENOSPC names the store, not "rmqtool"
             if synthetic is not None:
@@ -210,7 +210,7 @@ def _undo(store: Path, backup: Path, fmt: str, also_writing: bool) -> int:
     return 0
 
 
-class _CountProgress:
+class CountProgress:
     """Messages-written counter on stderr, shown only after 1 s."""
 
     def __init__(self):
