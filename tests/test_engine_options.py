@@ -125,14 +125,15 @@ def test_stats_through_the_pool_with_staging(tmp_path):
     assert json.loads(got.out) == json.loads(want.out) != []
 
 
-def test_stats_on_spark_gives_the_local_answer():
+def test_stats_on_spark_gives_the_local_answer(tmp_path):
     pytest.importorskip("pyspark")
     from rmqtool.engines.spark import find_java
     if find_java() is None:
         pytest.skip("no Java for Spark (JAVA_HOME or java on PATH)")
     store = reference_store("crashed")
     want = run_cli("stats", store, "-f", "json")
-    got = run_cli("stats", store, "-f", "json", "--engine", "spark", "--master", "local[1]", "--split-size", "7000")
+    got = run_cli("stats", store, "-f", "json", "--engine", "spark", "--master", "local[1]", "--split-size", "7000",
+                  "--staging", tmp_path)
     assert got.code == want.code == 0, got.err
     assert json.loads(got.out) == json.loads(want.out)
 
@@ -188,3 +189,32 @@ def test_rebuild_all_through_the_pool(tmp_path):
     assert files
     for f in files:
         assert (tmp_path / "b" / f).read_bytes() == (tmp_path / "a" / f).read_bytes(), f
+
+
+def _imports(path) -> set[str]:
+    """Every module a file imports, at its top or inside functions."""
+    import ast
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_engines_import_no_operation():
+    """engines/ is the executor: an operation's stages live with the operation (after the rebuild part
+    of issue 34 is merged, engines/rebuild.py too)."""
+    from conftest import ROOT
+    wrong = {f.name: sorted(m for m in _imports(f) if m.startswith("rmqtool.ops"))
+             for f in sorted((ROOT / "rmqtool" / "engines").glob("*.py"))}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_no_command_chooses_its_engine():
+    """Commands take ``engine=`` from ``cli.common.engine_from_options``; none imports engines/."""
+    from conftest import ROOT
+    wrong = {f.name: sorted(m for m in _imports(f) if m.startswith("rmqtool.engines"))
+             for f in sorted((ROOT / "rmqtool" / "cli").glob("cmd_*.py"))}
+    assert {k: v for k, v in wrong.items() if v} == {}
