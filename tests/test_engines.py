@@ -357,7 +357,7 @@ def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
 
 @pytest.mark.parametrize("key", ["key-0005", "key-0150", "nope"])
 def test_query_key_scan_through_tasks_equals_query_key_scan(key):
-    from rmqtool.engines.query import query_key_scan
+    from rmqtool.ops.query.keyscan import query_key_scan
     from rmqtool.ops.query.bykey import query_key
     store = Store(reference_store("basic"))
     want = query_key(store, key, scan=True)

@@ -238,7 +238,7 @@ def test_verify_joins_run_as_spark_tasks(spark, store_copy, case):
 
 def test_query_key_scan_over_a_fleet_in_one_spark_job(spark):
     """query-key --scan --engine spark over several stores: per store the local scan's answer."""
-    from rmqtool.engines.query import query_key_scan_stores
+    from rmqtool.ops.query.keyscan import query_key_scan_stores
     from rmqtool.ops.query.bykey import query_key
     stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
     for key in ("key-0005", "hcAaBB"):
@@ -271,7 +271,7 @@ def test_verify_of_a_fleet_in_one_spark_job(spark):
     """verify of several stores through Spark: one job walks them all (parts in staging), and
     each report is the store's own sequential report."""
     from rmqtool.engines.spark import SparkEngine
-    from rmqtool.engines.verify import fleet_walk
+    from rmqtool.ops.verify.engine_walk import fleet_walk
     from rmqtool.ops.verify import VerifyOptions, verify
     stores = open_stores([str(reference_store(n)) for n in STORE_NAMES], Store)
     options = VerifyOptions(level="deep", limit_per_check=None)

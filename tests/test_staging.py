@@ -101,7 +101,7 @@ def test_staging_closed_when_the_walk_fails(tmp_path, monkeypatch):
 
 
 def test_discarded_task_output_is_removed_from_staging(tmp_path):
-    from rmqtool.engines.verify import PART_SCHEMA
+    from rmqtool.ops.verify.engine_walk import PART_SCHEMA
     staging = Staging(str(tmp_path))
     refs = [staging.put(b"a"), staging.put(b"b")]
     table = pa.Table.from_pylist([{"task": 0, "records": 1, "part": None, "ref": r} for r in refs],
@@ -152,7 +152,7 @@ def test_the_driver_never_reads_the_walked_records(level, tmp_path, monkeypatch)
     root = reference_store("basic")
     options = VerifyOptions(level=level, limit_per_check=None, chunk_records=7)     # many chunks of many parts
     expected = verify(Store(root), options).as_dict()
-    monkeypatch.setattr("rmqtool.engines.verify.FilePart.cols", refuse)
+    monkeypatch.setattr("rmqtool.ops.verify.engine_walk.FilePart.cols", refuse)
     with get_engine("local", jobs=2, staging=str(tmp_path)) as engine:
         got = verify(Store(root), options, engine=engine, split_size=20000)
     assert got.as_dict() == expected

@@ -1,4 +1,4 @@
-"""verify with an engine joins each chunk of records as an engine task (``engines.joins``) and
+"""verify with an engine joins each chunk of records as an engine task (``ops.verify.engine_joins``) and
 merges the tasks' states on the driver: the report is the sequential one, byte for byte, for
 any chunk size (many chunk edges), finding cap and selection, and staging is left empty."""
 from __future__ import annotations

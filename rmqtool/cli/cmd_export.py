@@ -5,8 +5,9 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, CommitlogDirsOpt, app, check_choice, emit, make_engine, open_store,
-                                parse_time, stderr)
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt,
+                                SparkConfOpt, SplitOpt, StagingOpt, CommitlogDirsOpt, app, check_choice, emit,
+                                engine_from_options, open_store, parse_time, stderr)
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
 
@@ -29,11 +30,12 @@ def export_command(
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
     engine: str = EngineOpt,
-    jobs: int = JobsOpt,
+    jobs: Optional[int] = JobsOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
     split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Export every MESSAGE of one or many stores, one row each with its store name."""
@@ -45,8 +47,8 @@ def export_command(
                        parse_time(end, "--end"))
     check_range(flt)
     opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
-    with make_engine(engine, jobs, master, remote, spark_conf) as eng, writing_to(to):
-        summary = export(opened, to, eng, fmt=fmt, body=body, flt=flt, split_size=split_size, force=force)
+    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng, writing_to(to):
+        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=split_size, force=force)
     stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
                  f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
                  markup=False)

@@ -5,9 +5,10 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt,
-                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, format_time, open_store,
-                                open_stores, parse_time, stderr, stdout)
+from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt,
+                                BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+                                IndexSlotsOpt, app, check_choice, emit, engine_from_options, format_time,
+                                open_store, open_stores, parse_time, stderr, stdout)
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
@@ -55,16 +56,20 @@ def query_key_command(
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     engine: str = EngineOpt,
+    jobs: Optional[int] = JobsOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog.
 
     With several stores each is searched (``--max`` applies per store) and every row names
-    its store; ``--scan --engine spark`` scans them all in one Spark job."""
-    from rmqtool.ops.query.bykey import LONG_MAX, query_key
+    its store; ``--scan --engine spark`` (or ``--jobs N``) scans them all in one engine run."""
+    from rmqtool.ops.query.bykey import LONG_MAX
+    from rmqtool.ops.query.keyscan import query_key_stores
     from rmqtool.simplified import use_simplified
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
@@ -80,17 +85,9 @@ def query_key_command(
     hi = parse_time(end, "--end")
     lo, hi = 0 if lo is None else lo, LONG_MAX if hi is None else hi
     opened = open_stores(paths, commitlog_dirs, index_slots, index_entries)
-    check_choice(engine, ("local", "spark"), "--engine")
-    if engine != "local":
-        if not scan:
-            raise UsageError("--engine spark runs the CommitLog scan: add --scan")
-        from rmqtool.engines import get_engine
-        from rmqtool.engines.query import query_key_scan_stores
-        with get_engine(engine, master=master, remote=remote, spark_conf=spark_conf or ()) as eng:
-            results = query_key_scan_stores(opened, key, eng, topic, lo, hi, max_num=max_num)
-    else:
-        results = [(name, query_key(s, key, topic, lo, hi, max_num=max_num, raw=raw, scan=scan))
-                   for name, s in opened]
+    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size, scan_option=scan) as eng:
+        results = query_key_stores(opened, key, topic, lo, hi, max_num=max_num, raw=raw, scan=scan, engine=eng,
+                                   split_size=split_size)
     fleet = len(opened) > 1
     rows, records, unconfirmed = [], [], 0
     for name, res in results:
@@ -133,6 +130,13 @@ def query_id_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
+    engine: str = EngineOpt,
+    jobs: Optional[int] = JobsOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
 ):
     """Find a message by id: an offsetMsgId if a record from that store host starts at its
     offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
@@ -140,7 +144,8 @@ def query_id_command(
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    res = query_id(s, msg_id, scan=scan)
+    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
+        res = query_id(s, msg_id, scan=scan, engine=eng, split_size=split_size)
     _notes(res.notes)
     records = [h.record(body) for h in res.hits]
     for r in records:

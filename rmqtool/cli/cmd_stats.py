@@ -5,10 +5,10 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.errors import UsageError
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt,
-                                SplitOpt, make_engine, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app, check_choice, emit, escape_control,
-                                format_time, human_size, open_stores, stdout)
+                                SplitOpt, StagingOpt, engine_from_options, FormatOpt, IdleIoOpt, MaxReadRateOpt,
+                                gentle, app, check_choice, emit, escape_control, format_time, human_size,
+                                open_stores, stdout)
 
 
 @app.command("stats")
@@ -20,29 +20,23 @@ def stats_command(
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     engine: str = EngineOpt,
-    jobs: int = JobsOpt,
+    jobs: Optional[int] = JobsOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
     split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
 ):
     """What a store holds: per topic and queue (messages, bytes, first/last store time, rate), per CommitLog
     file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
-    from rmqtool.ops.stats import BUCKETS, sparkline, stats_with_engine, store_stats
+    from rmqtool.ops.stats import BUCKETS, sparkline, stats
     check_choice(fmt, FORMATS, "--format")
     gentle(max_read_rate, idle_io)
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
-    if jobs < 0:
-        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
-    if split_size is not None and split_size <= 0:
-        raise UsageError(f"--split-size must be positive, not {split_size}")
     opened = open_stores(stores, commitlog_dirs)
-    if engine == "local" and jobs == 1:
-        results = [store_stats(s, name, by) for name, s in opened]
-    else:                        # every store's walk as the tasks of one run
-        with make_engine(engine, jobs, master, remote, spark_conf) as eng:
-            results = stats_with_engine(eng, opened, by, split_size)
+    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
+        results = stats(opened, by, engine=eng, split_size=split_size)    # several stores: one engine run
     if fmt != "table":
         emit((row for r in results for row in r.rows()), fmt)
         return

@@ -4,18 +4,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from contextlib import contextmanager
 from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, emit_jsonl, escape_control, make_engine, open_stores,
-                                real_console,
-                                stderr, stdout)
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt,
+                                SparkConfOpt, SplitOpt, StagingOpt, FORMATS, CommitlogDirsOpt, FormatOpt,
+                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, emit_jsonl,
+                                engine_from_options, escape_control, open_stores, real_console, stderr, stdout)
 from rmqtool.cli.cmd_info import dledger_recovery_text
-from rmqtool.errors import MissingDependencyError, UsageError
-from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify
+from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
 
 PROGRESS_AFTER_S = 1.0
 
@@ -52,35 +50,6 @@ class Progress:
             self.bar.stop()
 
 
-@contextmanager
-def _engine(engine: str, jobs: int, master, remote, spark_conf, staging=None):
-    """None for the in-process walk (local, one job: needs no pyarrow), else an Engine."""
-    check_choice(engine, ("local", "spark"), "--engine")
-    if jobs < 0:
-        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
-    if engine == "local" and jobs == 1:
-        yield None
-        return
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise MissingDependencyError(f"verify --engine {engine} / --jobs needs pyarrow: "
-                                     "pip install 'rmqtool[parquet]' (or [spark])") from None
-    with make_engine(engine, jobs, master, remote, spark_conf, staging) as eng:
-        yield eng
-
-
-@contextmanager
-def _fleet_walk(eng, opened, level: str, split_size):
-    """Several stores through an engine: all their walks as the tasks of one run, first."""
-    if eng is None or len(opened) < 2:
-        yield {}
-        return
-    from rmqtool.engines.verify import fleet_walk
-    with fleet_walk(eng, opened, level == "deep", split_size) as fleet:
-        yield fleet.walks
-
-
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
     if not values:
         return KINDS
@@ -109,7 +78,7 @@ def verify_command(
     index_entries: int = IndexEntriesOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
     engine: str = EngineOpt,
-    jobs: int = JobsOpt,
+    jobs: Optional[int] = JobsOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
@@ -131,25 +100,16 @@ def verify_command(
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)
     options.validate()
-    if split_size is not None and split_size <= 0:
-        raise UsageError(f"--split-size must be positive, not {split_size}")
     opened = open_stores(stores, commitlog_dirs, index_slots, index_entries)
     for _, s in opened:
         s.require_root()
         if topic is not None:
             s.require_topic(topic, queue)
     fleet = len(opened) > 1
-    results = []
-    with _engine(engine, jobs, master, remote, spark_conf, staging) as eng, \
-            _fleet_walk(eng, opened, level, split_size) as walks:
-        for name, s in opened:
-            progress = Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty())
-            try:
-                report = verify(s, options, progress=progress, engine=eng, split_size=split_size,
-                                prepared=walks.get(name))
-            finally:
-                progress.close()
-            results.append((name, report, report.exit_code(fail_on)))
+    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
+        results = [(name, report, report.exit_code(fail_on)) for name, report in verify_stores(
+            opened, options, lambda s: Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty()),
+            engine=eng, split_size=split_size)]
     code = max(c for _, _, c in results)
     fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),
                      "with_findings": sum(1 for _, _, c in results if c != 0),

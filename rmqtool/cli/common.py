@@ -6,11 +6,12 @@ import json
 import os
 import re
 import sys
+from contextlib import contextmanager
 from typing import Iterable, List, Optional
 
 import typer
 
-from rmqtool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RmqError, UsageError
+from rmqtool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
@@ -148,15 +149,20 @@ def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:
 
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl | csv | tsv (csv/tsv: a header "
                          "line, nested values as JSON)")
-# where a bulk command runs (verify, rebuild, export, query-key --scan): one declaration each
-EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog scan runs")
-JobsOpt = typer.Option(1, "--jobs", "-j", help="local engine: worker processes (0 = one per CPU)")
+# where a command that walks a CommitLog runs (verify, export, stats, report, query-key/query-id --scan,
+# rebuild): declared here once, the same on every such command; ``engine_from_options`` reads them
+EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog walk runs")
+JobsOpt = typer.Option(None, "--jobs", "-j", "--workers",
+                       help="local engine: worker processes (0 = one per CPU; default: the fastest local way, "
+                       "which for rebuild is one process per CPU and for the other commands this process "
+                       "with its threads; --workers: old name)")
 MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
 RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
 SparkConfOpt = typer.Option(None, "--spark-conf", callback=_mirror_s3a,
                             help="Spark setting key=value (repeatable; spark.hadoop.fs.s3a.* also apply "
                             "to this process's reads of s3:// stores)")
-SplitOpt = typer.Option(None, "--split-size", help="bytes of CommitLog per task (default 128 MiB)")
+SplitOpt = typer.Option(None, "--split-size",
+                        help="bytes of CommitLog per engine task (default 128 MiB; with --jobs N or --engine spark)")
 StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
                           help="where tasks leave their results for this process (default: a temporary "
                           "directory when the tasks run on this machine; a cluster needs a location its "
@@ -185,13 +191,41 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
     return open_many(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 
-def make_engine(engine: str, jobs: int, master: Optional[str], remote: Optional[str],
-                spark_conf: Optional[list], staging: Optional[str] = None):
-    """The engine for the common --engine/--jobs/--master/--remote/--spark-conf/--staging options."""
+@contextmanager
+def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str], remote: Optional[str],
+                        spark_conf: Optional[list], staging: Optional[str] = None,
+                        split_size: Optional[int] = None, scan_option: Optional[bool] = None):
+    """The engine the common options ask for, for as long as the command runs: None for the
+    local default (``--jobs`` not given, or 1: the operation's own in-process way), else an
+    ``Engine`` (``--jobs N``: a local pool of N processes, 0 one per CPU; ``--engine spark``).
+    Every operation takes it as ``engine=``; no command decides more than this.
+    ``scan_option``: the command walks the CommitLog only with ``--scan``, which was (True) or
+    was not (False) given; an engine asked for without it is a usage error (before Spark starts)."""
     from rmqtool.engines import ENGINES, default_jobs, get_engine
     check_choice(engine, ENGINES, "--engine")
-    return get_engine(engine, jobs=jobs or default_jobs(), master=master, remote=remote,
-                      spark_conf=spark_conf or (), staging=staging)
+    if jobs is not None and jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
+    if split_size is not None and split_size <= 0:
+        raise UsageError(f"--split-size must be positive, not {split_size}")
+    if engine == "local" and jobs is not None:
+        jobs = jobs or default_jobs()
+    if engine == "local" and jobs in (None, 1):
+        if staging is not None:
+            from rmqtool.io.staging import check_location
+            check_location(staging)
+        yield None
+        return
+    if scan_option is False:
+        raise UsageError(f"--engine {engine}" + (f" --jobs {jobs}" if engine == "local" else "")
+                         + " runs the CommitLog scan: add --scan")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(f"--engine {engine} / --jobs needs pyarrow: "
+                                     "pip install 'rmqtool[parquet]' (or [spark])") from None
+    with get_engine(engine, jobs=jobs, master=master, remote=remote, spark_conf=spark_conf or (),
+                    staging=staging) as eng:
+        yield eng
 
 
 def check_choice(value: str, choices: Iterable[str], option: str) -> str:

@@ -238,10 +238,15 @@ def prepare_destination(out, stores: Sequence, force: bool) -> None:
     out.create_root()
 
 
-def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engine, fmt: str = "parquet",
-           body: str = "none", flt: RecordFilter | None = None, split_size: int | None = None,
-           force: bool = False) -> dict:
-    """Export every record of ``stores`` (``(name, Store)`` pairs) to ``dest``; returns a summary."""
+def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engine | None = None,
+           fmt: str = "parquet", body: str = "none", flt: RecordFilter | None = None,
+           split_size: int | None = None, force: bool = False) -> dict:
+    """Export every record of ``stores`` (``(name, Store)`` pairs) to ``dest``; returns a summary.
+    ``engine``: where the tasks run (None: in this process)."""
+    if engine is None:
+        from rmqtool.engines import get_engine
+        with get_engine("local") as local:
+            return export(stores, dest, local, fmt, body, flt, split_size, force)
     from rmqtool.engines import DEFAULT_SPLIT_SIZE
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}")

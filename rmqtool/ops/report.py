@@ -13,7 +13,7 @@ from pathlib import Path
 from rmqtool.errors import MissingDependencyError
 from rmqtool.io.topicpath import printable
 from rmqtool.ops.info import store_info
-from rmqtool.ops.stats import store_stats
+from rmqtool.ops.stats import stats
 from rmqtool.ops.verify import VerifyOptions, verify
 
 LISTED = 200          # rows of each message list shown in the page (the JSON block keeps what verify listed)
@@ -113,10 +113,11 @@ font-size:1.15em;border-bottom:1px solid #ccc}table{border-collapse:collapse;fon
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}svg{max-width:100%;height:auto}"""
 
 
-def build_report(store, name: str, level: str = "deep") -> str:
+def build_report(store, name: str, level: str = "deep", engine=None, split_size: int | None = None) -> str:
+    """The page's HTML; ``engine`` (None: this process) runs the verify and the stats walks."""
     info = store_info(store)
-    rep = verify(store, VerifyOptions(level=level))
-    st = store_stats(store, name, "minute")
+    rep = verify(store, VerifyOptions(level=level), engine=engine, split_size=split_size)
+    st, = stats([(name, store)], "minute", engine=engine, split_size=split_size)
     fc = rep.forecast
     d = rep.as_dict()
     findings = d["findings"]
@@ -156,7 +157,8 @@ def build_report(store, name: str, level: str = "deep") -> str:
     return "\n".join(parts)
 
 
-def write_report(store, name: str, output: Path, level: str = "deep") -> int:
-    text = printable(build_report(store, name, level))       # a name that is not UTF-8: as \xNN
+def write_report(store, name: str, output: Path, level: str = "deep", engine=None,
+                 split_size: int | None = None) -> int:
+    text = printable(build_report(store, name, level, engine, split_size))       # a name that is not UTF-8: as \xNN
     Path(output).write_text(text, encoding="utf-8")
     return len(text)

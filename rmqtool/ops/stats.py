@@ -179,6 +179,15 @@ def stats_with_engine(engine, stores, by: str | None = None, split_size: int | N
     return out
 
 
+def stats(stores, by: str | None = None, engine=None, split_size: int | None = None) -> list[StoreStats]:
+    """``store_stats`` of every ``(name, Store)``: walked here one after the other (``engine`` None),
+    else as the tasks of one run of ``engine`` (``stats_with_engine``); the counts are the same."""
+    stores = list(stores)
+    if engine is None:
+        return [store_stats(s, name, by) for name, s in stores]
+    return stats_with_engine(engine, stores, by, split_size)
+
+
 def sparkline(values: list[int]) -> str:
     """The values as a line of block characters, lowest to highest."""
     if not values:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from rmqtool.records.ids import decode_offset_msg_id, decode_uniq_key
 from rmqtool.output.schema import record_to_dict
 from rmqtool.ops.query.bykey import Hit, query_key
+from rmqtool.ops.query.keyscan import query_key_scan
 from rmqtool.records.single import RecordReader
 
 KIND_OFFSET = "offsetMsgId"
@@ -20,7 +21,9 @@ class IdResult:
     decoded: dict | None = None     # offsetMsgId: host/port/offset; UNIQ_KEY: ip/pid/time
 
 
-def query_id(store, msg_id: str, scan: bool = False) -> IdResult:
+def query_id(store, msg_id: str, scan: bool = False, engine=None, split_size: int | None = None) -> IdResult:
+    """What ``msg_id`` names in ``store``; ``engine`` (None: this process) runs the CommitLog scans
+    of a UNIQ_KEY (``scan``, or after the index found nothing)."""
     msg_id = msg_id.strip()
     res = IdResult(None)
     decoded = decode_offset_msg_id(msg_id)
@@ -39,10 +42,15 @@ def query_id(store, msg_id: str, scan: bool = False) -> IdResult:
             reader.close()
         res.notes.append(f"not an offsetMsgId of this store (no record at offset {offset} from "
                          f"that store host); trying it as a UNIQ_KEY")
-    found = query_key(store, msg_id, None, uniq_only=True, scan=scan, rollback=True)
+
+    def by_key(scan: bool):
+        if scan and engine is not None:
+            return query_key_scan(store, msg_id, engine, None, uniq_only=True, rollback=True, split_size=split_size)
+        return query_key(store, msg_id, None, uniq_only=True, scan=scan, rollback=True)
+    found = by_key(scan)
     if not found.hits and not scan:
         found.notes.append("not found through the index; scanning the whole CommitLog")
-        again = query_key(store, msg_id, None, uniq_only=True, scan=True, rollback=True)
+        again = by_key(True)
         found.hits, found.notes = again.hits, found.notes + again.notes
     res.notes += found.notes
     res.hits = found.hits

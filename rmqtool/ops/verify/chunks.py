@@ -63,7 +63,7 @@ class SpillDir:
 @dataclass
 class StagedPart:
     """Records left in staging, read where they are joined, never by the driver: an engine
-    task's (``engines.verify``; ``topics`` maps the task's topic ids to the run's, ``file_idx``
+    task's (``ops.verify.engine_walk``; ``topics`` maps the task's topic ids to the run's, ``file_idx``
     is their file), or the driver's own records put there for the join tasks (both None: the
     columns carry the run's ids and their files)."""
     staging: object

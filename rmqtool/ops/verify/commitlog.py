@@ -76,7 +76,7 @@ class CommitLogVerifier:
         files = self.store.commitlog.files
         self._starts_with_data = [_starts_with_data(seg.path) for seg in files]
         if prepared is None and engine is not None:
-            from rmqtool.engines.verify import engine_walk
+            from rmqtool.ops.verify.engine_walk import engine_walk
             prepared = engine_walk(engine, self.store, self.deep, split_size)
         if prepared is not None and prepared.staging is not None and self.dledger is None:
             # the parts are adopted where they are: the staging outlives the walk, until the joins
@@ -139,7 +139,7 @@ class CommitLogVerifier:
 
     def _adopt_file(self, idx: int, seg, prepared) -> None:
         """Take the engine's batches of one file, then go on from where its walk stopped."""
-        from rmqtool.engines.verify import topic_mapping
+        from rmqtool.ops.verify.engine_walk import topic_mapping
         path = str(seg.path)
         for part in prepared.parts(path):
             mapping = topic_mapping(part, self.topics.intern)

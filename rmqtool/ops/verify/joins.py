@@ -5,7 +5,7 @@ frontiers, queue headers, index file states, the selection): small, the same for
 chunk. ``JoinState`` gathers what the joins find (findings, record times, the pending
 listings, index entries past the end, the queue offsets carried); ``join_chunk`` adds one
 chunk to it. The sequential path feeds one state chunk after chunk; engine tasks
-(``rmqtool.engines.joins``) each give a fresh state for their chunk, and the driver
+(``rmqtool.ops.verify.engine_joins``) each give a fresh state for their chunk, and the driver
 ``merge``s them in chunk order into the one the sequential path would have gathered.
 """
 from __future__ import annotations

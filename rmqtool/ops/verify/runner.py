@@ -105,7 +105,7 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
 
     ``engine`` (an ``rmqtool.engines.Engine``) runs the CommitLog walk and the per-record
     checks as tasks over ``split_size`` byte ranges; the report is the same as without it.
-    ``prepared``: that walk already run for this store (``engines.verify.fleet_walk``: a fleet's
+    ``prepared``: that walk already run for this store (``engine_walk.fleet_walk``: a fleet's
     walks as one engine run); it is used by the first read of the store.
 
     ``rmqtool write`` replaces the whole root at once (``rmqtool.io.install``); a run during
@@ -131,6 +131,33 @@ def verify(store, options: VerifyOptions | None = None, progress=None, engine=No
         _count_findings(report.summary, report.sink)
     report.summary["reread_after_replace"] = attempt
     return report
+
+
+def verify_stores(stores, options: VerifyOptions | None = None, progress_for=None, engine=None,
+                  split_size: int | None = None):
+    """``verify`` of every ``(name, Store)`` in turn: yields ``(name, report)``. With an ``engine``
+    and several stores, all their CommitLog walks run first as the tasks of one engine run
+    (``engine_walk.fleet_walk``). ``progress_for(store)``: a progress callable for that store's
+    walk (closed, when it has ``close``, once the store is done)."""
+    stores = list(stores)
+    if engine is None or len(stores) < 2:
+        fleet = None
+    else:
+        from rmqtool.ops.verify.engine_walk import fleet_walk
+        fleet = fleet_walk(engine, stores, (options or VerifyOptions()).level == "deep", split_size)
+    try:
+        for name, store in stores:
+            progress = progress_for(store) if progress_for is not None else None
+            try:
+                report = verify(store, options, progress=progress, engine=engine, split_size=split_size,
+                                prepared=None if fleet is None else fleet.walks.get(name))
+            finally:
+                if hasattr(progress, "close"):
+                    progress.close()
+            yield name, report
+    finally:
+        if fleet is not None:
+            fleet.close()
 
 
 def _verify_once(store, options: VerifyOptions, progress, engine, split_size, prepared=None) -> VerifyReport:
@@ -251,7 +278,7 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     joined = JoinState.start(ctx, sink)
     parts = None
     if engine is not None:
-        from rmqtool.engines.joins import engine_joins
+        from rmqtool.ops.verify.engine_joins import engine_joins
         parts = engine_joins(engine, ctx, records, routed_units, routed_entries)
     if parts is None:
         chunks = ((records.chunk(k), routed_units.take(k), routed_entries.take(k)) for k in range(len(records)))

@@ -13,7 +13,7 @@ The parts (record columns of a batch) do not travel back with the job's rows: ea
 leaves them in a staging directory (``rmqtool.io.staging``) and returns what the driver
 needs without them (record count, first and last offset, findings, topic names). The driver
 never reads them: its record chunks refer to them (``chunks.StagedPart``) and the join tasks
-(``engines.joins``) read them there. Without a staging location (a cluster without
+(``ops.verify.engine_joins``) read them there. Without a staging location (a cluster without
 ``--staging``) the parts travel back in the rows and the driver holds one at a time.
 """
 from __future__ import annotations

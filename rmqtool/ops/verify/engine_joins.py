@@ -1,7 +1,7 @@
 """`verify --engine spark|local --jobs N`: verify's joins as engine tasks, one per chunk of records.
 
 Each chunk's records are parts in staging already (left there by the walk's tasks,
-``engines.verify``; the few this process walked itself are put there now); the driver adds
+``ops.verify.engine_walk``; the few this process walked itself are put there now); the driver adds
 the ConsumeQueue units and index entries routed to the chunk (``ops.verify.chunks``) and
 runs one task per chunk: the task reads its parts, joins
 its chunk (``ops.verify.joins.join_chunk``, the checks of the sequential path) into a fresh

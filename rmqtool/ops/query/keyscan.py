@@ -1,17 +1,20 @@
-"""`query-key --scan --engine spark`: the CommitLog scan for a key as engine tasks.
+"""`query-key --scan --engine spark|--jobs N`: the CommitLog scan for a key as engine tasks.
 
 Each task runs ``rmqtool.broker.indexkeys.scan_batch`` (the local scan's matcher) on its
 record batches and returns only the matching offsets; the driver reads those records
-back and answers like ``rmqtool.ops.query.bykey.query_key(scan=True)``.
+back and answers like ``rmqtool.ops.query.bykey.query_key(scan=True)``. ``query_key_stores``
+is the operation `query-key` runs: with or without an engine.
 """
 from __future__ import annotations
 
-import pyarrow as pa
-
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
 
-MATCHES = pa.schema([("store", pa.string()), ("phy_offset", pa.int64()), ("match", pa.string()),
-                     ("scanned", pa.int64())])
+
+def matches_schema():
+    """The rows a scan task returns (pyarrow loads only when an engine runs: the local query needs none)."""
+    import pyarrow as pa
+    return pa.schema([("store", pa.string()), ("phy_offset", pa.int64()), ("match", pa.string()),
+                      ("scanned", pa.int64())])
 
 
 class KeyScanStage:
@@ -19,6 +22,7 @@ class KeyScanStage:
         self.args = (key, topic, begin, end, uniq_only, rollback)
 
     def __call__(self, task, batches):
+        import pyarrow as pa
         from rmqtool.broker.indexkeys import scan_batch
         phy, kinds, scanned = [], [], 0
         for b in batches:
@@ -29,12 +33,29 @@ class KeyScanStage:
                 scanned += int(b.position[-1] + b.size[-1] - b.position[0])
         yield pa.RecordBatch.from_pydict({"store": [task.store] * (len(phy) + 1), "phy_offset": phy + [-1],
                                           "match": kinds + [None], "scanned": [0] * len(phy) + [scanned]},
-                                         schema=MATCHES)
+                                         schema=matches_schema())
+
+
+def query_key_stores(stores, key: str, topic: str | None = None, begin: int = 0, end: int = (1 << 63) - 1,
+                     max_num: int | None = None, raw: bool = False, scan: bool = False, engine: Engine | None = None,
+                     split_size: int | None = None):
+    """``query_key`` of every ``(name, Store)``: ``[(name, KeyResult)]`` in the order given. With an
+    ``engine`` the CommitLog scan (``scan``) runs as its tasks, all stores in one run."""
+    from rmqtool.errors import UsageError
+    from rmqtool.ops.query.bykey import query_key
+    stores = list(stores)
+    if engine is None:
+        return [(name, query_key(s, key, topic, begin, end, max_num=max_num, raw=raw, scan=scan))
+                for name, s in stores]
+    if raw or not scan:
+        raise UsageError(f"--engine {engine.name} / --jobs run the CommitLog scan: add --scan"
+                         + (" (--raw reads the index only)" if raw else ""))
+    return query_key_scan_stores(stores, key, engine, topic, begin, end, max_num, split_size=split_size)
 
 
 def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
                    end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
-                   rollback: bool = False, split_size: int = DEFAULT_SPLIT_SIZE):
+                   rollback: bool = False, split_size: int | None = None):
     """``query_key(..., scan=True)`` with the scan on ``engine``; returns a ``KeyResult``."""
     return query_key_scan_stores([("store", store)], key, engine, topic, begin, end, max_num, uniq_only,
                                  rollback, split_size)[0][1]
@@ -42,7 +63,7 @@ def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, be
 
 def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
                           end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
-                          rollback: bool = False, split_size: int = DEFAULT_SPLIT_SIZE):
+                          rollback: bool = False, split_size: int | None = None):
     """The key scan over several ``(name, Store)`` in one engine job: ``[(name, KeyResult)]``
     in the order given; ``max_num`` applies to each store."""
     from rmqtool.errors import UsageError
@@ -52,8 +73,8 @@ def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = 
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
         raise UsageError(f"--max must be positive, not {max_num}")
-    tasks = plan_tasks(list(stores), split_size)
-    table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), MATCHES)
+    tasks = plan_tasks(list(stores), split_size or DEFAULT_SPLIT_SIZE)
+    table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), matches_schema())
     names = table.column("store").to_pylist()
     scanned = table.column("scanned").to_pylist()
     phys = table.column("phy_offset").to_pylist()
