@@ -8,16 +8,11 @@ hard links. ``--output`` builds the replacement tree elsewhere and touches nothi
 """
 from __future__ import annotations
 
-import mmap
-import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
-
-import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
@@ -28,7 +23,7 @@ from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                                      IndexFileWriter, index_file_names,
                               dispatch_batch)
-from rmqtool.engines.interrupts import interrupts_held, start_worker
+from rmqtool.engines import ordered
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
@@ -126,223 +121,33 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
             if d.stop:                    # the broker dispatches nothing after it
                 break
     except FileChangedError as exc:
-        return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
+        return ordered.ship(_pack(out)), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
                                    check="commitlog.file-changed"), records, lo
-    return _ship(out), scan.end, records, lo
+    return ordered.ship(_pack(out)), scan.end, records, lo
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------
-# Pickled through the pool's pipe, ~90 MB of results per million records land in fresh pages of
-# the main process (twice: the message, then the unpickled arrays). Instead every worker appends
-# its arrays to an anonymous memory file the main process created before forking the pool, and
-# returns only their places; the main process maps them (read-only): no copy, no fresh pages.
-# Without memfd, or when a write fails, results go through the pipe as before.
+# A batch's arrays travel through the ordered pool's memory files (``engines.ordered.ship``).
 _ARRAYS = ("cq_topic", "cq_queue_id", "cq_queue_offset", "cq_phy_offset", "cq_size", "cq_tags_code",
            "key_hash", "key_phy_offset", "key_store_timestamp", "key_record", "record_phy_offset")
-_ship_fd: int | None = None                # this worker's memory file (set by _init_worker)
-_ship_end = 0
 
 
-@dataclass
-class _Shipped:
-    """Where one task's results lie in a worker's memory file."""
-    slot: int
-    offset: int                            # page-aligned
-    length: int
-    batches: list                          # per batch: (topics, records, stop, stop_at, [(dtype, count, at)])
+def _pack(parts: list) -> list:
+    """BatchDispatches as ``ordered.ship`` items: (topics, records, stop, stop_at, bcq) and the arrays
+    (bcq: few units, pickled)."""
+    return [((d.topics, d.records, d.stop, d.stop_at, d.bcq), [getattr(d, name) for name in _ARRAYS])
+            for d in parts]
 
 
-def _init_worker(fds: list[int], counter) -> None:
-    global _ship_fd, _ship_end
-    start_worker()
-    with counter.get_lock():
-        slot = counter.value
-        counter.value += 1
-    _ship_fd, _ship_end = (slot, fds[slot]) if slot < len(fds) else None, 0
-
-
-def _ship(parts: list):
-    global _ship_end
-    if _ship_fd is None or not parts:
-        return parts
-    slot, fd = _ship_fd
-    base = pos = end = _ship_end
-    meta, views = [], []
-    for d in parts:
-        cols = []
-        for name in _ARRAYS:
-            a = np.ascontiguousarray(getattr(d, name))
-            cols.append((a.dtype.str, len(a), pos - base))
-            if a.nbytes:
-                views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
-                end = pos + a.nbytes
-            pos += -(-a.nbytes // 64) * 64
-        meta.append((d.topics, d.records, d.stop, d.stop_at, cols, d.bcq))     # bcq: few units, pickled
-    try:
-        for at, view in views:
-            inst.pwrite_all(fd, view, at)
-    except OSError:
-        return parts
-    _ship_end = -(-end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
-    return _Shipped(slot, base, end - base, meta)
-
-
-def _unship(shipped, fds: list[int]) -> list[BatchDispatch]:
-    if not isinstance(shipped, _Shipped):
-        return shipped
-    if not shipped.length:
-        mem = b""
-    else:
-        # shared and read-only, page tables filled in one call (no fault per page, no copy)
-        mem = mmap.mmap(fds[shipped.slot], shipped.length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                        prot=mmap.PROT_READ, offset=shipped.offset)
+def _unpack(items: list) -> list[BatchDispatch]:
     out = []
-    for topics, records, stop, stop_at, cols, bcq in shipped.batches:
-        arrays = [np.frombuffer(mem, dtype=np.dtype(dt), count=count, offset=at) if count else
-                  np.zeros(0, np.dtype(dt)) for dt, count, at in cols]
+    for (topics, records, stop, stop_at, bcq), arrays in items:
         out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop, stop_at, bcq))
     return out
 
 
-_PUNCH_HOLE = 0x02 | 0x01                 # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-
-
-def _release(shipped, fds: list[int]) -> None:
-    """Give back a task's results in its worker's memory file once they have been consumed
-    (nothing may keep a view of them: the builders copy what they hold), so the files stay
-    the size of the results in flight, not of every result of the run."""
-    if not isinstance(shipped, _Shipped) or not shipped.length:
-        return
-    fallocate = _fallocate()
-    if fallocate:
-        fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
-
-
-@lru_cache(maxsize=1)
-def _fallocate():
-    import ctypes
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    return fn
-
-
-def _end_pool(pool, throttle: "_Throttle", raw, fds: list[int], failed: bool) -> None:
-    """End the scan pool. After a walk that ended (at the CommitLog's end or early) no new
-    task starts, the ones in flight (at most the throttle's window) finish and are dropped,
-    and the workers exit on their own. Only after a failure (Ctrl-C, an error) are they
-    killed at once: a worker killed while it sends a result would leave the pool's result
-    queue locked, and ``Pool.terminate`` then waits for that lock forever."""
-    throttle.stop()
-    if failed:
-        pool.terminate()
-        return
-    for shipped, *_ in raw:
-        _release(shipped, fds)
-    pool.close()
-    pool.join()
-
-
-def _consumed(results, throttle: "_Throttle"):
-    """``results``, telling ``throttle`` as each one is taken."""
-    for result in results:
-        throttle.consumed()
-        yield result
-
-
-class _Throttle:
-    """The tasks fed to ``pool.imap`` at most ``window`` ahead of the results consumed, so
-    the workers never run further ahead of the writer than that (their results wait in
-    memory). ``stop`` lets the pool's feeder thread end before the pool is terminated."""
-
-    def __init__(self, tasks: list, window: int):
-        import threading
-        self.tasks, self.window = tasks, window
-        self._slots = threading.Semaphore(window)
-        self._stopped = False
-
-    def __iter__(self):
-        for task in self.tasks:
-            self._slots.acquire()
-            if self._stopped:
-                return
-            yield task
-
-    def consumed(self) -> None:
-        self._slots.release()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._slots.release(len(self.tasks) + 1)
-
-
-def default_workers() -> int:
-    from rmqtool.engines import default_jobs
-    return min(default_jobs(), 8)
-
-
-#: local rebuild: a file is split into pieces of at least this many bytes when there are
-#: fewer files than a few per worker (so that no worker is left with a whole file to do alone)
-MIN_PIECE = 16 << 20
-PIECES_PER_WORKER = 8
-#: scan tasks queued or running per worker process, ahead of the consumer
-IN_FLIGHT_PER_WORKER = 2
-
-
-def _pieces(files: list, workers: int) -> list[tuple]:
-    """(path, base, lo, hi, exact) scan tasks: each file whole, or cut into pieces when the
-    files are too few to keep ``workers`` processes equally busy. Only a file's first piece
-    starts at a known record; the others start at the resync's first record (``_chained``
-    checks that it is where the previous piece's chain arrived)."""
-    span = sum((hi if hi is not None else size) - lo for _, _, lo, hi, size in files)
-    piece = max(MIN_PIECE, -(-span // max(1, workers * PIECES_PER_WORKER)))
-    out = []
-    for path, base, lo, hi, size in files:
-        stop = hi if hi is not None else size
-        if workers <= 1 or stop - lo < 2 * piece:
-            out.append((path, base, lo, hi, True))
-            continue
-        cuts = list(range(lo, stop, piece))
-        if stop - cuts[-1] < piece // 2:          # no sliver at the end
-            cuts.pop()
-        for k, at in enumerate(cuts):
-            out.append((path, base, at, cuts[k + 1] if k + 1 < len(cuts) else hi, k == 0))
-    return out
-
-
-def _chained(tasks: list, results, fds: list[int]):
-    """In CommitLog order, per piece: (path, base, its dispatches, the file's end or None).
-
-    The end is given with the piece where the file's walk ended (BLANK, zero, corrupt, the
-    last piece); the pieces after it are drained and dropped. A piece is used only where
-    the previous piece's chain arrived at its first record; when the resync started
-    elsewhere (a record spanning the cut, a stray anchor in a body) the piece is scanned
-    again here from where the chain arrived."""
-    results = iter(results)
-    k = 0
-    while k < len(tasks):
-        j = k + 1
-        while j < len(tasks) and tasks[j][0] == tasks[k][0] and not tasks[j][6]:
-            j += 1
-        arrived = None
-        for i in range(k, j):
-            task = tasks[i]
-            shipped, piece_end, _, began = next(results)
-            if arrived is None and i > k:             # the file ended in an earlier piece
-                _release(shipped, fds)
-                continue
-            if i > k and began != arrived:
-                _release(shipped, fds)
-                shipped, piece_end, _, began = _dispatch_file((*task[:2], arrived, *task[3:6], True))
-            got = _unship(shipped, fds)
-            ended = i == j - 1 or piece_end.kind != END_RANGE or any(d.stop for d in got)
-            arrived = None if ended else piece_end.position
-            yield task[0], task[1], got, piece_end if ended else None
-            del got
-            _release(shipped, fds)
-        k = j
+def _stopped(items: list) -> bool:
+    return any(meta[2] for meta, _ in items)
 
 
 def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: Progress | None,
@@ -362,36 +167,21 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     files = [(str(s.path), s.start, max(start - s.start, 0),
               None if to_offset is None or to_offset >= s.start + size else to_offset - s.start, s.size)
              for s in segs]
-    pieces = _pieces(files, workers if len(files) else 1)
-    tasks = [(path, base, lo, hi, check_crc, config, first) for path, base, lo, hi, first in pieces]
+    tasks = [(path, base, lo, hi, check_crc, config, first)
+             for path, base, lo, hi, first in ordered.pieces(files, workers if len(files) else 1)]
     records, end, kind = 0, start, "empty"
-    pool = None
-    fds: list[int] = []
-    if workers > 1 and len(tasks) > 1:
-        import multiprocessing as mp
-        ctx = mp.get_context("fork")
-        procs = min(workers, len(tasks))
-        try:
-            fds = [os.memfd_create("rmqtool-rebuild", getattr(os, "MFD_CLOEXEC", 0)) for _ in range(procs)]
-        except (AttributeError, OSError):      # no memfd: results come through the pipe
-            for fd in fds:
-                os.close(fd)
-            fds = []
-        with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
-            pool = ctx.Pool(procs, initializer=_init_worker, initargs=(fds, ctx.Value("i", 0)))
-        throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * procs)
-        raw = pool.imap(_dispatch_file, throttle)
-        results = _consumed(raw, throttle)
-    else:
-        results = map(_dispatch_file, tasks)
-    failed = True
-    try:
-        for path, base, dispatches, file_end in _chained(tasks, results, fds):
-            for d in dispatches:
+
+    def rescan(piece, at):                       # piece: (path, base, lo, hi, exact)
+        return _dispatch_file((piece[0], piece[1], at, piece[3], check_crc, config, True))
+
+    with ordered.OrderedPool(workers, len(tasks)) as pool:
+        results = pool.map(_dispatch_file, tasks)
+        for path, base, items, file_end in ordered.chained([(*t[:4], t[6]) for t in tasks], results, pool,
+                                                           rescan, _stopped):
+            for d in _unpack(items):
                 on_dispatch(d)
                 records += d.records
                 if d.stop:
-                    failed = False
                     return records, d.stop_at, END_DISPATCH_STOP
             if file_end is None:                  # more pieces of this file follow
                 continue
@@ -402,16 +192,9 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             if progress:
                 progress(end - start, total)
             if to_offset is not None and end >= to_offset:
-                failed = False
                 return records, to_offset, "to-offset"
             if file_end.kind != END_BLANK:
                 break
-        failed = False
-    finally:
-        if pool is not None:
-            _end_pool(pool, throttle, raw, fds, failed)
-        for fd in fds:          # the mappings made from them stay valid
-            os.close(fd)
     if kind == END_RANGE and to_offset is not None:
         return records, to_offset, "to-offset"
     return records, end, kind
@@ -514,7 +297,7 @@ def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bo
             job.on_damage(damage, skip_corrupt)
 
     walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config,
-                                             workers or default_workers()))
+                                             workers or ordered.default_workers()))
     try:
         outcome = walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
                                    check_crc, stops, on_damage)
