@@ -27,9 +27,10 @@ from rmqtool.engines import ordered
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
+from rmqtool.io.storelock import rebuild_lock
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
-from rmqtool.records.scan import END_BLANK, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
+from rmqtool.records.scan import END_BLANK, END_EOF, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 
@@ -255,7 +256,7 @@ def check_no_cq_ext(store) -> None:
         raise RefusedError("the store keeps ConsumeQueueExt files (enableConsumeQueueExt): its ConsumeQueue "
                            "units hold addresses into them, which this rebuild does not regenerate; it would put "
                            "tag hashes where the addresses are and break the broker's tag/SQL filtering "
-                           "(`rebuild all` on the local engine rebuilds both)", store.root / EXT_DIR)
+                           "(`rebuild all` rebuilds both)", store.root / EXT_DIR)
 
 
 def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -> None:
@@ -274,9 +275,163 @@ def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -
                            "with --topic (these are kept)", store.consumequeue_dir)
 
 
+# --- the walk on an engine ---------------------------------------------------------------------
+# With an engine (Spark), every task scans its byte range of the CommitLog and dispatches its
+# record batches (the expensive part, spread over executors); the ``BatchDispatch`` results come
+# back in CommitLog order and the jobs above build the files here, as from the local pool's walk.
+# The walk stops like the broker's recovery: the first file that does not end in a BLANK is the
+# last one used, and nothing after a record that fails dispatch (``BatchDispatch.stop``) is used.
+def _dispatch_schema():
+    import pyarrow as pa
+    return pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary()),
+                      ("ref", pa.string())])
+
+
+def _in_range(batches, start: int, to_offset: int | None):
+    """The batches' records in [start, to_offset), batch by batch (empty ones skipped)."""
+    import numpy as np
+    from rmqtool.output.arrow import select
+    for b in batches:
+        keep = b.phy_offset >= start
+        if to_offset is not None:
+            keep &= b.phy_offset < to_offset
+        if not keep.any():
+            continue
+        yield b if keep.all() else select(b, np.flatnonzero(keep))
+
+
+class DispatchStage:
+    """Per task: records in [start, to_offset) -> pickled ``BatchDispatch`` per batch, left in
+    ``staging`` (the row carries its reference) or, without one, in the row."""
+
+    def __init__(self, config, start: int, to_offset: int | None, staging=None):
+        self.config, self.start, self.to_offset = config, start, to_offset
+        self.staging = staging
+
+    def __call__(self, task, batches):
+        import pickle
+        import pyarrow as pa
+        schema = _dispatch_schema()
+        for b in _in_range(batches, self.start, self.to_offset):
+            d = dispatch_batch(b, self.config)
+            blob = pickle.dumps(d, protocol=5)
+            row = {"task": task.task_id, "records": d.records, "dispatch": None, "ref": None}
+            if self.staging is None:
+                row["dispatch"] = blob
+            else:
+                row["ref"] = self.staging.put(blob)
+            yield pa.RecordBatch.from_pylist([row], schema=schema)
+            if d.stop:                    # the broker dispatches nothing after it
+                break
+
+
+def engine_walker(engine, store, check_crc: bool, config, split_size: int | None = None, progress=None):
+    """A ``walk(start, to_offset, on_dispatch) -> (records, end, kind)`` whose scan and dispatch run
+    as ``engine``'s tasks (``split_size`` bytes of CommitLog each)."""
+    import pickle
+    from rmqtool.engines import DEFAULT_SPLIT_SIZE, file_ends, plan_tasks
+    split_size = split_size or DEFAULT_SPLIT_SIZE
+
+    def walk(start: int, to_offset: int | None, on_dispatch):
+        tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc,
+                           exact_start=True)
+        staging = engine.open_staging() if tasks else None
+        try:
+            return _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch)
+        finally:
+            if staging is not None:
+                staging.close()
+
+    def _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch):
+        size = store.commitlog.file_size
+        table = engine.run(tasks, DispatchStage(config, start, to_offset, staging), _dispatch_schema(),
+                           on_discard=None if staging is None else staging.discard_rows)
+        ends = file_ends(engine.tasks, engine.statuses)
+        task_file = {t.task_id: t for t in engine.tasks}
+        payload = {}
+        column = "dispatch" if staging is None else "ref"
+        for tid, n, item in zip(table.column("task").to_pylist(), table.column("records").to_pylist(),
+                                table.column(column).to_pylist()):
+            payload.setdefault(tid, []).append((n, item))
+        del table
+        records = 0
+        segs = _segments_in_range(store, start, to_offset)
+        total = max(min(segs[-1].start + size, to_offset or 1 << 62) - start, 1) if segs else 1
+        reached, outcome = files_reached(store, ends, start, to_offset)
+        for seg, end in reached:
+            for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
+                for n, item in payload.pop(t.task_id, ()):
+                    d = pickle.loads(item if staging is None else staging.take(item))
+                    records += n
+                    on_dispatch(d)
+                    if d.stop:
+                        return records, d.stop_at, END_DISPATCH_STOP
+            if progress:
+                progress(end - start, total)
+        return (records, *outcome)
+    return walk
+
+
+def _segments_in_range(store, start: int, to_offset: int | None) -> list:
+    size = store.commitlog.file_size
+    return [s for s in store.commitlog.files if s.start + size > start
+            and (to_offset is None or s.start < to_offset)]
+
+
+def files_reached(store, ends: dict, start: int, to_offset: int | None) -> tuple[list, tuple[int, str]]:
+    """The broker's walk over whole files from ``start``, given how each file's scan ended
+    (``file_ends``): the files it reaches, each with the offset reached after it, and where it
+    ends (offset, kind), as ``rmqtool.ops.rebuild`` reports them. A file not ending in a
+    BLANK ends the walk."""
+    size = store.commitlog.file_size
+    reached = []
+    end, kind = start, "empty"
+    for seg in _segments_in_range(store, start, to_offset):
+        fkind, fpos = ends.get(str(seg.path), (END_EOF, seg.size))
+        end, kind = (seg.start + size, fkind) if fkind == END_BLANK else (seg.start + fpos, fkind)
+        reached.append((seg, end))
+        if to_offset is not None and end >= to_offset:
+            return reached, (to_offset, "to-offset")
+        if fkind != END_BLANK:
+            break
+    if kind == END_RANGE and to_offset is not None:
+        return reached, (to_offset, "to-offset")
+    return reached, (end, kind)
+
+
+
+def _locked(command: str):
+    """Run the decorated rebuild under the store's writer lock, held as ``command``
+    (``storelock.rebuild_lock``: none for ``output``, a held store refused for ``dry_run``), so
+    that the operation is locked however it is called."""
+    def wrap(fn):
+        import functools
+        import inspect
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def locked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            with rebuild_lock(a["store"], command, a["dry_run"], a["output"]):
+                return fn(*args, **kwargs)
+        return locked
+    return wrap
+
+
 # --- one walk, any number of builds --------------------------------------------------------------
+def _walker(store, engine, workers: int | None, split_size: int | None, check_crc: bool, progress, config):
+    """The CommitLog walk of a rebuild: on ``engine``'s tasks (``engine_walker``), or, for no engine or
+    the local one, on the ordered local pool (``workers`` processes, else the engine's jobs)."""
+    if engine is not None and engine.name != "local":
+        return engine_walker(engine, store, check_crc, config, split_size, progress)
+    n = workers or (engine.jobs if engine is not None else None) or ordered.default_workers()
+    return lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, n)
+
+
 def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bool, progress, config,
-             workers: int | None, walker, skip_corrupt: bool) -> WalkOutcome:
+             walk, skip_corrupt: bool) -> WalkOutcome:
     """Walk the CommitLog once past any damage (``truncation.walk_past_damage``), each batch's
     dispatch going to every job's builder as it arrives; then each job completes its plan.
     On any failure (a full disk, Ctrl-C) every job's build is removed."""
@@ -296,8 +451,6 @@ def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bo
         for job in jobs:
             job.on_damage(damage, skip_corrupt)
 
-    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config,
-                                             workers or ordered.default_workers()))
     try:
         outcome = walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
                                    check_crc, stops, on_damage)
@@ -429,13 +582,14 @@ class _CqJob(_QueueTreeJob):
         self.plan_carry(only)
 
 
+@_locked("rmqtool rebuild consumequeue")
 def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[int] | None = None,
                          cq_file_size: int | None = None, to_offset: int | None = None,
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
                          confirm: Callable[[RebuildResult], bool] | None = None,
-                         workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                         allow_truncate: bool = False) -> RebuildResult:
+                         workers: int | None = None, skip_corrupt: bool = False,
+                         allow_truncate: bool = False, engine=None, split_size: int | None = None) -> RebuildResult:
     """Rebuild the ConsumeQueues (all, or ``topics``/``queues``) from the CommitLog.
 
     The files are written into a build directory as the walk goes (memory does not grow with
@@ -449,8 +603,8 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     check_queue_kinds(store, topics, config)
     check_no_cq_ext(store)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
-    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
-             config, workers, walker, skip_corrupt)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -502,11 +656,13 @@ def _batch_file_size(store) -> int | None:
     return max(sizes) if sizes else None
 
 
+@_locked("rmqtool rebuild batchconsumequeue")
 def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_size: int | None = None,
                               to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                               check_crc: bool = True, config: DispatchConfig | None = None,
                               progress: Progress | None = None, confirm=None, workers: int | None = None,
-                              skip_corrupt: bool = False, allow_truncate: bool = False) -> RebuildResult:
+                              skip_corrupt: bool = False, allow_truncate: bool = False, engine=None,
+                              split_size: int | None = None) -> RebuildResult:
     """Rebuild the BatchConsumeQueues (all BatchCQ topics, or ``topics``) from the CommitLog, as
     ``rebuild_consumequeue`` rebuilds ConsumeQueues (same walk, refusals and install)."""
     t0 = time.perf_counter()
@@ -519,8 +675,8 @@ def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_s
         raise UsageError("no BatchCQ topic: the store has no batchconsumequeue/ queues and config/topics.json "
                          "names none (pass --topic for a topic of queue type BatchCQ)", store.root)
     job = _BcqJob(store, topics, bcq_file_size, output, dry_run)
-    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config, workers, None,
-             skip_corrupt)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -621,22 +777,24 @@ class _IndexJob(_Job):
             inst.link_or_copy(p, self.build / p.name)
 
 
+@_locked("rmqtool rebuild index")
 def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None,
                   to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
                   confirm: Callable[[RebuildResult], bool] | None = None,
-                  workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                  allow_truncate: bool = False) -> RebuildResult:
+                  workers: int | None = None, skip_corrupt: bool = False,
+                  allow_truncate: bool = False, engine=None, split_size: int | None = None) -> RebuildResult:
     """Rebuild the IndexFiles (those wholly below ``from_offset`` are kept) from the CommitLog.
 
     Each IndexFile is written as soon as it fills; the plan, the confirmation and an early
     stop of the walk are handled as by ``rebuild_consumequeue``."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output, dry_run)
+    config = dispatch_config(store, config)
     job = _IndexJob(store, geometry, from_offset, to_offset, output, dry_run)
-    _rebuild(store, [job], job.start, to_offset, check_crc, progress, dispatch_config(store, config), workers,
-             walker, skip_corrupt)
+    _rebuild(store, [job], job.start, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -668,17 +826,23 @@ def discard_build(build: Path, keep_dir: bool) -> None:
 
 
 # --- both, one pass -----------------------------------------------------------------------------
+@_locked("rmqtool rebuild all")
 def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                 check_crc: bool = True, config: DispatchConfig | None = None,
                 progress: Progress | None = None, confirm=None,
                 workers: int | None = None, skip_corrupt: bool = False,
-                allow_truncate: bool = False, drop_filter_bitmaps: bool = False) -> tuple[RebuildResult, RebuildResult]:
-    """ConsumeQueue and IndexFiles from one pass over the CommitLog, both built as the walk
-    goes (memory does not grow with the store), then each installed crash-safely on its own.
-    The two installs run at the same time unless ``confirm`` asks a person (one prompt,
-    then the other). A walk that stops before the last data is refused before either is
-    installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
+                allow_truncate: bool = False, drop_filter_bitmaps: bool = False, engine=None,
+                split_size: int | None = None, bcq_file_size: int | None = None) -> tuple:
+    """Everything the store derives from its CommitLog, from one pass over it: ConsumeQueues,
+    IndexFiles, the BatchConsumeQueues of BatchCQ topics (5.x), a 4.x store's ConsumeQueueExt
+    files; then the timer wheel from the timer log (a store with ``timerlog/``). Each is built as
+    the walk goes (memory does not grow with the store), then installed crash-safely on its own
+    (``output``: each in its directory there, the wheel as ``output/timerwheel``). The
+    ConsumeQueue and index installs run at the same time unless ``confirm`` asks a person (one
+    prompt, then the other). A walk that stops before the last data is refused before anything
+    is installed (see ``rebuild_consumequeue``). Returns (consumequeue, index[, batchconsumequeue]
+    [, timer wheel]) results; the rebuilds' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
@@ -686,18 +850,26 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     from rmqtool.ops.rebuild_ext import ExtRebuild, check_cq_ext
     ext = (ExtRebuild(store, output / "consumequeue_ext" if output else None, dry_run)
            if check_cq_ext(store, True, drop_filter_bitmaps) else None)
-    cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
+    jobs: list[_Job] = []
     try:
+        cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
+        jobs.append(cq)
         ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
+        jobs.append(ix)
+        bcq = (_BcqJob(store, None, bcq_file_size, output / "batchconsumequeue" if output else None, dry_run)
+               if config.kinds.batch_cq_topics else None)
+        if bcq is not None:
+            jobs.append(bcq)
     except BaseException:
-        cq.discard()
+        for job in jobs:
+            job.discard()
         raise
     # finished in this order: the index's slot table is written (its writeback started) while the
     # ConsumeQueue's last units are placed
-    jobs = [ix, cq]
+    jobs = [ix, cq] + ([bcq] if bcq is not None else [])
     try:
-        outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
-                           config, workers, None, skip_corrupt)
+        outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress, config,
+                           _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
         if ext is not None:                                # addresses into the new ext files (rebuild_ext)
             ext.run(cq.build, cq.builder.queue_keys())
             cq.result.warnings += ext.warnings
@@ -705,14 +877,17 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         if ext is not None:
             ext.discard()
         raise
+    results = [cq.result, ix.result] + ([bcq.result] if bcq is not None else [])
     try:
         if (outcome.damage and not outcome.skipped or outcome.uncovered) and not allow_truncate and not dry_run:
-            refuse_truncation([cq.result, ix.result])      # the plans, then the refusal
+            refuse_truncation(results)                     # the plans, then the refusal
         if output is None and confirm is not None and not getattr(confirm, "unattended", False):
-            cq.install(confirm, True)                      # a person answers one prompt, then the other
+            cq.install(confirm, True)                      # a person answers one prompt, then the next
             ix.install(confirm, True)
         else:
             _both(lambda: cq.install(confirm, True), lambda: ix.install(confirm, True))
+        if bcq is not None:
+            bcq.install(confirm, True)
         if ext is not None:
             if cq.build is None:
                 ext.discard()                              # the ConsumeQueues were not installed (declined, dry run)
@@ -727,9 +902,21 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
             ext.discard()
         raise
     whole = time.perf_counter() - t0
-    for job in jobs:
-        job.result.seconds = whole
-    return cq.result, ix.result
+    for r in results:
+        r.seconds = whole
+    wheel = _timer_wheel(store, output, dry_run, confirm)
+    return tuple(results) + ((wheel,) if wheel is not None else ())
+
+
+def _timer_wheel(store, output: Path | None, dry_run: bool, confirm):
+    """``rebuild all``'s timer wheel: regenerated from the timer log where the store has one."""
+    from rmqtool.io.timerstore import TimerStore
+    from rmqtool.ops.timer import build_timerwheel
+    ts = TimerStore.of(store)
+    if ts is None or not ts.log_dir.is_dir():
+        return None
+    return build_timerwheel(store, output / ts.wheel_path.name if output is not None else None, dry_run,
+                            confirm=None if output is not None else confirm)
 
 
 def _both(first, second):
