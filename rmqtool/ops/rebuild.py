@@ -1,6 +1,9 @@
-"""`rebuild consumequeue|index`: re-dispatch the CommitLog offline, install crash-safely.
+"""`rebuild consumequeue|batchconsumequeue|index|all`: re-dispatch the CommitLog offline, install crash-safely.
 
-The CommitLog is only read, never past its valid end (the broker's recovery walk:
+One set of jobs (``_CqJob``, ``_BcqJob``, ``_IndexJob``; ``rebuild_ext`` for ConsumeQueueExt, the
+timer wheel from ``ops/timer``) is fed by whichever engine walks the CommitLog: the ordered local
+pool (``engines.ordered``) or an engine's tasks (``engine_walker``); every ``rebuild_*`` takes
+``engine=`` and holds the store's writer lock itself. The CommitLog is only read, never past its valid end (the broker's recovery walk:
 stop at the first record that fails, BLANK moves to the next file). The new tree is
 built beside the old one and swapped in by ``rmqtool.io.install``; files that are not
 rebuilt (other queues, index files kept before ``--from-offset``) are carried over as
