@@ -125,3 +125,25 @@ def test_rebuild_of_an_s3_store_on_spark_into_a_local_output(tmp_path):
         _same_trees(tmp_path / "all", reference_store(BATCHCQ))
     finally:
         server.stop()
+
+
+def test_a_rebuild_through_engine_tasks_refuses_a_linked_topic_as_the_local_one(tmp_path):
+    """The engine path runs the same guards: a full rebuild that has records for a topic whose
+    directory is a symlink is refused (exit 3) before anything is installed, on either walk."""
+    import os
+    from rmqtool.ops.rebuild import rebuild_consumequeue
+    from test_engines import task_engine
+    from test_hostile_names import tree
+    from test_store_symlinks import GEOMETRY, rows
+    store = tmp_path / "store"
+    assert run_cli("write", store, "--from", "-", *GEOMETRY, stdin=rows(["A", "Linked"])).code == 0
+    outside = tmp_path / "outside" / "Linked"
+    outside.parent.mkdir()
+    os.rename(store / "consumequeue" / "Linked", outside)
+    os.symlink(outside, store / "consumequeue" / "Linked")
+    before = tree(tmp_path)
+    for engine in (None, task_engine(1)):
+        with pytest.raises(RefusedError, match="consumequeue/Linked") as exc:
+            rebuild_consumequeue(Store(store), confirm=lambda r: True, engine=engine, split_size=4096)
+        assert exc.value.exit_code == 3
+        assert tree(tmp_path) == before
