@@ -147,3 +147,14 @@ def test_a_rebuild_through_engine_tasks_refuses_a_linked_topic_as_the_local_one(
             rebuild_consumequeue(Store(store), confirm=lambda r: True, engine=engine, split_size=4096)
         assert exc.value.exit_code == 3
         assert tree(tmp_path) == before
+
+
+def test_rebuild_all_in_place_replaces_the_timer_wheel_with_a_backup(tmp_path):
+    from conftest import timer_copy
+    root = timer_copy(tmp_path / "timer")
+    want = (root / "timerwheel").read_bytes()
+    r = run_cli("rebuild", "all", root, "--yes", "-f", "json")
+    assert r.code == 0, r.err
+    wheel = json.loads(r.out)[-1]
+    assert wheel["backup"] and Path(wheel["backup"]).read_bytes() == want
+    assert (root / "timerwheel").read_bytes() == want
