@@ -80,20 +80,19 @@ def test_rebuild_ends_at_the_failing_record(stopped_store, tmp_path, workers):
 
 
 def test_engine_walks_end_at_the_failing_record(stopped_store, tmp_path):
-    from rmqtool.broker.dispatch import DispatchConfig
-    from rmqtool.engines.rebuild import distributed_rebuild, engine_walker
+    from rmqtool.ops.rebuild import rebuild_all
+    from test_engines import task_engine
     root, _, bad_at = stopped_store
-    with get_engine("local", jobs=2) as eng:
-        walker = engine_walker(eng, Store(root), True, DispatchConfig(), 3000)
-        cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", walker=walker, allow_truncate=True)
-        out = distributed_rebuild(eng, Store(root), cq_out=tmp_path / "d" / "cq", index_out=tmp_path / "d" / "ix",
-                                  cq_file_size=GEOMETRY.cq_file_size, geometry=IndexGeometry(13, 101),
-                                  split_size=3000)
+    with task_engine(2) as eng:
+        cq = rebuild_consumequeue(Store(root), output=tmp_path / "cq", engine=eng, split_size=3000,
+                                  allow_truncate=True)
+        out, _ = rebuild_all(Store(root), IndexGeometry(13, 101), GEOMETRY.cq_file_size, output=tmp_path / "d",
+                             engine=eng, split_size=3000, allow_truncate=True)
     assert (cq.records, cq.range_end, cq.end_kind) == (BAD, bad_at, END_DISPATCH_STOP)
-    assert (out["records"], out["range_end"], out["end_kind"]) == (BAD, bad_at, END_DISPATCH_STOP)
+    assert (out.records, out.range_end, out.end_kind) == (BAD, bad_at, END_DISPATCH_STOP)
     assert _tree(tmp_path / "cq") == _tree(root / "consumequeue")
-    assert _tree(tmp_path / "d" / "cq") == _tree(root / "consumequeue")
-    assert _index_files(tmp_path / "d" / "ix") == _index_files(root / "index")
+    assert _tree(tmp_path / "d" / "consumequeue") == _tree(root / "consumequeue")
+    assert _index_files(tmp_path / "d" / "index") == _index_files(root / "index")
 
 
 @pytest.mark.parametrize("level,jobs", [("shallow", 1), ("deep", 1), ("deep", 2)])

@@ -253,22 +253,29 @@ def _index_files(path: Path) -> list[bytes]:
     return [p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()]
 
 
+def task_engine(jobs: int = 2):
+    """The local engine seen as any other engine: a rebuild on it walks through engine tasks
+    (``ops.rebuild.engine_walker``, the Spark path) instead of the ordered local pool."""
+    from rmqtool.engines.local import LocalEngine
+
+    class TaskEngine(LocalEngine):
+        name = "local-tasks"
+    return TaskEngine(jobs=jobs)
+
+
 def rebuild_both(root: Path, out: Path, engine, split_size: int, **kw):
-    from rmqtool.broker.dispatch import DispatchConfig
-    from rmqtool.engines.rebuild import engine_walker
     from rmqtool.io.indexfile import IndexGeometry
     from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
-    store = Store(root)
-    walker = engine_walker(engine, store, True, DispatchConfig(), split_size)
-    cq = rebuild_consumequeue(store, cq_file_size=800, output=out / "cq", walker=walker, **kw)
-    ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=out / "ix",
-                       walker=engine_walker(engine, Store(root), True, DispatchConfig(), split_size), **kw)
+    cq = rebuild_consumequeue(Store(root), cq_file_size=800, output=out / "cq", engine=engine,
+                              split_size=split_size, **kw)
+    ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=out / "ix", engine=engine,
+                       split_size=split_size, **kw)
     return cq, ix
 
 
 @pytest.mark.parametrize("name", ["basic", "mixed"])
 def test_rebuild_through_split_tasks_is_byte_identical_to_upstream(name, tmp_path):
-    with get_engine("local", jobs=2) as eng:
+    with task_engine() as eng:
         cq, ix = rebuild_both(reference_store(name), tmp_path, eng, 7000)
     assert _tree(tmp_path / "cq") == _tree(reference_store(name) / "consumequeue")
     assert _index_files(tmp_path / "ix") == _index_files(reference_store(name) / "index")
@@ -286,32 +293,21 @@ def test_rebuild_through_tasks_stops_at_mid_log_corruption(store_copy, tmp_path)
     seg.write_bytes(bytes(data))
     want = rebuild_consumequeue(Store(root), cq_file_size=800, output=tmp_path / "want", workers=1,
                                 allow_truncate=True)
-    with get_engine("local") as eng:
+    with task_engine(1) as eng:
         got, _ = rebuild_both(root, tmp_path / "got", eng, 5000, allow_truncate=True)
     assert (got.range_end, got.end_kind, got.records) == (want.range_end, want.end_kind, want.records)
     assert _tree(tmp_path / "got" / "cq") == _tree(tmp_path / "want")
 
 
-def distributed(root: Path, out: Path, engine, split_size: int, **kw):
-    from rmqtool.engines.rebuild import distributed_rebuild
+def rebuild_all_on(root: Path, out: Path, engine, split_size: int, **kw):
     from rmqtool.io.indexfile import IndexGeometry
-    return distributed_rebuild(engine, Store(root), cq_out=out / "cq", index_out=out / "ix", cq_file_size=800,
-                               geometry=IndexGeometry(61, 350), split_size=split_size, **kw)
-
-
-@pytest.mark.parametrize("name", ["basic", "mixed"])
-def test_distributed_rebuild_is_byte_identical_to_upstream(name, tmp_path):
-    """Executor-written CQ files (one task per queue) and index files (one task per entry range)."""
-    with get_engine("local", jobs=2) as eng:
-        out = distributed(reference_store(name), tmp_path, eng, 7000)
-    assert _tree(tmp_path / "cq") == _tree(reference_store(name) / "consumequeue")
-    assert _index_files(tmp_path / "ix") == _index_files(reference_store(name) / "index")
-    assert out["records"] > 0 and out["entries"] > 0
-    assert not list(tmp_path.glob(".rmqtool-work-*"))
+    from rmqtool.ops.rebuild import rebuild_all
+    return rebuild_all(Store(root), IndexGeometry(61, 350), cq_file_size=800, output=out, engine=engine,
+                       split_size=split_size, **kw)
 
 
 @pytest.mark.parametrize("case", ["crashed", "corrupt", "to-offset"])
-def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
+def test_rebuild_all_through_tasks_equals_local_rebuild(case, store_copy, tmp_path):
     from conftest import load_answers
     from rmqtool.io.indexfile import IndexGeometry
     from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
@@ -329,27 +325,26 @@ def test_distributed_rebuild_equals_local_rebuild(case, store_copy, tmp_path):
                               allow_truncate=True)
     ix = rebuild_index(Store(root), IndexGeometry(61, 350), output=tmp_path / "lix", to_offset=to_offset,
                        allow_truncate=True)
-    with get_engine("local") as eng:
-        out = distributed(root, tmp_path / "d", eng, 5000, to_offset=to_offset)
-    assert (out["records"], out["range_end"], out["end_kind"]) == (cq.records, cq.range_end, cq.end_kind)
-    assert (out["units"], out["entries"]) == (cq.units, ix.entries)
-    assert _tree(tmp_path / "d" / "cq") == _tree(tmp_path / "lcq")
-    assert _index_files(tmp_path / "d" / "ix") == _index_files(tmp_path / "lix")
+    with task_engine(1) as eng:
+        dcq, dix = rebuild_all_on(root, tmp_path / "d", eng, 5000, to_offset=to_offset, allow_truncate=True)
+    assert (dcq.records, dcq.range_end, dcq.end_kind) == (cq.records, cq.range_end, cq.end_kind)
+    assert (dcq.units, dix.entries) == (cq.units, ix.entries)
+    assert _tree(tmp_path / "d" / "consumequeue") == _tree(tmp_path / "lcq")
+    assert _index_files(tmp_path / "d" / "index") == _index_files(tmp_path / "lix")
 
 
-def test_engine_rebuild_installs_like_the_local_rebuild(store_copy, tmp_path):
-    from rmqtool.engines.rebuild import engine_rebuild
+def test_rebuild_through_tasks_installs_like_the_local_rebuild(store_copy, tmp_path):
     from rmqtool.io.indexfile import IndexGeometry
+    from rmqtool.ops.rebuild import rebuild_consumequeue, rebuild_index
     root = store_copy("mixed")
     shutil.rmtree(root / "consumequeue")
     (root / "index" / "00000000000000000").write_bytes(b"junk")      # an index file name: replaced
     (root / "index" / "notes.txt").write_text("kept")                 # not an index file: carried
-    with get_engine("local") as eng:
-        r = engine_rebuild("consumequeue", Store(root), eng, cq_file_size=800, split_size=9000)
+    with task_engine(1) as eng:
+        r = rebuild_consumequeue(Store(root), cq_file_size=800, engine=eng, split_size=9000)
         assert _tree(root / "consumequeue") == _tree(reference_store("mixed") / "consumequeue")
         assert r.records == 662 and r.backup is None
-        i = engine_rebuild("index", Store(root), eng, geometry=IndexGeometry(61, 350),
-                           output=tmp_path / "ix", split_size=9000)
+        i = rebuild_index(Store(root), IndexGeometry(61, 350), output=tmp_path / "ix", engine=eng, split_size=9000)
     (tmp_path / "ix" / "notes.txt").unlink()
     assert _index_files(tmp_path / "ix") == _index_files(reference_store("mixed") / "index")
     assert i.entries > 0 and not [p for p in root.iterdir() if ".rmqtool-" in p.name]

@@ -298,6 +298,7 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
     import multiprocessing as mp
     import rmqtool.ops.rebuild as rb
     from rmqtool.broker.dispatch import dispatch_batch
+    from rmqtool.engines import ordered
     from rmqtool.records.scan import FileScan
     st = Store(reference_store("mixed"))
     tasks = []
@@ -309,13 +310,13 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
     tasks.append([empty])
     fds = [os.memfd_create("test")]
     try:
-        monkeypatch.setattr(rb, "_ship_fd", None)
-        monkeypatch.setattr(rb, "_ship_end", 0)
-        rb._init_worker(fds, mp.get_context("fork").Value("i", 0))
-        shipped = [rb._ship(parts) for parts in tasks]
-        assert any(isinstance(s, rb._Shipped) for s in shipped)
+        monkeypatch.setattr(ordered, "_ship_fd", None)
+        monkeypatch.setattr(ordered, "_ship_end", 0)
+        ordered.init_worker(fds, mp.get_context("fork").Value("i", 0))
+        shipped = [ordered.ship(rb._pack(parts)) for parts in tasks]
+        assert any(isinstance(s, ordered.Shipped) for s in shipped)
         for parts, s in zip(tasks, shipped):
-            back = rb._unship(s, fds)
+            back = rb._unpack(ordered.unship(s, fds))
             assert len(back) == len(parts)
             for a, b in zip(parts, back):
                 for name, value in vars(a).items():
@@ -324,12 +325,14 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
                         assert got.dtype == value.dtype and got.tolist() == value.tolist(), name
                     else:
                         assert got == value, name
-        monkeypatch.setattr(rb.os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
-        assert rb._ship(tasks[0]) is tasks[0]
+        monkeypatch.setattr(ordered.os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(28, "full")))
+        items = rb._pack(tasks[0])
+        assert ordered.ship(items) is items
     finally:
         os.close(fds[0])
-    monkeypatch.setattr(rb, "_ship_fd", None)
-    assert rb._ship(tasks[0]) is tasks[0] and rb._unship(tasks[0], []) is tasks[0]
+    monkeypatch.setattr(ordered, "_ship_fd", None)
+    items = rb._pack(tasks[0])
+    assert ordered.ship(items) is items and ordered.unship(items, []) is items
 
 
 def test_fsync_tree_syncs_every_file_and_directory_once(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import rmqtool.ops.rebuild as rb
+from rmqtool.engines import ordered
 from conftest import load_answers, reference_store
 from formats import commitlog as cl
 from rmqtool.io.indexfile import IndexGeometry
@@ -23,7 +24,7 @@ GEOMETRY = IndexGeometry(61, 350)
 def test_pieces_give_the_sequential_result(store_copy, tmp_path, monkeypatch, name, piece):
     root = store_copy(name)
     whole = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "whole", workers=1)
-    monkeypatch.setattr(rb, "MIN_PIECE", piece)
+    monkeypatch.setattr(ordered, "MIN_PIECE", piece)
     cut = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "cut", workers=2)
     for a, b in zip(whole, cut):
         assert (a.records, a.range_end, a.end_kind) == (b.records, b.range_end, b.end_kind)
@@ -35,20 +36,20 @@ def test_pieces_give_the_sequential_result(store_copy, tmp_path, monkeypatch, na
 
 def test_pieces_split_files_only_when_workers_would_idle():
     files = [(f"f{i}", i << 27, 0, None, 1 << 27) for i in range(6)]
-    assert [p[4] for p in rb._pieces(files, 1)] == [True] * 6
-    many = rb._pieces(files, 2)
+    assert [p[4] for p in ordered.pieces(files, 1)] == [True] * 6
+    many = ordered.pieces(files, 2)
     assert len(many) > 6 and sum(p[4] for p in many) == 6
     for path, _, _, hi, _ in files:          # pieces of a file tile it; the last keeps the file's own end
         mine = [p for p in many if p[0] == path]
         assert mine[0][2] == 0 and mine[-1][3] is hi
         assert all(a[3] == b[2] for a, b in zip(mine, mine[1:]))
     big = [(f"f{i}", i << 30, 0, None, 1 << 30) for i in range(40)]
-    assert len(rb._pieces(big, 2)) == 40      # enough files: whole files
+    assert len(ordered.pieces(big, 2)) == 40      # enough files: whole files
 
 
 def _cut_once(monkeypatch, cut_at: int) -> list[int]:
     """Cut a one-file store in two at ``cut_at``; returns the start of every piece scanned again."""
-    monkeypatch.setattr(rb, "_pieces", lambda files, workers: [
+    monkeypatch.setattr(ordered, "pieces", lambda files, workers: [
         (path, base, lo, cut_at, True) for path, base, lo, hi, size in files] + [
         (path, base, cut_at, hi, False) for path, base, lo, hi, size in files])
     rescans = []
@@ -159,7 +160,7 @@ def test_pieces_equal_the_sequential_walk_on_mutated_commitlogs(store_copy, tmp_
         return ((cq.records, cq.range_end, cq.end_kind), tree(out / "consumequeue"), index_contents(out / "index"))
 
     whole = run(tmp_path / "whole", 1)
-    monkeypatch.setattr(rb, "MIN_PIECE", 4096)
+    monkeypatch.setattr(ordered, "MIN_PIECE", 4096)
     assert run(tmp_path / "cut", 2) == whole
 
 
@@ -192,7 +193,7 @@ def test_pieces_stop_at_to_offset_like_the_sequential_walk(store_copy, tmp_path,
     root = store_copy("mixed")
     cut = load_answers("mixed")["messages"][nth]["phyOffset"] + inside
     whole = rb.rebuild_index(Store(root), GEOMETRY, to_offset=cut, output=tmp_path / "whole", workers=1)
-    monkeypatch.setattr(rb, "MIN_PIECE", 4096)
+    monkeypatch.setattr(ordered, "MIN_PIECE", 4096)
     piece = rb.rebuild_index(Store(root), GEOMETRY, to_offset=cut, output=tmp_path / "cut", workers=2)
     assert (piece.records, piece.range_end, piece.end_kind) == (whole.records, whole.range_end, whole.end_kind)
     assert whole.records == nth + (1 if inside else 0) and whole.range_end == cut

@@ -142,12 +142,13 @@ def test_rebuild_all_with_tiny_buffers_is_byte_identical(store_copy, tmp_path, m
     import rmqtool.broker.cqbuild as cqbuild
     import rmqtool.broker.dispatch as dispatch
     import rmqtool.ops.rebuild as rb
+    from rmqtool.engines import ordered
     root = store_copy(name)
     want = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "want", workers=workers,
                           allow_truncate=True)
     monkeypatch.setattr(cqbuild, "BUFFER_BYTES", 1)
     monkeypatch.setattr(dispatch, "FOLD_KEYS", 3)
-    monkeypatch.setattr(rb, "IN_FLIGHT_PER_WORKER", 1)
+    monkeypatch.setattr(ordered, "IN_FLIGHT_PER_WORKER", 1)
     cq, ix = rb.rebuild_all(Store(root), GEOMETRY, cq_file_size=800, output=tmp_path / "out", workers=workers,
                             allow_truncate=True)
     assert tree(tmp_path / "out" / "consumequeue") == tree(tmp_path / "want" / "consumequeue")

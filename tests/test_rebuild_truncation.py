@@ -186,15 +186,13 @@ def test_first_nonzero_skips_holes_like_reading_them(tmp_path, data_at):
 
 def test_skip_corrupt_through_engine_tasks_equals_the_local_walk(damaged, tmp_path):
     """The walk past damage works with any walker: engine tasks (the Spark path) give the same bytes."""
-    from rmqtool.broker.dispatch import DispatchConfig
-    from rmqtool.engines import get_engine
-    from rmqtool.engines.rebuild import engine_walker
     from rmqtool.ops.rebuild import rebuild_consumequeue
     from rmqtool.io.store import Store
+    from test_engines import task_engine
     root, victim, _ = damaged
     want = rebuild_consumequeue(Store(root), output=tmp_path / "want", skip_corrupt=True, workers=1)
-    with get_engine("local", jobs=2) as eng:
-        got = rebuild_consumequeue(Store(root), output=tmp_path / "got", skip_corrupt=True,
-                                   walker=engine_walker(eng, Store(root), True, DispatchConfig(), 20_000))
+    with task_engine(2) as eng:
+        got = rebuild_consumequeue(Store(root), output=tmp_path / "got", skip_corrupt=True, engine=eng,
+                                   split_size=20_000)
     assert (got.records, got.units, got.damage) == (want.records, want.units, want.damage)
     assert _tree(tmp_path / "got") == _tree(tmp_path / "want")

@@ -139,15 +139,14 @@ def test_export_cli_on_spark(spark, tmp_path):
     assert spark.sparkContext._jsc is not None       # the shared session was not stopped
 
 
-def test_distributed_rebuild_on_spark_is_byte_identical_to_upstream(spark, tmp_path):
-    """Spark shape: one task per queue writes its CQ files; one task per entry range writes
-    each IndexFile after the global order by physical offset."""
-    from test_engines import _index_files, _tree, distributed
+def test_rebuild_all_on_spark_is_byte_identical_to_upstream(spark, tmp_path):
+    """The executors scan and dispatch; the driver builds the files with the local rebuild's jobs."""
+    from test_engines import _index_files, _tree, rebuild_all_on
     with get_engine("spark", spark=spark) as eng:
-        out = distributed(reference_store("mixed"), tmp_path, eng, 40000)
-    assert _tree(tmp_path / "cq") == _tree(reference_store("mixed") / "consumequeue")
-    assert _index_files(tmp_path / "ix") == _index_files(reference_store("mixed") / "index")
-    assert out["records"] == 662 and len(out["index_files"]) > 1
+        cq, ix = rebuild_all_on(reference_store("mixed"), tmp_path, eng, 40000)
+    assert _tree(tmp_path / "consumequeue") == _tree(reference_store("mixed") / "consumequeue")
+    assert _index_files(tmp_path / "index") == _index_files(reference_store("mixed") / "index")
+    assert cq.records == 662 and len(ix.files_written) > 1
 
 
 def test_rebuild_cli_on_spark(spark, store_copy, tmp_path):

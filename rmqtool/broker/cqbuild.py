@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from formats.consumequeue import CQ_UNIT_SIZE
+from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io import install as inst
 from rmqtool.broker.dispatch import BatchDispatch, QueueLayout
 from rmqtool.io.topicpath import describe, queue_dir, queue_selected, topic_path_problem
@@ -51,13 +51,53 @@ class _Queue:
     files: set = field(default_factory=set)
 
 
+def _open_for_write(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+
+def _mkdirs(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+class _Appended:
+    """An existing queue appended to (``write``): every unit at the queue's write position as it
+    comes, as ``ConsumeQueue.putMessagePositionInfo`` appends after the units already there; a
+    first queue offset other than that position is reported. ``QueueLayout``'s interface."""
+
+    def __init__(self, topic: str, queue_id: int, existing_units: int):
+        self.topic, self.queue_id = topic, queue_id
+        self.first_file = existing_units * CQ_UNIT_SIZE      # where the first new unit goes
+        self.real_units = self.logical_units = 0
+        self.warnings: list[str] = []
+
+    def add(self, qoff: np.ndarray, phy: np.ndarray, size: np.ndarray, tags: np.ndarray) -> np.ndarray:
+        n = len(qoff)
+        if n and not self.logical_units and int(qoff[0]) * CQ_UNIT_SIZE != self.first_file:
+            self.warnings.append(f"{self.topic}/{self.queue_id}: first new queue offset {int(qoff[0])} "
+                                 f"appended at {self.first_file // CQ_UNIT_SIZE}")
+        units = np.zeros(n, dtype=CQ_UNIT_DTYPE)
+        units["commitlog_offset"], units["size"], units["tags_code"] = phy, size, tags
+        self.real_units += n
+        self.logical_units += n
+        return units
+
+
 class CqBuilder:
-    """Dispatch results -> ConsumeQueue files in ``build`` (None: count only)."""
+    """Dispatch results -> ConsumeQueue files in ``build`` (None: count only).
+
+    ``write`` appends through it too: ``starts(topic, queue_id)`` gives an existing queue's unit
+    count (its units then go after them, ``_Appended``; None: a new queue, placed by
+    ``QueueLayout``); ``open_fd(path)``/``makedirs(dir)`` open and make what is written (the
+    writer's give private copies of staged links and the store's ownership); ``on_write(path,
+    position, length)`` hears every write; ``sync``: ``finish`` makes every file written durable."""
 
     def __init__(self, file_size: int, only: set | None = None, skipped=(), build: Path | None = None,
-                 buffer_bytes: int | None = None):
+                 buffer_bytes: int | None = None, *, starts=None, open_fd=None, makedirs=None, on_write=None,
+                 sync: bool = False):
         self.file_size, self.only, self.skipped, self.build = file_size, only, skipped, build
         self.buffer_bytes = buffer_bytes or BUFFER_BYTES
+        self.starts, self.sync, self.on_write = starts, sync, on_write
+        self.open_fd, self.makedirs = open_fd or _open_for_write, makedirs or _mkdirs
         self._queues: dict[tuple[str, int], _Queue] = {}
         self._topics: dict[str, int] = {}        # topic name -> number, over all batches
         self._topic_names: list[str] = []
@@ -103,8 +143,10 @@ class CqBuilder:
                 continue
             q = self._queues.get(qk)
             if q is None:
-                q = self._queues[qk] = _Queue(QueueLayout(*qk, self.file_size, self.skipped),
-                                              topic_path_problem(qk[0]))
+                existing = self.starts(*qk) if self.starts is not None else None
+                layout = (QueueLayout(*qk, self.file_size, self.skipped) if existing is None
+                          else _Appended(*qk, existing))
+                q = self._queues[qk] = _Queue(layout, topic_path_problem(qk[0]))
             cols = tuple(c[a:b] for c in units)
             q.units_seen += b - a
             q.max_end = max(q.max_end, int((cols[1].astype(np.int64) + cols[2]).max()))
@@ -130,26 +172,39 @@ class CqBuilder:
         """Write ``raw`` (unit bytes) at the queue's pending position, file by file."""
         qdir = queue_dir(self.build, *qk)
         if not q.files:
-            qdir.mkdir(parents=True, exist_ok=True)
+            self.makedirs(qdir)
         data = memoryview(raw)
         at = q.layout.first_file + q.pending_from * CQ_UNIT_SIZE
         while data:
             start = at - at % self.file_size
             take = min(len(data), start + self.file_size - at)
-            fd = os.open(qdir / f"{start:020d}", os.O_WRONLY | os.O_CREAT, 0o644)
+            path = qdir / f"{start:020d}"
+            fd = self.open_fd(path)
             try:
                 if start not in q.files:
-                    os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
+                    if os.fstat(fd).st_size < self.file_size:
+                        os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
                     q.files.add(start)
                 inst.pwrite_all(fd, data[:take], at - start, start_writeback=True)
             finally:
                 os.close(fd)
+            if self.on_write is not None:
+                self.on_write(path, at - start, take)
             inst.crash_point("build")
             data, at = data[take:], at + take
 
     # --- what was built ---------------------------------------------------------------------
     def finish(self) -> None:
         self.flush()
+        if self.sync and self.build is not None:
+            for qk, q in sorted(self._queues.items()):
+                for start in sorted(q.files):
+                    inst.fsync_path(queue_dir(self.build, *qk) / f"{start:020d}")
+
+    @property
+    def files_touched(self) -> int:
+        """Files this build wrote into (created or appended to)."""
+        return sum(len(q.files) for q in self._queues.values())
 
     def queue_keys(self) -> list[tuple[str, int]]:
         """The queues written (in order), not those skipped for their topic name."""
@@ -192,11 +247,16 @@ class BcqBuilder:
     written skipped as a repeat. Units are written as each batch arrives (a unit is 46 bytes;
     a batch holds few of them)."""
 
-    def __init__(self, file_size: int, only: set | None = None, build: Path | None = None):
+    def __init__(self, file_size: int, only: set | None = None, build: Path | None = None, *, starts=None,
+                 open_fd=None, makedirs=None, on_write=None, sync: bool = False):
         from formats.consumequeue import BCQ_UNIT_SIZE
         if file_size <= 0 or file_size % BCQ_UNIT_SIZE:
             raise ValueError(f"BatchConsumeQueue file size {file_size} is not a multiple of {BCQ_UNIT_SIZE}")
         self.file_size, self.only, self.build = file_size, only, build
+        # write appends through it as through CqBuilder: ``starts(topic, queue_id)`` -> (units there,
+        # last CommitLog offset there, their file size) of an existing queue, else None
+        self.starts, self.sync, self.on_write = starts, sync, on_write
+        self.open_fd, self.makedirs = open_fd or _open_for_write, makedirs or _mkdirs
         self._queues: dict[tuple[str, int], dict] = {}
         self.repeats = 0
 
@@ -210,7 +270,12 @@ class BcqBuilder:
             qk = (d.topics[int(b.topic[k])], int(b.queue_id[k]))
             if not queue_selected(self.only, *qk):
                 continue
-            q = self._queues.setdefault(qk, {"max_phy": -1, "units": 0, "problem": topic_path_problem(qk[0])})
+            q = self._queues.get(qk)
+            if q is None:
+                start = self.starts(*qk) if self.starts is not None else None
+                units, max_phy, size = start if start is not None else (0, -1, self.file_size)
+                q = self._queues[qk] = {"max_phy": max_phy, "units": units, "new": 0, "size": size,
+                                        "files": set(), "problem": topic_path_problem(qk[0])}
             phy = int(b.phy_offset[k])
             if phy <= q["max_phy"]:
                 self.repeats += 1
@@ -220,36 +285,52 @@ class BcqBuilder:
             unit["store_timestamp"], unit["msg_base_offset"] = b.store_timestamp[k], b.base_offset[k]
             unit["batch_size"], unit["compacted_offset"] = b.batch_size[k], -1
             if self.build is not None and q["problem"] is None:
-                self._write(qk, q["units"] * unit.itemsize, unit.tobytes())
+                self._write(qk, q, q["units"] * unit.itemsize, unit.tobytes())
             q["max_phy"] = phy
             q["units"] += 1
+            q["new"] += 1
 
-    def _write(self, qk, at: int, data: bytes) -> None:
+    def _write(self, qk, q: dict, at: int, data: bytes) -> None:
         qdir = queue_dir(self.build, *qk)
-        qdir.mkdir(parents=True, exist_ok=True)
-        start = at - at % self.file_size
+        if not q["files"]:
+            self.makedirs(qdir)
+        size = q["size"]
+        start = at - at % size
         path = qdir / f"{start:020d}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = self.open_fd(path)
         try:
-            if at == start:
-                os.ftruncate(fd, self.file_size)     # a whole file, its tail sparse zeros
+            if start not in q["files"]:
+                if os.fstat(fd).st_size < size:
+                    os.ftruncate(fd, size)           # a whole file, its tail sparse zeros
+                q["files"].add(start)
             inst.pwrite_all(fd, memoryview(data), at - start, start_writeback=True)
         finally:
             os.close(fd)
+        if self.on_write is not None:
+            self.on_write(path, at - start, len(data))
         inst.crash_point("build")
 
     def finish(self) -> None:
-        """Nothing is held back: units are written as they arrive."""
+        """Units are written as they arrive; ``sync``: make every file written durable."""
+        if self.sync and self.build is not None:
+            for qk, q in sorted(self._queues.items()):
+                for start in sorted(q["files"]):
+                    inst.fsync_path(queue_dir(self.build, *qk) / f"{start:020d}")
+
+    @property
+    def files_touched(self) -> int:
+        return sum(len(q["files"]) for q in self._queues.values())
 
     def queue_keys(self) -> list[tuple[str, int]]:
         return sorted(k for k, q in self._queues.items() if q["problem"] is None)
 
     @property
     def units(self) -> int:
-        return sum(q["units"] for q in self._queues.values() if q["problem"] is None)
+        """Units this build added (not those an appended queue held before)."""
+        return sum(q["new"] for q in self._queues.values() if q["problem"] is None)
 
     def warnings(self) -> list[str]:
-        out = [f"{q['problem']}: batch queue {describe(t)}/{qid} skipped ({q['units']} units not written)"
+        out = [f"{q['problem']}: batch queue {describe(t)}/{qid} skipped ({q['new']} units not written)"
                for (t, qid), q in sorted(self._queues.items()) if q["problem"] is not None]
         if self.repeats:
             out.append(f"{self.repeats} repeated BatchConsumeQueue unit(s) skipped")

@@ -1,4 +1,5 @@
-"""`rmqtool rebuild consumequeue|index STORE`: rebuild from the CommitLog, install crash-safely."""
+"""`rmqtool rebuild consumequeue|batchconsumequeue|index|timerwheel|all STORE`: rebuild from the CommitLog
+(the timer wheel from the timer log) on any engine, install crash-safely."""
 from __future__ import annotations
 
 import sys
@@ -9,11 +10,11 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (REPORT_FORMATS, EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, escape_control, real_console, stderr, stdout)
+from rmqtool.cli.common import (REPORT_FORMATS, EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt,
+                                CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit,
+                                escape_control, engine_from_options, check_engine_options, JobsOpt, real_console, stderr, stdout)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
-from rmqtool.io.storelock import rebuild_lock
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
@@ -71,8 +72,6 @@ def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
 DryRunOpt = typer.Option(False, "--dry-run", help="print the plan, write nothing")
 YesOpt = typer.Option(False, "--yes", "-y", help="do not ask before replacing files")
 NoCrcOpt = typer.Option(False, "--no-crc", help="skip the body CRC check of the recovery walk")
-RebuildJobsOpt = typer.Option(None, "--jobs", "-j", "--workers",
-                              help="processes scanning commitlog files (default: CPUs; --workers: old name)")
 SkipCorruptOpt = typer.Option(False, "--skip-corrupt",
                               help="rebuild past damaged CommitLog records with the resync (skipped ranges listed)")
 AllowTruncateOpt = typer.Option(False, "--allow-truncate",
@@ -81,6 +80,10 @@ AllowTruncateOpt = typer.Option(False, "--allow-truncate",
 
 
 def _print_plan(r) -> None:
+    if hasattr(r, "differing_slots"):           # rebuild all's timer wheel
+        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({r.differing_slots} slot(s) differ)"),
+                     markup=False)
+        return
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
     for line in damage_lines(r):
         stderr.print(line, markup=False)
@@ -168,18 +171,6 @@ def _show_refused_plan(fmt: str):
         raise
 
 
-def _engine_rebuild(engine: str, kind: str, store, local_call, selective: bool, master, remote, spark_conf,
-                    progress, check_crc: bool, **options):
-    """--engine local: ``local_call(None)``; spark: rmqtool.engines.rebuild (pyspark loads only then)."""
-    if engine == "local":
-        return local_call(None)
-    from rmqtool.engines import ENGINES
-    check_choice(engine, ENGINES, "--engine")
-    from rmqtool.engines.rebuild import rebuild_with_engine
-    return rebuild_with_engine(kind, store, engine, master, remote, spark_conf, selective=selective,
-                               local_call=local_call, progress=progress, check_crc=check_crc, **options)
-
-
 def _open(store: str, commitlog_dirs):
     from rmqtool.io.store import Store
     return Store(store, commitlog_dirs=commitlog_dirs).require_root()
@@ -193,13 +184,14 @@ def _index_geometry(s, index_slots: int, index_entries: int):
     return IndexGeometry(index_slots, index_entries) if index_slots else s.index_geometry
 
 
-def _run(command: str, bar_label: str, s, fmt: str, dry_run: bool, output, build):
-    """One rebuild under the writer lock (held as ``command``) with a progress bar; ``build(bar)``
-    returns its result(s), rendered as a table each or as one JSON array."""
+def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: tuple, build):
+    """One rebuild with a progress bar on the engine of ``engine_options`` (the operation takes the
+    writer lock); ``build(bar, engine)`` returns its result(s), rendered as a table each or as one
+    JSON array."""
     bar = LazyProgress(bar_label)
     try:
-        with _show_refused_plan(fmt), rebuild_lock(s, command, dry_run, output), writing_to(output or s.root):
-            results = build(bar)
+        with _show_refused_plan(fmt), writing_to(output or s.root), engine_from_options(*engine_options, own_pool=True) as eng:
+            results = build(bar, eng)
     finally:
         bar.close()
     results = list(results) if isinstance(results, (list, tuple)) else [results]
@@ -207,8 +199,18 @@ def _run(command: str, bar_label: str, s, fmt: str, dry_run: bool, output, build
         emit([r.as_dict() for r in results], fmt)
         return 0
     for r in results:
-        _render(r, "table", dry_run)
+        if hasattr(r, "differing_slots"):
+            _render_wheel(r)
+        else:
+            _render(r, "table", dry_run)
     return 0
+
+
+def _render_wheel(r) -> None:
+    stdout.print(escape_control(
+        f"{'would rebuild' if r.dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
+        f"{r.units} timer log units, {r.slots} slots, {r.differing_slots} differ from the current wheel "
+        f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
 
 
 @rebuild_app.command("consumequeue")
@@ -225,11 +227,13 @@ def rebuild_consumequeue_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = RebuildJobsOpt,
+    jobs: Optional[int] = JobsOpt,
     engine: str = EngineOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -238,14 +242,11 @@ def rebuild_consumequeue_command(
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
-    return _run("rmqtool rebuild consumequeue", "rebuild consumequeue", s, fmt, dry_run, output, lambda bar: _engine_rebuild(
-        engine, "consumequeue", s,
-        lambda walker: rebuild_consumequeue(s, topic or None, queue or None, cq_file_size, to_offset, output, dry_run,
-                                            not no_crc, progress=bar, confirm=confirm, workers=workers,
-                                            walker=walker, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
-        bool(topic or queue or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
-        cq_file_size=cq_file_size, to_offset=to_offset, output=output, confirm=confirm,
-        allow_truncate=allow_truncate))
+    return _run("rebuild consumequeue", s, fmt, dry_run, output,
+                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_consumequeue(
+                    s, topic or None, queue or None, cq_file_size, to_offset, output, dry_run, not no_crc,
+                    progress=bar, confirm=confirm, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate,
+                    engine=eng, workers=jobs, split_size=split_size))
 
 
 @rebuild_app.command("batchconsumequeue")
@@ -262,7 +263,13 @@ def rebuild_batchconsumequeue_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = RebuildJobsOpt,
+    jobs: Optional[int] = JobsOpt,
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -271,10 +278,11 @@ def rebuild_batchconsumequeue_command(
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
-    return _run("rmqtool rebuild batchconsumequeue", "rebuild batchconsumequeue", s, fmt, dry_run, output,
-                lambda bar: rebuild_batchconsumequeue(s, topic or None, bcq_file_size, to_offset, output, dry_run,
-                                                      not no_crc, progress=bar, confirm=confirm, workers=workers,
-                                                      skip_corrupt=skip_corrupt, allow_truncate=allow_truncate))
+    return _run("rebuild batchconsumequeue", s, fmt, dry_run, output,
+                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_batchconsumequeue(
+                    s, topic or None, bcq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
+                    confirm=confirm, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate, engine=eng,
+                    workers=jobs, split_size=split_size))
 
 
 @rebuild_app.command("timerwheel")
@@ -285,11 +293,21 @@ def rebuild_timerwheel_command(
                                                help="timerPrecisionMs (default: found from the wheel, else 1000)"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
+    jobs: Optional[int] = JobsOpt,
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     fmt: str = FormatOpt,
 ):
-    """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it."""
+    """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it.
+
+    The timer log is read by this process whichever --engine is named (it walks no CommitLog)."""
     from rmqtool.ops.timer import rebuild_timerwheel
     check_choice(fmt, REPORT_FORMATS, "--format")
+    check_engine_options(engine, jobs, split_size)
     s = _open(store, None)
 
     def confirm(r):
@@ -299,15 +317,12 @@ def rebuild_timerwheel_command(
             raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
         return typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?")
 
-    with rebuild_lock(s, "rmqtool rebuild timerwheel", dry_run, output), writing_to(output or s.root):
+    with writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
     if fmt != "table":
         emit([r.as_dict()], fmt)
         return 0
-    stdout.print(escape_control(
-        f"{'would rebuild' if dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
-        f"{r.units} timer log units, {r.slots} slots, {r.differing_slots} differ from the current wheel "
-        f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
+    _render_wheel(r)
     return 0
 
 
@@ -323,11 +338,13 @@ def rebuild_index_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = RebuildJobsOpt,
+    jobs: Optional[int] = JobsOpt,
     engine: str = EngineOpt,
     master: Optional[str] = MasterOpt,
     remote: Optional[str] = RemoteOpt,
     spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
@@ -339,13 +356,10 @@ def rebuild_index_command(
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     confirm = _confirm_factory(yes, dry_run, output)
-    return _run("rmqtool rebuild index", "rebuild index", s, fmt, dry_run, output, lambda bar: _engine_rebuild(
-        engine, "index", s,
-        lambda walker: rebuild_index(s, geometry, from_offset, to_offset, output, dry_run, not no_crc,
-                                     progress=bar, confirm=confirm, workers=workers, walker=walker,
-                                     skip_corrupt=skip_corrupt, allow_truncate=allow_truncate),
-        bool(from_offset is not None or dry_run or skip_corrupt), master, remote, spark_conf, bar, not no_crc,
-        geometry=geometry, to_offset=to_offset, output=output, confirm=confirm, allow_truncate=allow_truncate))
+    return _run("rebuild index", s, fmt, dry_run, output,
+                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_index(
+                    s, geometry, from_offset, to_offset, output, dry_run, not no_crc, progress=bar, confirm=confirm,
+                    skip_corrupt=skip_corrupt, allow_truncate=allow_truncate, engine=eng, workers=jobs, split_size=split_size))
 
 
 @rebuild_app.command("all")
@@ -353,13 +367,21 @@ def rebuild_all_command(
     store: str = typer.Argument(..., help="store root directory"),
     to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
     cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
-    output: Optional[Path] = typer.Option(None, "--output", help="build DIR/consumequeue and DIR/index instead"),
+    output: Optional[Path] = typer.Option(None, "--output", help="build DIR/consumequeue, DIR/index (and "
+                                          "DIR/batchconsumequeue, DIR/consumequeue_ext, DIR/timerwheel where the "
+                                          "store has them) instead"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    workers: Optional[int] = RebuildJobsOpt,
+    jobs: Optional[int] = JobsOpt,
+    engine: str = EngineOpt,
+    master: Optional[str] = MasterOpt,
+    remote: Optional[str] = RemoteOpt,
+    spark_conf: Optional[List[str]] = SparkConfOpt,
+    split_size: Optional[int] = SplitOpt,
+    staging: Optional[str] = StagingOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     drop_filter_bitmaps: bool = typer.Option(False, "--drop-filter-bitmaps", help="a 4.x store with "
@@ -368,14 +390,17 @@ def rebuild_all_command(
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
-    """Rebuild ConsumeQueue and IndexFiles in one pass over the CommitLog (and a 4.x store's ConsumeQueueExt files)."""
+    """Rebuild everything the store derives from its CommitLog in one pass (ConsumeQueue, IndexFiles,
+    BatchConsumeQueue, a 4.x store's ConsumeQueueExt files), and the timer wheel from the timer log."""
     from rmqtool.ops.rebuild import rebuild_all
     check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
-    return _run("rmqtool rebuild all", "rebuild", s, fmt, dry_run, output, lambda bar: rebuild_all(
-        s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
-        confirm=_confirm_factory(yes, dry_run, output), workers=workers, skip_corrupt=skip_corrupt,
-        allow_truncate=allow_truncate, drop_filter_bitmaps=drop_filter_bitmaps))
+    return _run("rebuild", s, fmt, dry_run, output,
+                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_all(
+                    s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
+                    confirm=_confirm_factory(yes, dry_run, output), skip_corrupt=skip_corrupt,
+                    allow_truncate=allow_truncate, drop_filter_bitmaps=drop_filter_bitmaps, engine=eng,
+                    workers=jobs, split_size=split_size))

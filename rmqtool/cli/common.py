@@ -194,22 +194,21 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
 @contextmanager
 def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str], remote: Optional[str],
                         spark_conf: Optional[list], staging: Optional[str] = None,
-                        split_size: Optional[int] = None, scan_option: Optional[bool] = None):
+                        split_size: Optional[int] = None, scan_option: Optional[bool] = None,
+                        own_pool: bool = False):
     """The engine the common options ask for, for as long as the command runs: None for the
     local default (``--jobs`` not given, or 1: the operation's own in-process way), else an
     ``Engine`` (``--jobs N``: a local pool of N processes, 0 one per CPU; ``--engine spark``).
     Every operation takes it as ``engine=``; no command decides more than this.
     ``scan_option``: the command walks the CommitLog only with ``--scan``, which was (True) or
-    was not (False) given; an engine asked for without it is a usage error (before Spark starts)."""
-    from rmqtool.engines import ENGINES, default_jobs, get_engine
-    check_choice(engine, ENGINES, "--engine")
-    if jobs is not None and jobs < 0:
-        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
-    if split_size is not None and split_size <= 0:
-        raise UsageError(f"--split-size must be positive, not {split_size}")
+    was not (False) given; an engine asked for without it is a usage error (before Spark starts).
+    ``own_pool``: the operation runs ``--jobs`` local processes itself (rebuild's ordered pool, which
+    the operation is given as ``workers=``), so the local engine is always None."""
+    from rmqtool.engines import default_jobs, get_engine
+    check_engine_options(engine, jobs, split_size)
     if engine == "local" and jobs is not None:
         jobs = jobs or default_jobs()
-    if engine == "local" and jobs in (None, 1):
+    if engine == "local" and (jobs in (None, 1) or own_pool):
         if staging is not None:
             from rmqtool.io.staging import check_location
             check_location(staging)
@@ -226,6 +225,16 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
     with get_engine(engine, jobs=jobs, master=master, remote=remote, spark_conf=spark_conf or (),
                     staging=staging) as eng:
         yield eng
+
+
+def check_engine_options(engine: str, jobs: Optional[int], split_size: Optional[int]) -> None:
+    """The engine options' own checks (usage errors, exit 2), for every command that takes them."""
+    from rmqtool.engines import ENGINES
+    check_choice(engine, ENGINES, "--engine")
+    if jobs is not None and jobs < 0:
+        raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
+    if split_size is not None and split_size <= 0:
+        raise UsageError(f"--split-size must be positive, not {split_size}")
 
 
 def check_choice(value: str, choices: Iterable[str], option: str) -> str:

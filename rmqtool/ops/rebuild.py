@@ -1,6 +1,9 @@
-"""`rebuild consumequeue|index`: re-dispatch the CommitLog offline, install crash-safely.
+"""`rebuild consumequeue|batchconsumequeue|index|all`: re-dispatch the CommitLog offline, install crash-safely.
 
-The CommitLog is only read, never past its valid end (the broker's recovery walk:
+One set of jobs (``_CqJob``, ``_BcqJob``, ``_IndexJob``; ``rebuild_ext`` for ConsumeQueueExt, the
+timer wheel from ``ops/timer``) is fed by whichever engine walks the CommitLog: the ordered local
+pool (``engines.ordered``) or an engine's tasks (``engine_walker``); every ``rebuild_*`` takes
+``engine=`` and holds the store's writer lock itself. The CommitLog is only read, never past its valid end (the broker's recovery walk:
 stop at the first record that fails, BLANK moves to the next file). The new tree is
 built beside the old one and swapped in by ``rmqtool.io.install``; files that are not
 rebuilt (other queues, index files kept before ``--from-offset``) are carried over as
@@ -8,16 +11,11 @@ hard links. ``--output`` builds the replacement tree elsewhere and touches nothi
 """
 from __future__ import annotations
 
-import mmap
-import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
-
-import numpy as np
 
 from formats import commitlog as cl
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
@@ -28,13 +26,14 @@ from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                                      IndexFileWriter, index_file_names,
                               dispatch_batch)
-from rmqtool.engines.interrupts import interrupts_held, start_worker
+from rmqtool.engines import ordered
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
+from rmqtool.io.storelock import rebuild_lock
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
-from rmqtool.records.scan import END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
+from rmqtool.records.scan import END_EOF, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 
@@ -126,223 +125,33 @@ def _dispatch_file(args) -> tuple[list, FileEnd, int, int | None]:
             if d.stop:                    # the broker dispatches nothing after it
                 break
     except FileChangedError as exc:
-        return _ship(out), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
+        return ordered.ship(_pack(out)), FileEnd(str(path), file_base, 0, exc.offset or lo, "torn", detail=exc.message,
                                    check="commitlog.file-changed"), records, lo
-    return _ship(out), scan.end, records, lo
+    return ordered.ship(_pack(out)), scan.end, records, lo
 
 
 # --- shipping dispatch results from the workers ----------------------------------------------
-# Pickled through the pool's pipe, ~90 MB of results per million records land in fresh pages of
-# the main process (twice: the message, then the unpickled arrays). Instead every worker appends
-# its arrays to an anonymous memory file the main process created before forking the pool, and
-# returns only their places; the main process maps them (read-only): no copy, no fresh pages.
-# Without memfd, or when a write fails, results go through the pipe as before.
+# A batch's arrays travel through the ordered pool's memory files (``engines.ordered.ship``).
 _ARRAYS = ("cq_topic", "cq_queue_id", "cq_queue_offset", "cq_phy_offset", "cq_size", "cq_tags_code",
            "key_hash", "key_phy_offset", "key_store_timestamp", "key_record", "record_phy_offset")
-_ship_fd: int | None = None                # this worker's memory file (set by _init_worker)
-_ship_end = 0
 
 
-@dataclass
-class _Shipped:
-    """Where one task's results lie in a worker's memory file."""
-    slot: int
-    offset: int                            # page-aligned
-    length: int
-    batches: list                          # per batch: (topics, records, stop, stop_at, [(dtype, count, at)])
+def _pack(parts: list) -> list:
+    """BatchDispatches as ``ordered.ship`` items: (topics, records, stop, stop_at, bcq) and the arrays
+    (bcq: few units, pickled)."""
+    return [((d.topics, d.records, d.stop, d.stop_at, d.bcq), [getattr(d, name) for name in _ARRAYS])
+            for d in parts]
 
 
-def _init_worker(fds: list[int], counter) -> None:
-    global _ship_fd, _ship_end
-    start_worker()
-    with counter.get_lock():
-        slot = counter.value
-        counter.value += 1
-    _ship_fd, _ship_end = (slot, fds[slot]) if slot < len(fds) else None, 0
-
-
-def _ship(parts: list):
-    global _ship_end
-    if _ship_fd is None or not parts:
-        return parts
-    slot, fd = _ship_fd
-    base = pos = end = _ship_end
-    meta, views = [], []
-    for d in parts:
-        cols = []
-        for name in _ARRAYS:
-            a = np.ascontiguousarray(getattr(d, name))
-            cols.append((a.dtype.str, len(a), pos - base))
-            if a.nbytes:
-                views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
-                end = pos + a.nbytes
-            pos += -(-a.nbytes // 64) * 64
-        meta.append((d.topics, d.records, d.stop, d.stop_at, cols, d.bcq))     # bcq: few units, pickled
-    try:
-        for at, view in views:
-            inst.pwrite_all(fd, view, at)
-    except OSError:
-        return parts
-    _ship_end = -(-end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
-    return _Shipped(slot, base, end - base, meta)
-
-
-def _unship(shipped, fds: list[int]) -> list[BatchDispatch]:
-    if not isinstance(shipped, _Shipped):
-        return shipped
-    if not shipped.length:
-        mem = b""
-    else:
-        # shared and read-only, page tables filled in one call (no fault per page, no copy)
-        mem = mmap.mmap(fds[shipped.slot], shipped.length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                        prot=mmap.PROT_READ, offset=shipped.offset)
+def _unpack(items: list) -> list[BatchDispatch]:
     out = []
-    for topics, records, stop, stop_at, cols, bcq in shipped.batches:
-        arrays = [np.frombuffer(mem, dtype=np.dtype(dt), count=count, offset=at) if count else
-                  np.zeros(0, np.dtype(dt)) for dt, count, at in cols]
+    for (topics, records, stop, stop_at, bcq), arrays in items:
         out.append(BatchDispatch(topics, *arrays[:10], records, arrays[10], stop, stop_at, bcq))
     return out
 
 
-_PUNCH_HOLE = 0x02 | 0x01                 # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-
-
-def _release(shipped, fds: list[int]) -> None:
-    """Give back a task's results in its worker's memory file once they have been consumed
-    (nothing may keep a view of them: the builders copy what they hold), so the files stay
-    the size of the results in flight, not of every result of the run."""
-    if not isinstance(shipped, _Shipped) or not shipped.length:
-        return
-    fallocate = _fallocate()
-    if fallocate:
-        fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
-
-
-@lru_cache(maxsize=1)
-def _fallocate():
-    import ctypes
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    return fn
-
-
-def _end_pool(pool, throttle: "_Throttle", raw, fds: list[int], failed: bool) -> None:
-    """End the scan pool. After a walk that ended (at the CommitLog's end or early) no new
-    task starts, the ones in flight (at most the throttle's window) finish and are dropped,
-    and the workers exit on their own. Only after a failure (Ctrl-C, an error) are they
-    killed at once: a worker killed while it sends a result would leave the pool's result
-    queue locked, and ``Pool.terminate`` then waits for that lock forever."""
-    throttle.stop()
-    if failed:
-        pool.terminate()
-        return
-    for shipped, *_ in raw:
-        _release(shipped, fds)
-    pool.close()
-    pool.join()
-
-
-def _consumed(results, throttle: "_Throttle"):
-    """``results``, telling ``throttle`` as each one is taken."""
-    for result in results:
-        throttle.consumed()
-        yield result
-
-
-class _Throttle:
-    """The tasks fed to ``pool.imap`` at most ``window`` ahead of the results consumed, so
-    the workers never run further ahead of the writer than that (their results wait in
-    memory). ``stop`` lets the pool's feeder thread end before the pool is terminated."""
-
-    def __init__(self, tasks: list, window: int):
-        import threading
-        self.tasks, self.window = tasks, window
-        self._slots = threading.Semaphore(window)
-        self._stopped = False
-
-    def __iter__(self):
-        for task in self.tasks:
-            self._slots.acquire()
-            if self._stopped:
-                return
-            yield task
-
-    def consumed(self) -> None:
-        self._slots.release()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._slots.release(len(self.tasks) + 1)
-
-
-def default_workers() -> int:
-    from rmqtool.engines import default_jobs
-    return min(default_jobs(), 8)
-
-
-#: local rebuild: a file is split into pieces of at least this many bytes when there are
-#: fewer files than a few per worker (so that no worker is left with a whole file to do alone)
-MIN_PIECE = 16 << 20
-PIECES_PER_WORKER = 8
-#: scan tasks queued or running per worker process, ahead of the consumer
-IN_FLIGHT_PER_WORKER = 2
-
-
-def _pieces(files: list, workers: int) -> list[tuple]:
-    """(path, base, lo, hi, exact) scan tasks: each file whole, or cut into pieces when the
-    files are too few to keep ``workers`` processes equally busy. Only a file's first piece
-    starts at a known record; the others start at the resync's first record (``_chained``
-    checks that it is where the previous piece's chain arrived)."""
-    span = sum((hi if hi is not None else size) - lo for _, _, lo, hi, size in files)
-    piece = max(MIN_PIECE, -(-span // max(1, workers * PIECES_PER_WORKER)))
-    out = []
-    for path, base, lo, hi, size in files:
-        stop = hi if hi is not None else size
-        if workers <= 1 or stop - lo < 2 * piece:
-            out.append((path, base, lo, hi, True))
-            continue
-        cuts = list(range(lo, stop, piece))
-        if stop - cuts[-1] < piece // 2:          # no sliver at the end
-            cuts.pop()
-        for k, at in enumerate(cuts):
-            out.append((path, base, at, cuts[k + 1] if k + 1 < len(cuts) else hi, k == 0))
-    return out
-
-
-def _chained(tasks: list, results, fds: list[int]):
-    """In CommitLog order, per piece: (path, base, its dispatches, the file's end or None).
-
-    The end is given with the piece where the file's walk ended (BLANK, zero, corrupt, the
-    last piece); the pieces after it are drained and dropped. A piece is used only where
-    the previous piece's chain arrived at its first record; when the resync started
-    elsewhere (a record spanning the cut, a stray anchor in a body) the piece is scanned
-    again here from where the chain arrived."""
-    results = iter(results)
-    k = 0
-    while k < len(tasks):
-        j = k + 1
-        while j < len(tasks) and tasks[j][0] == tasks[k][0] and not tasks[j][6]:
-            j += 1
-        arrived = None
-        for i in range(k, j):
-            task = tasks[i]
-            shipped, piece_end, _, began = next(results)
-            if arrived is None and i > k:             # the file ended in an earlier piece
-                _release(shipped, fds)
-                continue
-            if i > k and began != arrived:
-                _release(shipped, fds)
-                shipped, piece_end, _, began = _dispatch_file((*task[:2], arrived, *task[3:6], True))
-            got = _unship(shipped, fds)
-            ended = i == j - 1 or piece_end.kind != END_RANGE or any(d.stop for d in got)
-            arrived = None if ended else piece_end.position
-            yield task[0], task[1], got, piece_end if ended else None
-            del got
-            _release(shipped, fds)
-        k = j
+def _stopped(items: list) -> bool:
+    return any(meta[2] for meta, _ in items)
 
 
 def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: Progress | None,
@@ -362,36 +171,21 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     files = [(str(s.path), s.start, max(start - s.start, 0),
               None if to_offset is None or to_offset >= s.start + size else to_offset - s.start, s.size)
              for s in segs]
-    pieces = _pieces(files, workers if len(files) else 1)
-    tasks = [(path, base, lo, hi, check_crc, config, first) for path, base, lo, hi, first in pieces]
+    tasks = [(path, base, lo, hi, check_crc, config, first)
+             for path, base, lo, hi, first in ordered.pieces(files, workers if len(files) else 1)]
     records, end, kind = 0, start, "empty"
-    pool = None
-    fds: list[int] = []
-    if workers > 1 and len(tasks) > 1:
-        import multiprocessing as mp
-        ctx = mp.get_context("fork")
-        procs = min(workers, len(tasks))
-        try:
-            fds = [os.memfd_create("rmqtool-rebuild", getattr(os, "MFD_CLOEXEC", 0)) for _ in range(procs)]
-        except (AttributeError, OSError):      # no memfd: results come through the pipe
-            for fd in fds:
-                os.close(fd)
-            fds = []
-        with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
-            pool = ctx.Pool(procs, initializer=_init_worker, initargs=(fds, ctx.Value("i", 0)))
-        throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * procs)
-        raw = pool.imap(_dispatch_file, throttle)
-        results = _consumed(raw, throttle)
-    else:
-        results = map(_dispatch_file, tasks)
-    failed = True
-    try:
-        for path, base, dispatches, file_end in _chained(tasks, results, fds):
-            for d in dispatches:
+
+    def rescan(piece, at):                       # piece: (path, base, lo, hi, exact)
+        return _dispatch_file((piece[0], piece[1], at, piece[3], check_crc, config, True))
+
+    with ordered.OrderedPool(workers, len(tasks)) as pool:
+        results = pool.map(_dispatch_file, tasks)
+        for path, base, items, file_end in ordered.chained([(*t[:4], t[6]) for t in tasks], results, pool,
+                                                           rescan, _stopped):
+            for d in _unpack(items):
                 on_dispatch(d)
                 records += d.records
                 if d.stop:
-                    failed = False
                     return records, d.stop_at, END_DISPATCH_STOP
             if file_end is None:                  # more pieces of this file follow
                 continue
@@ -399,16 +193,9 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             if progress:
                 progress(end - start, total)
             if to_offset is not None and end >= to_offset:
-                failed = False
                 return records, to_offset, "to-offset"
             if file_end.ends_log:
                 break
-        failed = False
-    finally:
-        if pool is not None:
-            _end_pool(pool, throttle, raw, fds, failed)
-        for fd in fds:          # the mappings made from them stay valid
-            os.close(fd)
     if kind == END_RANGE and to_offset is not None:
         return records, to_offset, "to-offset"
     return records, end, kind
@@ -469,7 +256,7 @@ def check_no_cq_ext(store) -> None:
         raise RefusedError("the store keeps ConsumeQueueExt files (enableConsumeQueueExt): its ConsumeQueue "
                            "units hold addresses into them, which this rebuild does not regenerate; it would put "
                            "tag hashes where the addresses are and break the broker's tag/SQL filtering "
-                           "(`rebuild all` on the local engine rebuilds both)", store.root / EXT_DIR)
+                           "(`rebuild all` rebuilds both)", store.root / EXT_DIR)
 
 
 def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -> None:
@@ -488,9 +275,163 @@ def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -
                            "with --topic (these are kept)", store.consumequeue_dir)
 
 
+# --- the walk on an engine ---------------------------------------------------------------------
+# With an engine (Spark), every task scans its byte range of the CommitLog and dispatches its
+# record batches (the expensive part, spread over executors); the ``BatchDispatch`` results come
+# back in CommitLog order and the jobs above build the files here, as from the local pool's walk.
+# The walk stops like the broker's recovery: the first file that does not end in a BLANK is the
+# last one used, and nothing after a record that fails dispatch (``BatchDispatch.stop``) is used.
+def _dispatch_schema():
+    import pyarrow as pa
+    return pa.schema([("task", pa.int64()), ("records", pa.int64()), ("dispatch", pa.binary()),
+                      ("ref", pa.string())])
+
+
+def _in_range(batches, start: int, to_offset: int | None):
+    """The batches' records in [start, to_offset), batch by batch (empty ones skipped)."""
+    import numpy as np
+    from rmqtool.output.arrow import select
+    for b in batches:
+        keep = b.phy_offset >= start
+        if to_offset is not None:
+            keep &= b.phy_offset < to_offset
+        if not keep.any():
+            continue
+        yield b if keep.all() else select(b, np.flatnonzero(keep))
+
+
+class DispatchStage:
+    """Per task: records in [start, to_offset) -> pickled ``BatchDispatch`` per batch, left in
+    ``staging`` (the row carries its reference) or, without one, in the row."""
+
+    def __init__(self, config, start: int, to_offset: int | None, staging=None):
+        self.config, self.start, self.to_offset = config, start, to_offset
+        self.staging = staging
+
+    def __call__(self, task, batches):
+        import pickle
+        import pyarrow as pa
+        schema = _dispatch_schema()
+        for b in _in_range(batches, self.start, self.to_offset):
+            d = dispatch_batch(b, self.config)
+            blob = pickle.dumps(d, protocol=5)
+            row = {"task": task.task_id, "records": d.records, "dispatch": None, "ref": None}
+            if self.staging is None:
+                row["dispatch"] = blob
+            else:
+                row["ref"] = self.staging.put(blob)
+            yield pa.RecordBatch.from_pylist([row], schema=schema)
+            if d.stop:                    # the broker dispatches nothing after it
+                break
+
+
+def engine_walker(engine, store, check_crc: bool, config, split_size: int | None = None, progress=None):
+    """A ``walk(start, to_offset, on_dispatch) -> (records, end, kind)`` whose scan and dispatch run
+    as ``engine``'s tasks (``split_size`` bytes of CommitLog each)."""
+    import pickle
+    from rmqtool.engines import DEFAULT_SPLIT_SIZE, file_ends, plan_tasks
+    split_size = split_size or DEFAULT_SPLIT_SIZE
+
+    def walk(start: int, to_offset: int | None, on_dispatch):
+        tasks = plan_tasks([("store", store)], split_size, (start, to_offset), check_crc=check_crc,
+                           exact_start=True)
+        staging = engine.open_staging() if tasks else None
+        try:
+            return _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch)
+        finally:
+            if staging is not None:
+                staging.close()
+
+    def _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch):
+        size = store.commitlog.file_size
+        table = engine.run(tasks, DispatchStage(config, start, to_offset, staging), _dispatch_schema(),
+                           on_discard=None if staging is None else staging.discard_rows)
+        ends = file_ends(engine.tasks, engine.statuses)
+        task_file = {t.task_id: t for t in engine.tasks}
+        payload = {}
+        column = "dispatch" if staging is None else "ref"
+        for tid, n, item in zip(table.column("task").to_pylist(), table.column("records").to_pylist(),
+                                table.column(column).to_pylist()):
+            payload.setdefault(tid, []).append((n, item))
+        del table
+        records = 0
+        segs = _segments_in_range(store, start, to_offset)
+        total = max(min(segs[-1].start + size, to_offset or 1 << 62) - start, 1) if segs else 1
+        reached, outcome = files_reached(store, ends, start, to_offset)
+        for seg, end in reached:
+            for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
+                for n, item in payload.pop(t.task_id, ()):
+                    d = pickle.loads(item if staging is None else staging.take(item))
+                    records += n
+                    on_dispatch(d)
+                    if d.stop:
+                        return records, d.stop_at, END_DISPATCH_STOP
+            if progress:
+                progress(end - start, total)
+        return (records, *outcome)
+    return walk
+
+
+def _segments_in_range(store, start: int, to_offset: int | None) -> list:
+    size = store.commitlog.file_size
+    return [s for s in store.commitlog.files if s.start + size > start
+            and (to_offset is None or s.start < to_offset)]
+
+
+def files_reached(store, ends: dict, start: int, to_offset: int | None) -> tuple[list, tuple[int, str]]:
+    """The broker's walk over whole files from ``start``, given how each file's scan ended
+    (``file_ends``): the files it reaches, each with the offset reached after it, and where it
+    ends (offset, kind), as ``rmqtool.ops.rebuild`` reports them. A file not ending in a
+    BLANK ends the walk."""
+    reached = []
+    end, kind = start, "empty"
+    for seg in _segments_in_range(store, start, to_offset):
+        kind, position = ends.get(str(seg.path), (END_EOF, seg.size))
+        file_end = FileEnd(str(seg.path), seg.start, seg.size, position, kind)
+        end = file_end.log_end
+        reached.append((seg, end))
+        if to_offset is not None and end >= to_offset:
+            return reached, (to_offset, "to-offset")
+        if file_end.ends_log:
+            break
+    if kind == END_RANGE and to_offset is not None:
+        return reached, (to_offset, "to-offset")
+    return reached, (end, kind)
+
+
+
+def _locked(command: str):
+    """Run the decorated rebuild under the store's writer lock, held as ``command``
+    (``storelock.rebuild_lock``: none for ``output``, a held store refused for ``dry_run``), so
+    that the operation is locked however it is called."""
+    def wrap(fn):
+        import functools
+        import inspect
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def locked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            with rebuild_lock(a["store"], command, a["dry_run"], a["output"]):
+                return fn(*args, **kwargs)
+        return locked
+    return wrap
+
+
 # --- one walk, any number of builds --------------------------------------------------------------
+def _walker(store, engine, workers: int | None, split_size: int | None, check_crc: bool, progress, config):
+    """The CommitLog walk of a rebuild: on ``engine``'s tasks (``engine_walker``), or, for no engine or
+    the local one, on the ordered local pool (``workers`` processes, else the engine's jobs)."""
+    if engine is not None and engine.name != "local":
+        return engine_walker(engine, store, check_crc, config, split_size, progress)
+    n = workers or (engine.jobs if engine is not None else None) or ordered.default_workers()
+    return lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config, n)
+
+
 def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bool, progress, config,
-             workers: int | None, walker, skip_corrupt: bool) -> WalkOutcome:
+             walk, skip_corrupt: bool) -> WalkOutcome:
     """Walk the CommitLog once past any damage (``truncation.walk_past_damage``), each batch's
     dispatch going to every job's builder as it arrives; then each job completes its plan.
     On any failure (a full disk, Ctrl-C) every job's build is removed."""
@@ -510,8 +451,6 @@ def _rebuild(store, jobs: list, start: int, to_offset: int | None, check_crc: bo
         for job in jobs:
             job.on_damage(damage, skip_corrupt)
 
-    walk = walker or (lambda a, b, cb: _walk(store, a, b, check_crc, progress, cb, config,
-                                             workers or default_workers()))
     try:
         outcome = walk_past_damage(store, walk, start, to_offset, on_dispatch, on_tail, skip_corrupt,
                                    check_crc, stops, on_damage)
@@ -643,13 +582,14 @@ class _CqJob(_QueueTreeJob):
         self.plan_carry(only)
 
 
+@_locked("rmqtool rebuild consumequeue")
 def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[int] | None = None,
                          cq_file_size: int | None = None, to_offset: int | None = None,
                          output: Path | None = None, dry_run: bool = False, check_crc: bool = True,
                          config: DispatchConfig | None = None, progress: Progress | None = None,
                          confirm: Callable[[RebuildResult], bool] | None = None,
-                         workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                         allow_truncate: bool = False) -> RebuildResult:
+                         workers: int | None = None, skip_corrupt: bool = False,
+                         allow_truncate: bool = False, engine=None, split_size: int | None = None) -> RebuildResult:
     """Rebuild the ConsumeQueues (all, or ``topics``/``queues``) from the CommitLog.
 
     The files are written into a build directory as the walk goes (memory does not grow with
@@ -663,8 +603,8 @@ def rebuild_consumequeue(store, topics: list[str] | None = None, queues: list[in
     check_queue_kinds(store, topics, config)
     check_no_cq_ext(store)
     job = _CqJob(store, topics, queues, cq_file_size, output, dry_run)
-    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress,
-             config, workers, walker, skip_corrupt)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -716,11 +656,13 @@ def _batch_file_size(store) -> int | None:
     return max(sizes) if sizes else None
 
 
+@_locked("rmqtool rebuild batchconsumequeue")
 def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_size: int | None = None,
                               to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                               check_crc: bool = True, config: DispatchConfig | None = None,
                               progress: Progress | None = None, confirm=None, workers: int | None = None,
-                              skip_corrupt: bool = False, allow_truncate: bool = False) -> RebuildResult:
+                              skip_corrupt: bool = False, allow_truncate: bool = False, engine=None,
+                              split_size: int | None = None) -> RebuildResult:
     """Rebuild the BatchConsumeQueues (all BatchCQ topics, or ``topics``) from the CommitLog, as
     ``rebuild_consumequeue`` rebuilds ConsumeQueues (same walk, refusals and install)."""
     t0 = time.perf_counter()
@@ -733,8 +675,8 @@ def rebuild_batchconsumequeue(store, topics: list[str] | None = None, bcq_file_s
         raise UsageError("no BatchCQ topic: the store has no batchconsumequeue/ queues and config/topics.json "
                          "names none (pass --topic for a topic of queue type BatchCQ)", store.root)
     job = _BcqJob(store, topics, bcq_file_size, output, dry_run)
-    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config, workers, None,
-             skip_corrupt)
+    _rebuild(store, [job], store.commitlog.min_offset, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -835,22 +777,24 @@ class _IndexJob(_Job):
             inst.link_or_copy(p, self.build / p.name)
 
 
+@_locked("rmqtool rebuild index")
 def rebuild_index(store, geometry: IndexGeometry, from_offset: int | None = None,
                   to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                   check_crc: bool = True, config: DispatchConfig | None = None,
                   progress: Progress | None = None,
                   confirm: Callable[[RebuildResult], bool] | None = None,
-                  workers: int | None = None, walker=None, skip_corrupt: bool = False,
-                  allow_truncate: bool = False) -> RebuildResult:
+                  workers: int | None = None, skip_corrupt: bool = False,
+                  allow_truncate: bool = False, engine=None, split_size: int | None = None) -> RebuildResult:
     """Rebuild the IndexFiles (those wholly below ``from_offset`` are kept) from the CommitLog.
 
     Each IndexFile is written as soon as it fills; the plan, the confirmation and an early
     stop of the walk are handled as by ``rebuild_consumequeue``."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output, dry_run)
+    config = dispatch_config(store, config)
     job = _IndexJob(store, geometry, from_offset, to_offset, output, dry_run)
-    _rebuild(store, [job], job.start, to_offset, check_crc, progress, dispatch_config(store, config), workers,
-             walker, skip_corrupt)
+    _rebuild(store, [job], job.start, to_offset, check_crc, progress, config,
+             _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
     job.result.seconds = time.perf_counter() - t0
     job.install(confirm, allow_truncate)
     job.result.seconds = time.perf_counter() - t0
@@ -882,17 +826,23 @@ def discard_build(build: Path, keep_dir: bool) -> None:
 
 
 # --- both, one pass -----------------------------------------------------------------------------
+@_locked("rmqtool rebuild all")
 def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
                 to_offset: int | None = None, output: Path | None = None, dry_run: bool = False,
                 check_crc: bool = True, config: DispatchConfig | None = None,
                 progress: Progress | None = None, confirm=None,
                 workers: int | None = None, skip_corrupt: bool = False,
-                allow_truncate: bool = False, drop_filter_bitmaps: bool = False) -> tuple[RebuildResult, RebuildResult]:
-    """ConsumeQueue and IndexFiles from one pass over the CommitLog, both built as the walk
-    goes (memory does not grow with the store), then each installed crash-safely on its own.
-    The two installs run at the same time unless ``confirm`` asks a person (one prompt,
-    then the other). A walk that stops before the last data is refused before either is
-    installed (see ``rebuild_consumequeue``). Both results' ``seconds`` is the whole run."""
+                allow_truncate: bool = False, drop_filter_bitmaps: bool = False, engine=None,
+                split_size: int | None = None, bcq_file_size: int | None = None) -> tuple:
+    """Everything the store derives from its CommitLog, from one pass over it: ConsumeQueues,
+    IndexFiles, the BatchConsumeQueues of BatchCQ topics (5.x), a 4.x store's ConsumeQueueExt
+    files; then the timer wheel from the timer log (a store with ``timerlog/``). Each is built as
+    the walk goes (memory does not grow with the store), then installed crash-safely on its own
+    (``output``: each in its directory there, the wheel as ``output/timerwheel``). The
+    ConsumeQueue and index installs run at the same time unless ``confirm`` asks a person (one
+    prompt, then the other). A walk that stops before the last data is refused before anything
+    is installed (see ``rebuild_consumequeue``). Returns (consumequeue, index[, batchconsumequeue]
+    [, timer wheel]) results; the rebuilds' ``seconds`` is the whole run."""
     t0 = time.perf_counter()
     check_rebuild_target(store, output, dry_run)
     config = dispatch_config(store, config)
@@ -900,18 +850,26 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     from rmqtool.ops.rebuild_ext import ExtRebuild, check_cq_ext
     ext = (ExtRebuild(store, output / "consumequeue_ext" if output else None, dry_run)
            if check_cq_ext(store, True, drop_filter_bitmaps) else None)
-    cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
+    jobs: list[_Job] = []
     try:
+        cq = _CqJob(store, None, None, cq_file_size, output / "consumequeue" if output else None, dry_run)
+        jobs.append(cq)
         ix = _IndexJob(store, geometry, None, to_offset, output / "index" if output else None, dry_run)
+        jobs.append(ix)
+        bcq = (_BcqJob(store, None, bcq_file_size, output / "batchconsumequeue" if output else None, dry_run)
+               if config.kinds.batch_cq_topics else None)
+        if bcq is not None:
+            jobs.append(bcq)
     except BaseException:
-        cq.discard()
+        for job in jobs:
+            job.discard()
         raise
     # finished in this order: the index's slot table is written (its writeback started) while the
     # ConsumeQueue's last units are placed
-    jobs = [ix, cq]
+    jobs = [ix, cq] + ([bcq] if bcq is not None else [])
     try:
-        outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress,
-                           config, workers, None, skip_corrupt)
+        outcome = _rebuild(store, jobs, store.commitlog.min_offset, to_offset, check_crc, progress, config,
+                           _walker(store, engine, workers, split_size, check_crc, progress, config), skip_corrupt)
         if ext is not None:                                # addresses into the new ext files (rebuild_ext)
             ext.run(cq.build, cq.builder.queue_keys())
             cq.result.warnings += ext.warnings
@@ -919,14 +877,17 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         if ext is not None:
             ext.discard()
         raise
+    results = [cq.result, ix.result] + ([bcq.result] if bcq is not None else [])
     try:
         if (outcome.damage and not outcome.skipped or outcome.uncovered) and not allow_truncate and not dry_run:
-            refuse_truncation([cq.result, ix.result])      # the plans, then the refusal
+            refuse_truncation(results)                     # the plans, then the refusal
         if output is None and confirm is not None and not getattr(confirm, "unattended", False):
-            cq.install(confirm, True)                      # a person answers one prompt, then the other
+            cq.install(confirm, True)                      # a person answers one prompt, then the next
             ix.install(confirm, True)
         else:
             _both(lambda: cq.install(confirm, True), lambda: ix.install(confirm, True))
+        if bcq is not None:
+            bcq.install(confirm, True)
         if ext is not None:
             if cq.build is None:
                 ext.discard()                              # the ConsumeQueues were not installed (declined, dry run)
@@ -941,9 +902,21 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
             ext.discard()
         raise
     whole = time.perf_counter() - t0
-    for job in jobs:
-        job.result.seconds = whole
-    return cq.result, ix.result
+    for r in results:
+        r.seconds = whole
+    wheel = _timer_wheel(store, output, dry_run, confirm)
+    return tuple(results) + ((wheel,) if wheel is not None else ())
+
+
+def _timer_wheel(store, output: Path | None, dry_run: bool, confirm):
+    """``rebuild all``'s timer wheel: regenerated from the timer log where the store has one."""
+    from rmqtool.io.timerstore import TimerStore
+    from rmqtool.ops.timer import build_timerwheel
+    ts = TimerStore.of(store)
+    if ts is None or not ts.log_dir.is_dir():
+        return None
+    return build_timerwheel(store, output / ts.wheel_path.name if output is not None else None, dry_run,
+                            confirm=None if output is not None else confirm)
 
 
 def _both(first, second):

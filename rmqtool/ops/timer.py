@@ -147,9 +147,18 @@ class WheelRebuild:
 
 def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False, precision_ms: int | None = None,
                        confirm=None) -> WheelRebuild:
+    """``build_timerwheel`` under the store's writer lock (``storelock.rebuild_lock``)."""
+    from rmqtool.io.storelock import rebuild_lock
+    with rebuild_lock(store, "rmqtool rebuild timerwheel", dry_run, output):
+        return build_timerwheel(store, output, dry_run, precision_ms, confirm)
+
+
+def build_timerwheel(store, output: Path | None = None, dry_run: bool = False, precision_ms: int | None = None,
+                     confirm=None) -> WheelRebuild:
     """Regenerate ``timerwheel`` from the timer log (``broker.timerwheel``): byte-identical to the
     broker's when the log holds every unit since the wheel was new. Built beside the wheel (or into
-    ``output``), fsynced, swapped in with the old wheel kept as a dated backup (``io.install``)."""
+    ``output``), fsynced, swapped in with the old wheel kept as a dated backup (``io.install``).
+    The caller holds the store's writer lock (``rebuild_timerwheel``, ``ops.rebuild.rebuild_all``)."""
     from rmqtool.broker.timerwheel import wheel_slots
     from rmqtool.io import install as inst, ownership
     ts = timer_store(store, precision_ms)

@@ -42,11 +42,12 @@ import numpy as np
 
 from formats import commitlog as cl
 from formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
-from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, DEFAULT_CQ_FILE_SIZE
+from formats.consumequeue import CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, DEFAULT_CQ_FILE_SIZE
 from formats.derive import struct_of
 from formats.indexfile import DEFAULT_HASH_SLOTS, DEFAULT_INDEX_ENTRIES
-from rmqtool.broker.dispatch import (CqCollector, DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
-                              IndexFileWriter, RecordColumns, dispatch_batch, index_file_names, layout_cq,
+from rmqtool.broker.cqbuild import BcqBuilder, CqBuilder
+from rmqtool.broker.dispatch import (DispatchConfig, goes_to_consumequeue, IndexBuilder, IndexFileImage,
+                              IndexFileWriter, RecordColumns, dispatch_batch, index_file_names,
                               open_index_image, queue_groups)
 from rmqtool.records.encode import (Host, MessageFields, effective_sys_flag, encode, encode_blank, fill_property_crc,
                                     reserve_property_crc, magic_for, needs_blank,
@@ -466,7 +467,7 @@ class _DLedgerAppender(_CommitLogAppender):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 os.ftruncate(fd, dl.DEFAULT_INDEX_FILE_SIZE)   # a mapped file: zeros (sparse) past the units
-                os.pwrite(fd, units[k * per_file:(k + 1) * per_file].tobytes(), 0)
+                inst.pwrite_all(fd, units[k * per_file:(k + 1) * per_file].tobytes(), 0)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -620,8 +621,11 @@ class StoreWriter:
             self.appender = _DLedgerAppender(self.out / f"{dl.MEMBER_DIR_PREFIX}{self.dledger_id}",
                                              g.commitlog_file_size, self.dledger_id)
         self.appender.on_write = self._note
-        self.cq = CqCollector()
-        self._bcq: list[tuple] = []       # BatchConsumeQueue units, in dispatch order
+        # the queues' units appended as they are dispatched, by rebuild's builders (``broker/cqbuild``)
+        files = {"open_fd": self._open_staged, "makedirs": ownership.makedirs, "on_write": self._note, "sync": True}
+        self.cq = CqBuilder(g.cq_file_size, build=self.out / "consumequeue", starts=self._cq_start, **files)
+        self._bcq = BcqBuilder(g.bcq_file_size or DEFAULT_BCQ_FILE_SIZE, build=self.out / "batchconsumequeue",
+                               starts=self._bcq_start, **files)
         self._rows: list[dict] = []
         self._index = self._index_builder()
         self._ext = self._ext_builder()
@@ -792,11 +796,7 @@ class StoreWriter:
             self._last_cq_ts = last_cq["store_timestamp"]
         self._put_ext(d, rows)
         self.cq.add(d)
-        b = d.bcq
-        if b is not None:
-            self._bcq += [(d.topics[int(b.topic[k])], int(b.queue_id[k]), int(b.phy_offset[k]), int(b.size[k]),
-                           int(b.tags_code[k]), int(b.store_timestamp[k]), int(b.base_offset[k]), int(b.batch_size[k]))
-                          for k in range(len(b))]
+        self._bcq.add(d)
         self._index.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
         if self.progress:
             self.progress(self.summary.records, self.expected)
@@ -815,10 +815,9 @@ class StoreWriter:
             self.summary.commitlog_files = self.appender.files
             self._index.finish()
             self.summary.index_entries = self._index.entries
-            self._write_cq()
+            self._finish_queues()
             if self._ext is not None:
                 self._ext.finish()
-            self._write_bcq()
             self._write_checkpoint()
             done = inst.install(self.root, self.out, drop_empty_backup=True)
         except BaseException:
@@ -861,66 +860,46 @@ class StoreWriter:
             self._lock.release()
             self._lock = None
 
-    def _write_cq(self) -> None:
-        from rmqtool.io.consumequeue import queue_tail
-        size = self.geometry.cq_file_size
-        for q in self.cq.queues():
-            qdir = queue_dir(self.out / "consumequeue", q.topic, q.queue_id)
-            existing = None
-            if qdir.is_dir() and any(qdir.iterdir()):         # _existing_state read its tail already
-                existing = self._queue_ends.get((q.topic, q.queue_id))
-                if existing is None:
-                    existing, _ = queue_tail(self.store.queue(q.topic, q.queue_id))
-            if existing is None:
-                layout = layout_cq(q, size)
-                start, units = layout.first_file, layout.units
-                self.summary.warnings += layout.warnings
-                real = layout.real_units
-            else:
-                # the broker appends at the write position
-                start = existing * CQ_UNIT_SIZE
-                if int(q.queue_offset[0]) * CQ_UNIT_SIZE != start:
-                    self.summary.warnings.append(
-                        f"{q.topic}/{q.queue_id}: first new queue offset {int(q.queue_offset[0])} "
-                        f"appended at {existing}")
-                units = np.zeros(len(q), dtype=CQ_UNIT_DTYPE)
-                units["commitlog_offset"], units["size"], units["tags_code"] = q.phy_offset, q.size, q.tags_code
-                real = len(q)
-            ownership.makedirs(qdir)
-            self.summary.cq_units += real
-            self.summary.cq_files += _write_units(qdir, start, units, size, self._note)
+    @staticmethod
+    def _open_staged(path: Path) -> int:
+        inst.make_private(path)                  # a staged file is a link to the store's until then
+        return ownership.open_file(path, os.O_RDWR)
 
-    def _write_bcq(self) -> None:
-        """Append the BatchConsumeQueue units as ``BatchConsumeQueue.putBatchMessagePositionInfo`` does:
-        after the queue's last unit, a unit at or below the last CommitLog offset skipped (``cqbuild``'s rule)."""
-        from formats.consumequeue import BCQ_UNIT_DTYPE, BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE
+    def _cq_start(self, topic: str, queue_id: int) -> int | None:
+        """An existing queue's write position in units (the broker appends there), or None."""
+        from rmqtool.io.consumequeue import queue_tail
+        qdir = queue_dir(self.out / "consumequeue", topic, queue_id)
+        if not (qdir.is_dir() and any(qdir.iterdir())):
+            return None
+        existing = self._queue_ends.get((topic, queue_id))     # _existing_state read its tail already
+        if existing is None:
+            existing, _ = queue_tail(self.store.queue(topic, queue_id))
+        return existing
+
+    def _bcq_start(self, topic: str, queue_id: int):
+        """An existing BatchConsumeQueue's (units, last CommitLog offset, file size), or None:
+        ``BatchConsumeQueue.putBatchMessagePositionInfo`` appends after its last unit."""
         from rmqtool.io.store import QueueRef
         from rmqtool.io.consumequeue import read_batch_queue
-        queues: dict = {}
-        for unit in self._bcq:
-            queues.setdefault(unit[:2], []).append(unit[2:])
-        for (topic, qid), units in sorted(queues.items()):
-            qdir = queue_dir(self.out / "batchconsumequeue", topic, qid)
-            count, max_phy, size = 0, -1, self.geometry.bcq_file_size or DEFAULT_BCQ_FILE_SIZE
-            if self.store is not None and (self.store.batchconsumequeue_dir / topic / str(qid)).is_dir():
-                ref = QueueRef(topic, qid, self.store.batchconsumequeue_dir / topic / str(qid))
-                for _, _, have in read_batch_queue(self.store, ref):
-                    count += len(have)
-                    if len(have):
-                        max_phy = int(have["commitlog_offset"][-1])
-                files = self.store.queue(topic, qid, batch=True).files
-                size = max((f.size for f in files), default=size)
-            keep = []
-            for phy, sz, tags, ts, base, num in units:
-                if phy > max_phy:
-                    keep.append((phy, sz, tags, ts, base, num))
-                    max_phy = phy
-            arr = np.zeros(len(keep), BCQ_UNIT_DTYPE)
-            for k, (phy, sz, tags, ts, base, num) in enumerate(keep):
-                arr[k] = (phy, sz, tags, ts, base, num, -1, 0)
-            ownership.makedirs(qdir)
-            self.summary.cq_units += len(keep)
-            self.summary.cq_files += _write_units(qdir, count * BCQ_UNIT_SIZE, arr, size, self._note)
+        if self.store is None:
+            return None
+        qdir = self.store.batchconsumequeue_dir / topic / str(queue_id)
+        if not qdir.is_dir():
+            return None
+        count, max_phy = 0, -1
+        for _, _, have in read_batch_queue(self.store, QueueRef(topic, queue_id, qdir)):
+            count += len(have)
+            if len(have):
+                max_phy = int(have["commitlog_offset"][-1])
+        files = self.store.queue(topic, queue_id, batch=True).files
+        return count, max_phy, max((f.size for f in files), default=self._bcq.file_size)
+
+    def _finish_queues(self) -> None:
+        for builder in (self.cq, self._bcq):
+            builder.finish()
+            self.summary.cq_units += builder.units
+            self.summary.cq_files += builder.files_touched
+            self.summary.warnings += builder.warnings()
 
     def _write_checkpoint(self) -> None:
         path = self.out / "checkpoint"
@@ -946,33 +925,6 @@ class StoreWriter:
         finally:
             os.close(fd)
         self._note(path, 0, len(data))
-
-
-def _write_units(qdir: Path, logical_start: int, units: np.ndarray, file_size: int, on_write) -> int:
-    """Write units at logical byte ``logical_start`` onwards, creating zero-filled files
-    (``on_write(path, offset, length)`` hears each write)."""
-    raw = units.tobytes()
-    pos, files = 0, 0
-    while pos < len(raw):
-        at = logical_start + pos
-        base = at - at % file_size
-        in_file = at - base
-        chunk = raw[pos:pos + file_size - in_file]
-        path = qdir / f"{base:020d}"
-        inst.make_private(path)
-        fd = ownership.open_file(path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size < file_size:
-                os.ftruncate(fd, file_size)
-            inst.pwrite_all(fd, chunk, in_file)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        on_write(path, in_file, len(chunk))
-        files += 1
-        pos += len(chunk)
-        inst.crash_point("build")
-    return files
 
 
 _BATCH_KEY = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",

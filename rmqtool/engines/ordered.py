@@ -1,0 +1,286 @@
+"""The local ordered pool: tasks run in forked worker processes, their results consumed in
+task order, at most a few tasks per worker ahead of the consumer; large numpy results travel
+through anonymous memory files instead of the pool's pipe.
+
+A walk over CommitLog files uses it with ``pieces`` (a file cut when there are too few files to
+keep every worker busy) and ``chained`` (each piece used only where the previous piece's chain
+of records arrived; otherwise scanned again from there), so the results are those of one
+sequential walk. What a task computes is the caller's: the pool knows tasks, results and arrays.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Iterator
+
+import numpy as np
+
+from rmqtool.engines.interrupts import interrupts_held, start_worker
+from rmqtool.io.install import pwrite_all
+from rmqtool.records.scan import END_RANGE
+
+#: a file is split into pieces of at least this many bytes when there are fewer files than a
+#: few per worker (so that no worker is left with a whole file to do alone)
+MIN_PIECE = 16 << 20
+PIECES_PER_WORKER = 8
+#: tasks queued or running per worker process, ahead of the consumer
+IN_FLIGHT_PER_WORKER = 2
+
+
+def default_workers() -> int:
+    """Worker processes of the ordered pool when none are asked for: the CPUs, at most 8."""
+    from rmqtool.engines import default_jobs
+    return min(default_jobs(), 8)
+
+
+# --- shipping arrays from the workers ----------------------------------------------------------
+# Pickled through the pool's pipe, ~90 MB of results per million records land in fresh pages of
+# the main process (twice: the message, then the unpickled arrays). Instead every worker appends
+# its arrays to an anonymous memory file the main process created before forking the pool, and
+# returns only their places; the main process maps them (read-only): no copy, no fresh pages.
+# Without memfd, or when a write fails, results go through the pipe as they are.
+_ship_fd: tuple[int, int] | None = None    # this worker's (slot, memory file), set by init_worker
+_ship_end = 0
+
+
+@dataclass
+class Shipped:
+    """Where one task's arrays lie in a worker's memory file."""
+    slot: int
+    offset: int                            # page-aligned
+    length: int
+    items: list                            # per item: (meta, [(dtype, count, at)])
+
+
+def init_worker(fds: list[int], counter) -> None:
+    """Pool initializer: this worker takes the next memory file."""
+    global _ship_fd, _ship_end
+    start_worker()
+    with counter.get_lock():
+        slot = counter.value
+        counter.value += 1
+    _ship_fd, _ship_end = (slot, fds[slot]) if slot < len(fds) else None, 0
+
+
+def ship(items: list):
+    """In a worker: ``items`` [(meta, [numpy arrays])] as a ``Shipped`` (the arrays written to
+    this worker's memory file), or ``items`` themselves where there is no file or a write fails."""
+    global _ship_end
+    if _ship_fd is None or not items:
+        return items
+    slot, fd = _ship_fd
+    base = pos = end = _ship_end
+    meta, views = [], []
+    for m, arrays in items:
+        cols = []
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            cols.append((a.dtype.str, len(a), pos - base))
+            if a.nbytes:
+                views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
+                end = pos + a.nbytes
+            pos += -(-a.nbytes // 64) * 64
+        meta.append((m, cols))
+    try:
+        for at, view in views:
+            pwrite_all(fd, view, at)
+    except OSError:
+        return items
+    _ship_end = -(-end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
+    return Shipped(slot, base, end - base, meta)
+
+
+def unship(shipped, fds: list[int]) -> list:
+    """In the main process: what ``ship`` was given, [(meta, [arrays])], the arrays read-only
+    views of the memory file (no copy)."""
+    if not isinstance(shipped, Shipped):
+        return shipped
+    if not shipped.length:
+        mem = b""
+    else:
+        # shared and read-only, page tables filled in one call (no fault per page, no copy)
+        mem = mmap.mmap(fds[shipped.slot], shipped.length, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                        prot=mmap.PROT_READ, offset=shipped.offset)
+    return [(m, [np.frombuffer(mem, dtype=np.dtype(dt), count=count, offset=at) if count else
+                 np.zeros(0, np.dtype(dt)) for dt, count, at in cols]) for m, cols in shipped.items]
+
+
+_PUNCH_HOLE = 0x02 | 0x01                 # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def release(shipped, fds: list[int]) -> None:
+    """Give back a task's arrays in its worker's memory file once they have been consumed
+    (nothing may keep a view of them), so the files stay the size of the results in flight,
+    not of every result of the run."""
+    if not isinstance(shipped, Shipped) or not shipped.length:
+        return
+    fallocate = _fallocate()
+    if fallocate:
+        fallocate(fds[shipped.slot], _PUNCH_HOLE, shipped.offset, shipped.length)
+
+
+@lru_cache(maxsize=1)
+def _fallocate():
+    import ctypes
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    return fn
+
+
+class _Throttle:
+    """The tasks fed to ``pool.imap`` at most ``window`` ahead of the results consumed, so
+    the workers never run further ahead of the consumer than that (their results wait in
+    memory). ``stop`` lets the pool's feeder thread end before the pool is terminated."""
+
+    def __init__(self, tasks: list, window: int):
+        import threading
+        self.tasks, self.window = tasks, window
+        self._slots = threading.Semaphore(window)
+        self._stopped = False
+
+    def __iter__(self):
+        for task in self.tasks:
+            self._slots.acquire()
+            if self._stopped:
+                return
+            yield task
+
+    def consumed(self) -> None:
+        self._slots.release()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._slots.release(len(self.tasks) + 1)
+
+
+class OrderedPool:
+    """``map(fn, tasks)``: ``fn(task)`` of every task, in task order; with ``workers`` > 1 and more
+    than one task, in forked worker processes (each with a memory file for ``ship``), at most
+    ``IN_FLIGHT_PER_WORKER`` tasks per worker ahead of the consumer; otherwise here, one by one.
+    Use it as a context manager: ``close(failed)`` ends the workers (see there)."""
+
+    def __init__(self, workers: int, ntasks: int):
+        self.procs = min(workers, ntasks) if workers > 1 and ntasks > 1 else 0
+        self.fds: list[int] = []
+        self._pool = self._throttle = self._raw = None
+
+    def map(self, fn: Callable, tasks: list) -> Iterator:
+        if not self.procs:
+            return map(fn, tasks)
+        import multiprocessing as mp
+        ctx = mp.get_context("fork")
+        try:
+            self.fds = [os.memfd_create("rmqtool-pool", getattr(os, "MFD_CLOEXEC", 0)) for _ in range(self.procs)]
+        except (AttributeError, OSError):      # no memfd: results come through the pipe
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = []
+        with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
+            self._pool = ctx.Pool(self.procs, initializer=init_worker, initargs=(self.fds, ctx.Value("i", 0)))
+        self._throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * self.procs)
+        self._raw = self._pool.imap(fn, self._throttle)
+        return self._consumed(self._raw, self._throttle)
+
+    @staticmethod
+    def _consumed(results, throttle: _Throttle):
+        """``results``, telling ``throttle`` as each one is taken."""
+        for result in results:
+            throttle.consumed()
+            yield result
+
+    def unship(self, shipped) -> list:
+        return unship(shipped, self.fds)
+
+    def release(self, shipped) -> None:
+        release(shipped, self.fds)
+
+    def close(self, failed: bool) -> None:
+        """End the pool. After a walk that ended (at the end or early) no new task starts, the
+        ones in flight (at most the throttle's window) finish and are dropped, and the workers
+        exit on their own. Only after a failure (Ctrl-C, an error) are they killed at once: a
+        worker killed while it sends a result would leave the pool's result queue locked, and
+        ``Pool.terminate`` then waits for that lock forever."""
+        try:
+            if self._pool is not None:
+                self._throttle.stop()
+                if failed:
+                    self._pool.terminate()
+                else:
+                    for shipped, *_ in self._raw:
+                        release(shipped, self.fds)
+                    self._pool.close()
+                    self._pool.join()
+        finally:
+            self._pool = None
+            for fd in self.fds:          # the mappings made from them stay valid
+                os.close(fd)
+            self.fds = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.close(exc_type is not None)
+
+
+# --- a walk over files cut into pieces ---------------------------------------------------------
+def pieces(files: list, workers: int) -> list[tuple]:
+    """(path, base, lo, hi, exact) of ``files`` [(path, base, lo, hi, size)]: each file whole, or
+    cut into pieces when the files are too few to keep ``workers`` processes equally busy. Only
+    a file's first piece starts at a known record; the others start at the resync's first
+    record (``chained`` checks that it is where the previous piece's chain arrived)."""
+    span = sum((hi if hi is not None else size) - lo for _, _, lo, hi, size in files)
+    piece = max(MIN_PIECE, -(-span // max(1, workers * PIECES_PER_WORKER)))
+    out = []
+    for path, base, lo, hi, size in files:
+        stop = hi if hi is not None else size
+        if workers <= 1 or stop - lo < 2 * piece:
+            out.append((path, base, lo, hi, True))
+            continue
+        cuts = list(range(lo, stop, piece))
+        if stop - cuts[-1] < piece // 2:          # no sliver at the end
+            cuts.pop()
+        for k, at in enumerate(cuts):
+            out.append((path, base, at, cuts[k + 1] if k + 1 < len(cuts) else hi, k == 0))
+    return out
+
+
+def chained(tasks: list, results, pool: OrderedPool, rescan: Callable, stopped: Callable):
+    """In file order, per piece: (path, base, its items (``unship``-ed), the file's end or None).
+
+    ``tasks``: ``pieces``' tuples (path, base, lo, hi, exact); ``results``: per task
+    (shipped items, FileEnd, count, first record start or None); ``rescan(task, at)`` scans
+    a piece from ``at`` (a record start) and returns such a result; ``stopped(items)`` says
+    whether the walk ends after these items. The end is given with the piece where the file's
+    walk ended (BLANK, zero, corrupt, the last piece); the pieces after it are drained and
+    dropped. A piece is used only where the previous piece's chain arrived at its first
+    record; when the resync started elsewhere (a record spanning the cut, a stray anchor in a
+    body) the piece is scanned again from where the chain arrived."""
+    results = iter(results)
+    k = 0
+    while k < len(tasks):
+        j = k + 1
+        while j < len(tasks) and tasks[j][0] == tasks[k][0] and not tasks[j][4]:
+            j += 1
+        arrived = None
+        for i in range(k, j):
+            task = tasks[i]
+            shipped, piece_end, _, began = next(results)
+            if arrived is None and i > k:             # the file ended in an earlier piece
+                pool.release(shipped)
+                continue
+            if i > k and began != arrived:
+                pool.release(shipped)
+                shipped, piece_end, _, began = rescan(task, arrived)
+            got = pool.unship(shipped)
+            ended = i == j - 1 or piece_end.kind != END_RANGE or stopped(got)
+            arrived = None if ended else piece_end.position
+            yield task[0], task[1], got, piece_end if ended else None
+            del got
+            pool.release(shipped)
+        k = j
