@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 import pyarrow as pa
 
-from rmqtool.engines import Engine, Task, TaskStatus, run_one
+from rmqtool.engines.base import Engine, Task, TaskStatus, run_one
 from rmqtool.engines.interrupts import interrupts_held, start_worker
 
 

@@ -31,7 +31,7 @@ IN_FLIGHT_PER_WORKER = 2
 
 def default_workers() -> int:
     """Worker processes of the ordered pool when none are asked for: the CPUs, at most 8."""
-    from rmqtool.engines import default_jobs
+    from rmqtool.engines.base import default_jobs
     return min(default_jobs(), 8)
 
 

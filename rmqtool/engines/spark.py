@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from rmqtool.engines import Engine, Task, TaskStatus, scan_task
+from rmqtool.engines.base import Engine, Task, TaskStatus, scan_task
 from rmqtool.errors import MissingDependencyError, UsageError
 
 EXTRA = "pip install 'rmqtool[spark]'"

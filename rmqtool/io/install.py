@@ -212,6 +212,16 @@ def remove_build(path: Path) -> None:
             pass
 
 
+def discard_build(build: Path, keep_dir: bool) -> None:
+    """Remove a build that will not be installed (``keep_dir``: empty the --output directory it
+    was made in, keep the directory)."""
+    if not keep_dir:
+        remove_build(build)
+        return
+    for child in build.iterdir():
+        remove_build(child)
+
+
 def new_build_dir(target: Path) -> Path:
     """A new build directory beside ``target``, owned like ``target`` (its mode is settled by
     ``install``: the build must stay writable while it is being made)."""

@@ -11,7 +11,6 @@ hard links. ``--output`` builds the replacement tree elsewhere and touches nothi
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -488,7 +487,7 @@ class _Job:
     def discard(self) -> None:
         """Remove the build (it will not be installed)."""
         if self.build is not None:
-            discard_build(self.build, keep_dir=self.output is not None)
+            inst.discard_build(self.build, keep_dir=self.output is not None)
             self.build = None
 
     def carry(self) -> None:
@@ -811,18 +810,6 @@ def _current_entries(store) -> int | None:
         except Exception:     # noqa: BLE001 - an unreadable file holds nothing we can count
             continue
     return total
-
-
-def discard_build(build: Path, keep_dir: bool) -> None:
-    """Remove a build that will not be installed (``keep_dir``: empty the --output directory)."""
-    if not keep_dir:
-        shutil.rmtree(build, ignore_errors=True)
-        return
-    for child in build.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
 
 
 # --- both, one pass -----------------------------------------------------------------------------

@@ -213,7 +213,7 @@ class ExtRebuild:
 
     def discard(self) -> None:
         if self.build is not None:
-            from rmqtool.ops.rebuild import discard_build
+            from rmqtool.io.install import discard_build
             discard_build(self.build, keep_dir=self.output is not None)
             self.build = None
 
