@@ -106,6 +106,36 @@ def test_deep_verify_of_batch_units_uses_the_stores_delay_table(tmp_path):
     assert findings() == [("bcq.unit-record", 0), ("bcq.unit-record", 46), ("bcq.unit-record", 92)]
 
 
+def test_consumequeue_checks_and_rebuild_use_the_stores_delay_table(tmp_path):
+    """The plain ConsumeQueue of delayed records: deep verify (in-process and on the pool) and
+    rebuild take the store's delay table, as its broker dispatches (before, both used the
+    default table whatever broker.properties said)."""
+    rows = [{"topic": cl.SCHEDULE_TOPIC, "queue_id": 2, "body": "hi",
+             "properties": {cl.PROPERTY_DELAY_TIME_LEVEL: "3", cl.PROPERTY_TAGS: "t"}} for _ in range(3)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = tmp_path / "s"
+    assert run_cli("write", root, "--from", src).code == 0
+
+    def findings(*extra):
+        r = run_cli("verify", root, "--level", "deep", "-f", "json", *extra)
+        return sorted({f["check"] for f in json.loads(r.out)["findings"]})
+
+    def tags_codes(tree):
+        r = run_cli("dump", "consumequeue", tree, "-f", "jsonl")
+        return [json.loads(line)["tags_code"] for line in r.out.splitlines()
+                if json.loads(line).get("kind") == "UNIT"]
+    assert findings() == [] and findings("--jobs", "2") == []
+    default = tags_codes(root)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "broker.properties").write_text("messageDelayLevel=1s 5s 20s\n")
+    assert findings() == ["cq.tags-code"] == findings("--jobs", "2")
+    assert run_cli("rebuild", "consumequeue", root, "--yes").code == 0
+    rebuilt = tags_codes(root)
+    assert [c - d for c, d in zip(rebuilt, default)] == [20000 - 10000] * 3   # level 3: 20 s, not 10 s
+    assert findings() == []
+
+
 def test_the_end_of_a_file_is_one_property():
     """"A file not ending in a BLANK ends the log at base + file size" is ``FileEnd.log_end`` /
     ``FileEnd.ends_log``; past a BLANK the log goes on at the next file's start."""

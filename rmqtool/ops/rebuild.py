@@ -21,6 +21,7 @@ from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE, DEFAULT_BCQ_FILE_S
 from rmqtool.io import install as inst
 from rmqtool.broker.cqbuild import BcqBuilder, CqBuilder
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
+from rmqtool.broker.delay import store_delay_levels
 from rmqtool.io.consumequeue import read_batch_queue
 from rmqtool.broker.dispatch import (END_DISPATCH_STOP, BatchDispatch, DispatchConfig, IndexBuilder, IndexFileImage,
                                      IndexFileWriter, index_file_names,
@@ -240,9 +241,12 @@ def check_rebuild_target(store, output: Path | None, dry_run: bool = False) -> N
 
 
 def dispatch_config(store, config: DispatchConfig | None = None, multi_dispatch: bool | None = None) -> DispatchConfig:
-    """The dispatch settings of the broker that wrote ``store`` (``queuekinds.detect``:
-    multi-dispatch when it holds light queues, its BatchCQ topics), unless ``config`` is given."""
-    return config if config is not None else DispatchConfig(kinds=detect_queue_kinds(store, multi_dispatch))
+    """The dispatch settings of the broker that wrote ``store`` (its delay table,
+    ``delay.store_delay_levels``; ``queuekinds.detect``: multi-dispatch when it holds light
+    queues, its BatchCQ topics), unless ``config`` is given."""
+    if config is not None:
+        return config
+    return DispatchConfig(store_delay_levels(store), kinds=detect_queue_kinds(store, multi_dispatch))
 
 
 def check_no_cq_ext(store) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from formats import commitlog as cl
+from rmqtool.broker.delay import store_delay_levels
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP, goes_to_consumequeue
 from rmqtool.errors import FileChangedError, RmqError
 from rmqtool.io.fileio import CACHE_WINDOW, ReadOnlyFile, first_nonzero
@@ -33,6 +34,7 @@ class CommitLogVerifier:
         self.live = live
         self.progress = progress
         self.report_records = report_records   # False when --only excludes commitlog findings
+        self.delay_levels_ms = store_delay_levels(store) if deep else None   # for the tagsCode check
         self.topics = TopicTable()
         self.files: list[str] = []
         self.chunks = RecordChunks(self.topics, self.files, spill or SpillDir(), chunk_records)
@@ -118,7 +120,7 @@ class CommitLogVerifier:
             self._note(idx, f, batch.carved)
             if self.report_records:
                 self.sink.put(f)
-        cols = batch_columns(batch, self.topics, self.deep)
+        cols = batch_columns(batch, self.topics, self.deep, self.delay_levels_ms)
         if self.dledger is not None:
             self.dledger.feed(batch.path, cols)
         cols["file_idx"] = np.full(len(batch), idx, dtype=np.int32)

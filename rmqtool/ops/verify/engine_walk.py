@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from rmqtool.broker.delay import store_delay_levels
 from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, file_ends, plan_tasks
 
 PART_SCHEMA = pa.schema([("task", pa.int64()), ("records", pa.int64()), ("first", pa.int64()),
@@ -35,16 +36,17 @@ class VerifyStage:
     its reference travels back) or, without one, in the row; beside them (``meta``) the
     findings and the topic names by local id."""
 
-    def __init__(self, deep: bool, staging=None):
+    def __init__(self, deep: bool, staging=None, delay_levels_ms: dict | None = None):
         self.deep = deep
         self.staging = staging
+        self.delay_levels_ms = delay_levels_ms or {}    # store name -> its delay table (tagsCode)
 
     def __call__(self, task, batches):
         from rmqtool.ops.verify.records import TopicTable, batch_columns, check_batch
         topics = TopicTable()
         for b in batches:
             findings = check_batch(b, deep=self.deep)
-            cols = batch_columns(b, topics, self.deep)
+            cols = batch_columns(b, topics, self.deep, self.delay_levels_ms.get(task.store))
             raws = sorted(topics.ids, key=topics.ids.__getitem__)      # raw topic bytes by local id
             blob = pickle.dumps(cols, protocol=5)
             phy = cols["phy"]
@@ -140,7 +142,8 @@ def fleet_walk(engine: Engine, stores, deep: bool, split_size: int | None = None
     staging = engine.open_staging() if tasks else None
     fleet = FleetWalk({name: EngineWalk(staging=staging, owns_staging=False) for name, _ in stores}, staging)
     try:
-        table = engine.run(tasks, VerifyStage(deep, staging), PART_SCHEMA,
+        delays = {name: store_delay_levels(store) for name, store in stores} if deep else None
+        table = engine.run(tasks, VerifyStage(deep, staging, delays), PART_SCHEMA,
                            on_discard=None if staging is None else staging.discard_rows)
     except BaseException:
         fleet.close()

@@ -19,7 +19,7 @@ from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
-from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, delay_stop_text, known_hashes, record_index_keys,
+from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, DispatchConfig, delay_stop_text, known_hashes, record_index_keys,
                                      record_tags_codes, schedule_delays)
 from rmqtool.kernels.javahash import span_hashes
 from rmqtool.kernels.search import search_sorted
@@ -150,8 +150,9 @@ class TopicTable:
         out[hit[same]] = tid[same]
 
 
-def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
-    """Per-record arrays the cross-checks need (``key_rec`` indexes this batch's records)."""
+def batch_columns(batch, topics: TopicTable, deep: bool, delay_levels_ms: list[int] | None = None) -> dict:
+    """Per-record arrays the cross-checks need (``key_rec`` indexes this batch's records);
+    ``delay_levels_ms``: the store's delay table (``delay.store_delay_levels``), for tagsCode."""
     tx = (batch.sys_flag & cl.TRANSACTION_MASK).astype(np.int8)
     topic_id = topics.topic_ids(batch)
     cols = {
@@ -166,7 +167,8 @@ def batch_columns(batch, topics: TopicTable, deep: bool) -> dict:
         "carved": np.full(len(batch), bool(batch.carved)),
     }
     if deep:             # what the dispatcher computes, by the dispatcher's own functions
-        cols["tags_code"] = record_tags_codes(batch)
+        config = None if delay_levels_ms is None else DispatchConfig(delay_levels_ms)
+        cols["tags_code"] = record_tags_codes(batch, config)
         cols["key_rec"], cols["key_hash"] = record_index_keys(batch)
     if is_entry_file(batch.path) and not batch.carved:   # for ``dledger.EntryChecks``, taken out before storing
         cols.update(entry_columns(batch))
