@@ -5,15 +5,15 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt,
-                                SparkConfOpt, SplitOpt, StagingOpt, CommitlogDirsOpt, app, check_choice, emit,
-                                engine_from_options, open_store, parse_time, stderr)
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, app, check_choice, emit,
+                                open_store, parse_time, stderr, EngineOptions, with_engine_options)
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
 
 
 
 @app.command("export")
+@with_engine_options
 def export_command(
     stores: List[str] = typer.Argument(..., help="store roots (several paths or a quoted glob)"),
     to: str = typer.Option(..., "--to", help="destination directory or storage URI (s3://bucket/prefix, gs://, hdfs://): where every task "
@@ -29,13 +29,7 @@ def export_command(
     force: bool = typer.Option(False, "--force", help="replace a previous export in --to"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Export every MESSAGE of one or many stores, one row each with its store name."""
@@ -47,8 +41,8 @@ def export_command(
                        parse_time(end, "--end"))
     check_range(flt)
     opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng, writing_to(to):
-        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=split_size, force=force)
+    with engine_options.open() as eng, writing_to(to):
+        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size, force=force)
     stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
                  f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
                  markup=False)

@@ -5,10 +5,9 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt,
-                                BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, check_choice, emit, engine_from_options, format_time,
-                                open_store, open_stores, parse_time, stderr, stdout)
+from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+                                IndexSlotsOpt, app, check_choice, emit, format_time, open_store, open_stores,
+                                parse_time, stderr, stdout, EngineOptions, with_engine_options)
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
@@ -37,6 +36,7 @@ def _render(records: list[dict], fmt: str, extra: list[str], title: str) -> None
 
 
 @app.command("query-key")
+@with_engine_options
 def query_key_command(
     stores: List[str] = typer.Argument(..., metavar="STORE... KEY",
                                        help="store root(s) (several paths or quoted globs: a fleet), then the "
@@ -55,13 +55,7 @@ def query_key_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog.
@@ -85,9 +79,9 @@ def query_key_command(
     hi = parse_time(end, "--end")
     lo, hi = 0 if lo is None else lo, LONG_MAX if hi is None else hi
     opened = open_stores(paths, commitlog_dirs, index_slots, index_entries)
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size, scan_option=scan) as eng:
+    with engine_options.open(scan_option=scan) as eng:
         results = query_key_stores(opened, key, topic, lo, hi, max_num=max_num, raw=raw, scan=scan, engine=eng,
-                                   split_size=split_size)
+                                   split_size=engine_options.split_size)
     fleet = len(opened) > 1
     rows, records, unconfirmed = [], [], 0
     for name, res in results:
@@ -121,6 +115,7 @@ def query_key_command(
 
 
 @app.command("query-id")
+@with_engine_options
 def query_id_command(
     store: str = typer.Argument(..., help="store root"),
     msg_id: str = typer.Argument(..., help="offsetMsgId or UNIQ_KEY (client message id)"),
@@ -130,13 +125,7 @@ def query_id_command(
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
 ):
     """Find a message by id: an offsetMsgId if a record from that store host starts at its
     offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
@@ -144,8 +133,8 @@ def query_id_command(
     check_choice(fmt, FORMATS, "--format")
     check_choice(body, BODY_MODES, "--body")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
-        res = query_id(s, msg_id, scan=scan, engine=eng, split_size=split_size)
+    with engine_options.open() as eng:
+        res = query_id(s, msg_id, scan=scan, engine=eng, split_size=engine_options.split_size)
     _notes(res.notes)
     records = [h.record(body) for h in res.hits]
     for r in records:

@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (REPORT_FORMATS, EngineOpt, MasterOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt,
-                                CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit,
-                                escape_control, engine_from_options, check_engine_options, JobsOpt, real_console, stderr, stdout)
+from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
+                                app, check_choice, emit, escape_control, real_console, stderr, stdout,
+                                EngineOptions, with_engine_options)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
 
@@ -184,13 +184,13 @@ def _index_geometry(s, index_slots: int, index_entries: int):
     return IndexGeometry(index_slots, index_entries) if index_slots else s.index_geometry
 
 
-def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: tuple, build):
+def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: EngineOptions, build):
     """One rebuild with a progress bar on the engine of ``engine_options`` (the operation takes the
     writer lock); ``build(bar, engine)`` returns its result(s), rendered as a table each or as one
     JSON array."""
     bar = LazyProgress(bar_label)
     try:
-        with _show_refused_plan(fmt), writing_to(output or s.root), engine_from_options(*engine_options, own_pool=True) as eng:
+        with _show_refused_plan(fmt), writing_to(output or s.root), engine_options.open(own_pool=True) as eng:
             results = build(bar, eng)
     finally:
         bar.close()
@@ -214,6 +214,7 @@ def _render_wheel(r) -> None:
 
 
 @rebuild_app.command("consumequeue")
+@with_engine_options
 def rebuild_consumequeue_command(
     store: str = typer.Argument(..., help="store root directory"),
     topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this topic (repeatable)"),
@@ -227,13 +228,7 @@ def rebuild_consumequeue_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    jobs: Optional[int] = JobsOpt,
-    engine: str = EngineOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -243,13 +238,14 @@ def rebuild_consumequeue_command(
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild consumequeue", s, fmt, dry_run, output,
-                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_consumequeue(
+                engine_options, lambda bar, eng: rebuild_consumequeue(
                     s, topic or None, queue or None, cq_file_size, to_offset, output, dry_run, not no_crc,
                     progress=bar, confirm=confirm, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate,
-                    engine=eng, workers=jobs, split_size=split_size))
+                    engine=eng, workers=engine_options.jobs, split_size=engine_options.split_size))
 
 
 @rebuild_app.command("batchconsumequeue")
+@with_engine_options
 def rebuild_batchconsumequeue_command(
     store: str = typer.Argument(..., help="store root directory"),
     topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this BatchCQ topic (repeatable)"),
@@ -263,13 +259,7 @@ def rebuild_batchconsumequeue_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    jobs: Optional[int] = JobsOpt,
-    engine: str = EngineOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -279,13 +269,14 @@ def rebuild_batchconsumequeue_command(
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild batchconsumequeue", s, fmt, dry_run, output,
-                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_batchconsumequeue(
+                engine_options, lambda bar, eng: rebuild_batchconsumequeue(
                     s, topic or None, bcq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
                     confirm=confirm, skip_corrupt=skip_corrupt, allow_truncate=allow_truncate, engine=eng,
-                    workers=jobs, split_size=split_size))
+                    workers=engine_options.jobs, split_size=engine_options.split_size))
 
 
 @rebuild_app.command("timerwheel")
+@with_engine_options
 def rebuild_timerwheel_command(
     store: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
     output: Optional[Path] = typer.Option(None, "--output", help="write the new wheel to this (new) file instead"),
@@ -293,13 +284,7 @@ def rebuild_timerwheel_command(
                                                help="timerPrecisionMs (default: found from the wheel, else 1000)"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
-    jobs: Optional[int] = JobsOpt,
-    engine: str = EngineOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     fmt: str = FormatOpt,
 ):
     """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it.
@@ -307,7 +292,7 @@ def rebuild_timerwheel_command(
     The timer log is read by this process whichever --engine is named (it walks no CommitLog)."""
     from rmqtool.ops.timer import rebuild_timerwheel
     check_choice(fmt, REPORT_FORMATS, "--format")
-    check_engine_options(engine, jobs, split_size)
+    engine_options.check()
     s = _open(store, None)
 
     def confirm(r):
@@ -327,6 +312,7 @@ def rebuild_timerwheel_command(
 
 
 @rebuild_app.command("index")
+@with_engine_options
 def rebuild_index_command(
     store: str = typer.Argument(..., help="store root directory"),
     from_offset: Optional[int] = typer.Option(None, "--from-offset",
@@ -338,13 +324,7 @@ def rebuild_index_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    jobs: Optional[int] = JobsOpt,
-    engine: str = EngineOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     fmt: str = FormatOpt,
@@ -357,12 +337,13 @@ def rebuild_index_command(
     geometry = _index_geometry(s, index_slots, index_entries)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild index", s, fmt, dry_run, output,
-                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_index(
+                engine_options, lambda bar, eng: rebuild_index(
                     s, geometry, from_offset, to_offset, output, dry_run, not no_crc, progress=bar, confirm=confirm,
-                    skip_corrupt=skip_corrupt, allow_truncate=allow_truncate, engine=eng, workers=jobs, split_size=split_size))
+                    skip_corrupt=skip_corrupt, allow_truncate=allow_truncate, engine=eng, workers=engine_options.jobs, split_size=engine_options.split_size))
 
 
 @rebuild_app.command("all")
+@with_engine_options
 def rebuild_all_command(
     store: str = typer.Argument(..., help="store root directory"),
     to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
@@ -375,13 +356,7 @@ def rebuild_all_command(
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
-    jobs: Optional[int] = JobsOpt,
-    engine: str = EngineOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     drop_filter_bitmaps: bool = typer.Option(False, "--drop-filter-bitmaps", help="a 4.x store with "
@@ -399,8 +374,8 @@ def rebuild_all_command(
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
     return _run("rebuild", s, fmt, dry_run, output,
-                (engine, jobs, master, remote, spark_conf, staging, split_size), lambda bar, eng: rebuild_all(
+                engine_options, lambda bar, eng: rebuild_all(
                     s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
                     confirm=_confirm_factory(yes, dry_run, output), skip_corrupt=skip_corrupt,
                     allow_truncate=allow_truncate, drop_filter_bitmaps=drop_filter_bitmaps, engine=eng,
-                    workers=jobs, split_size=split_size))
+                    workers=engine_options.jobs, split_size=engine_options.split_size))

@@ -2,30 +2,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (EngineOpt, IdleIoOpt, JobsOpt, MasterOpt, MaxReadRateOpt, RemoteOpt, SparkConfOpt,
-                                SplitOpt, StagingOpt, app, check_choice, engine_from_options, gentle, open_store,
-                                stdout)
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, app, check_choice, gentle, open_store, stdout,
+                                EngineOptions, with_engine_options)
 from rmqtool.errors import RefusedError
 
 
 @app.command("report")
+@with_engine_options
 def report_command(
     store: str = typer.Argument(..., help="store root directory"),
     output: Path = typer.Option(..., "--output", "-o", help="the HTML file to write (must not exist)"),
     level: str = typer.Option("deep", "--level", "-l", help="shallow | deep: the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
 ):
     """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery
     forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue."""
@@ -35,6 +29,6 @@ def report_command(
     if output.exists():
         raise RefusedError("the output exists; report writes only a new file", output)
     s = open_store(store)
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
-        n = write_report(s, store, output, level, engine=eng, split_size=split_size)
+    with engine_options.open() as eng:
+        n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size)
     stdout.print(f"wrote {output} ({n} bytes)", markup=False)

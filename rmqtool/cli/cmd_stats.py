@@ -5,13 +5,13 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, EngineOpt, JobsOpt, MasterOpt, RemoteOpt, SparkConfOpt,
-                                SplitOpt, StagingOpt, engine_from_options, FormatOpt, IdleIoOpt, MaxReadRateOpt,
-                                gentle, app, check_choice, emit, escape_control, format_time, human_size,
-                                open_stores, stdout)
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app,
+                                check_choice, emit, escape_control, format_time, human_size, open_stores,
+                                stdout, EngineOptions, with_engine_options)
 
 
 @app.command("stats")
+@with_engine_options
 def stats_command(
     stores: List[str] = typer.Argument(..., help="store roots (or quoted globs)"),
     by: Optional[str] = typer.Option(None, "--by", help="also count per time bucket: minute | hour | day"),
@@ -19,13 +19,7 @@ def stats_command(
     idle_io: bool = IdleIoOpt,
     fmt: str = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
 ):
     """What a store holds: per topic and queue (messages, bytes, first/last store time, rate), per CommitLog
     file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
@@ -35,8 +29,8 @@ def stats_command(
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
     opened = open_stores(stores, commitlog_dirs)
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
-        results = stats(opened, by, engine=eng, split_size=split_size)    # several stores: one engine run
+    with engine_options.open() as eng:
+        results = stats(opened, by, engine=eng, split_size=engine_options.split_size)    # several stores: one engine run
     if fmt != "table":
         emit((row for r in results for row in r.rows()), fmt)
         return

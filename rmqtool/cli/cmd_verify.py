@@ -8,10 +8,10 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, EngineOpt, JobsOpt, MasterOpt, RemoteOpt,
-                                SparkConfOpt, SplitOpt, StagingOpt, FORMATS, CommitlogDirsOpt, FormatOpt,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, FORMATS, CommitlogDirsOpt, FormatOpt,
                                 IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, emit_jsonl,
-                                engine_from_options, escape_control, open_stores, real_console, stderr, stdout)
+                                escape_control, open_stores, real_console, stderr, stdout, EngineOptions,
+                                with_engine_options)
 from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
 
@@ -60,6 +60,7 @@ def _split(values: Optional[List[str]]) -> tuple[str, ...]:
 
 
 @app.command("verify")
+@with_engine_options
 def verify_command(
     stores: List[str] = typer.Argument(..., metavar="STORE...",
                                        help="store root directory (several, or quoted globs: a fleet)"),
@@ -77,13 +78,7 @@ def verify_command(
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
-    engine: str = EngineOpt,
-    jobs: Optional[int] = JobsOpt,
-    master: Optional[str] = MasterOpt,
-    remote: Optional[str] = RemoteOpt,
-    spark_conf: Optional[List[str]] = SparkConfOpt,
-    split_size: Optional[int] = SplitOpt,
-    staging: Optional[str] = StagingOpt,
+    engine_options: EngineOptions = EngineOptions(),
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
 
@@ -106,10 +101,10 @@ def verify_command(
         if topic is not None:
             s.require_topic(topic, queue)
     fleet = len(opened) > 1
-    with engine_from_options(engine, jobs, master, remote, spark_conf, staging, split_size) as eng:
+    with engine_options.open() as eng:
         results = [(name, report, report.exit_code(fail_on)) for name, report in verify_stores(
             opened, options, lambda s: Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty()),
-            engine=eng, split_size=split_size)]
+            engine=eng, split_size=engine_options.split_size)]
     code = max(c for _, _, c in results)
     fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),
                      "with_findings": sum(1 for _, _, c in results if c != 0),

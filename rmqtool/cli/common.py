@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import inspect
 import json
 import os
 import re
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterable, List, Optional
 
 import typer
@@ -225,6 +228,58 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
     with get_engine(engine, jobs=jobs, master=master, remote=remote, spark_conf=spark_conf or (),
                     staging=staging) as eng:
         yield eng
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine options one command was given (``with_engine_options``), as one value."""
+    engine: str = "local"
+    jobs: Optional[int] = None
+    master: Optional[str] = None
+    remote: Optional[str] = None
+    spark_conf: tuple = ()
+    split_size: Optional[int] = None
+    staging: Optional[str] = None
+
+    def check(self) -> None:
+        check_engine_options(self.engine, self.jobs, self.split_size)
+
+    def open(self, scan_option: Optional[bool] = None, own_pool: bool = False):
+        """``engine_from_options`` for these options: the operation's ``engine=``."""
+        return engine_from_options(self.engine, self.jobs, self.master, self.remote, list(self.spark_conf),
+                                   self.staging, self.split_size, scan_option, own_pool)
+
+
+#: the engine options, in the order --help lists them: (parameter, type, declaration)
+ENGINE_PARAMETERS = (("engine", str, EngineOpt), ("jobs", Optional[int], JobsOpt),
+                     ("master", Optional[str], MasterOpt), ("remote", Optional[str], RemoteOpt),
+                     ("spark_conf", Optional[List[str]], SparkConfOpt), ("split_size", Optional[int], SplitOpt),
+                     ("staging", Optional[str], StagingOpt))
+
+
+def with_engine_options(command):
+    """Give a command the engine options, declared once here: its ``engine_options`` parameter is
+    replaced, in the signature typer reads, by ``ENGINE_PARAMETERS``, and receives what they were
+    given as one ``EngineOptions``."""
+    signature = inspect.signature(command, eval_str=True)
+    params = []
+    for param in signature.parameters.values():
+        if param.name != "engine_options":
+            params.append(param)
+            continue
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option,
+                                     annotation=kind) for name, kind, option in ENGINE_PARAMETERS]
+    if len(params) != len(signature.parameters) + len(ENGINE_PARAMETERS) - 1:
+        raise TypeError(f"{command.__name__} has no engine_options parameter")
+
+    @functools.wraps(command)
+    def run(**kwargs):
+        given = {name: kwargs.pop(name) for name, _, _ in ENGINE_PARAMETERS}
+        given["spark_conf"] = tuple(given["spark_conf"] or ())
+        return command(engine_options=EngineOptions(**given), **kwargs)
+    run.__signature__ = signature.replace(parameters=params)
+    run.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
+    return run
 
 
 def check_engine_options(engine: str, jobs: Optional[int], split_size: Optional[int]) -> None:
