@@ -521,6 +521,15 @@ class _QueueTreeJob(_Job):
     carried: list
     links: list
 
+    def close_builder(self, outcome: WalkOutcome, stops: list[str]) -> None:
+        """The queue builder's last flush, and what the walk and the builder tell the result."""
+        r = self.result
+        self.builder.finish()
+        r.records, r.range_end, r.end_kind = outcome.as_tuple()
+        r.warnings += stops + self.builder.warnings()
+        r.units = self.builder.units
+        r.files_written = self.builder.files_written()
+
     def plan_carry(self, only) -> None:
         """Which of the target's files go over into the build (symlinks as links, never followed)."""
         if self.target.is_dir():
@@ -570,11 +579,7 @@ class _CqJob(_QueueTreeJob):
 
     def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
         r, store, only = self.result, self.store, self.only
-        self.builder.finish()
-        r.records, r.range_end, r.end_kind = outcome.as_tuple()
-        r.warnings += stops + self.builder.warnings()
-        r.units = self.builder.units
-        r.files_written = self.builder.files_written()
+        self.close_builder(outcome, stops)
         if outcome.damage:
             def keep(topic, qid):
                 return not queue_selected(only, topic, qid)
@@ -642,11 +647,7 @@ class _BcqJob(_QueueTreeJob):
 
     def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
         r = self.result
-        self.builder.finish()
-        r.records, r.range_end, r.end_kind = outcome.as_tuple()
-        r.warnings += stops + self.builder.warnings()
-        r.units = self.builder.units
-        r.files_written = self.builder.files_written()
+        self.close_builder(outcome, stops)
         if outcome.damage:
             _note_damage(r, outcome, sum(len(u) for ref in self.store.queues(batch=True)
                                          for _, _, u in read_batch_queue(self.store, ref)))
