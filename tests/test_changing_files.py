@@ -213,9 +213,9 @@ def test_index_shrunk_under_query_key(tmp_path):
 def test_readers_never_mmap():
     """A file shrinking under an mmap raises SIGBUS; store files are read with pread only.
 
-    The one mmap allowed maps rebuild's own anonymous memfd (worker results), which no
+    The one mmap allowed maps the ordered pool's own anonymous memfd (worker results), which no
     other process can truncate: that module must create the memfd it maps."""
-    allowed = {"rmqtool/ops/rebuild.py"}
+    allowed = {"rmqtool/engines/ordered.py"}
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "rmqtool").rglob("*.py")
                  if re.search(r"^\s*(import mmap|from mmap )|mmap\.mmap\(", p.read_text(), re.M)]
     assert set(offenders) <= allowed, f"mmap used in {offenders}"
