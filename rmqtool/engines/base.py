@@ -45,6 +45,13 @@ class Task:
     def file_key(self) -> tuple[str, str]:
         return self.store, self.path
 
+    @property
+    def location(self):
+        """The CommitLog file, resolved once where the task runs (``path`` is its name, the form
+        that travels to workers and executors): a ``pathlib.Path`` or a ``RemotePath``."""
+        from rmqtool.io import storage
+        return storage.path(self.path)
+
 
 @dataclass(frozen=True)
 class TaskStatus:
@@ -97,8 +104,8 @@ def _cuts(path, size: int, first: int, split_size: int) -> list[int]:
     if size - first <= split_size:
         return cuts
     from rmqtool.io.fileio import ReadOnlyFile, next_data
-    from rmqtool.io.storage import is_uri
-    if is_uri(path):                 # an object has no holes to ask about
+    from rmqtool.io.storage import is_remote
+    if is_remote(path):              # an object has no holes to ask about
         return list(range(first, size, split_size))
     try:
         fh = ReadOnlyFile(path)
@@ -132,16 +139,17 @@ def scan_task(task: Task, check_crc: bool | None = None) -> tuple[Iterator, Call
         if task.skip:
             state["status"] = TaskStatus(task.task_id, None, "skipped", task.lo)
             return
+        path = task.location
         try:
             start = task.lo if task.exact else \
-                None if past_data_end(task.path, task.lo) else find_record_start(task.path, task.file_base, task.lo, task.hi)
+                None if past_data_end(path, task.lo) else find_record_start(path, task.file_base, task.lo, task.hi)
         except FileChangedError as exc:
             state["status"] = TaskStatus(task.task_id, task.lo, END_TORN, exc.offset or task.lo)
             return
         if start is None or start >= task.hi:
             state["status"] = TaskStatus(task.task_id, None, END_RANGE, task.hi)
             return
-        scan = FileScan(task.path, task.file_base, lo=start, hi=task.hi, check_crc=check_crc)
+        scan = FileScan(path, task.file_base, lo=start, hi=task.hi, check_crc=check_crc)
         try:
             yield from scan
         except FileChangedError as exc:

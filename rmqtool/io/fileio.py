@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 from rmqtool.io import throttle
-from rmqtool.io.storage import is_uri
+from rmqtool.io.storage import RemoteFile, is_remote
 from rmqtool.errors import CorruptDataError, FileChangedError, RefusedError, StoreLayoutError, UnreadableError
 
 #: read granularity for bulk scans
@@ -30,8 +30,9 @@ CACHE_WINDOW = 8 << 20
 LARGE_READ = 1 << 20
 
 
-def file_size(path: Path | str) -> int:
-    if is_uri(path):
+def file_size(path) -> int:
+    """Size of the file at a resolved location (a ``pathlib.Path``/local path, or a ``RemotePath``)."""
+    if is_remote(path):
         with ReadOnlyFile(path) as fh:
             return fh.size()
     try:
@@ -148,7 +149,7 @@ def regular_size(path) -> int | None:
     nothing is at ``path``; a symbolic link to a regular file is followed (and recorded,
     ``followed_links``); anything else there (FIFO, socket, device, dangling link) is refused
     (exit 3) rather than taken for an absent file, a directory is a layout error."""
-    if is_uri(path):
+    if is_remote(path):
         return path.stat().st_size if path.is_file() else None
     try:
         st = os.stat(path)
@@ -173,15 +174,15 @@ def regular_file_present(path) -> bool:
 
 
 class ReadOnlyFile:
-    """An open file descriptor used only with pread (a remote object: ranged reads)."""
+    """An open file descriptor used only with pread (a remote object: ranged reads). ``path`` is a
+    resolved location: a ``RemotePath`` is read by ranged reads, anything else is a local path."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path):
         self.remote = None
         self.fd = -1
-        if is_uri(path):
-            from rmqtool.io.storage import RemoteFile, path as storage_path
-            self.path = storage_path(path)
-            self.remote = RemoteFile(self.path)
+        if is_remote(path):
+            self.path = path
+            self.remote = RemoteFile(path)
             return
         self.path = Path(path)
         self.fd = open_regular(self.path)

@@ -312,7 +312,7 @@ def prepare_output(output: Path) -> Path:
 def link_or_copy(src: Path, dst: Path) -> None:
     """Carry an unchanged file into the new tree: hard link, else copy (from object storage: copy)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if storage.is_uri(src):
+    if storage.is_remote(src):
         dst.write_bytes(src.read_bytes())
         return
     try:
@@ -478,7 +478,7 @@ def _linked_selection(target: Path, only, rebuilt) -> list[tuple[str, str]]:
     queue directory, in the selection that the rebuild writes queues into (``rebuilt``: the
     (topic, queue id) pairs it writes; None: every selected one); any link inside a selected
     queue directory. Object stores have no links."""
-    if storage.is_uri(target):
+    if storage.is_remote(target):
         return []
     if os.path.islink(target):
         return [("", os.readlink(target))]
@@ -554,7 +554,7 @@ def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
     target = storage.path(target)
     _refuse(target, _linked_selection(target, only, rebuilt))
     out = CarryOver([], [], [])
-    remote = storage.is_uri(target)
+    remote = storage.is_remote(target)
     for dirpath, dirnames, filenames in storage.walk(target) if remote else os.walk(target):
         rel_dir = Path(str(dirpath.relative_to(target)) if remote else Path(dirpath).relative_to(target))
         parts = rel_dir.parts
@@ -575,7 +575,7 @@ def carried_files(target: Path, only=None, rebuilt=None) -> CarryOver:
 def refuse_links_in(target: Path) -> None:
     """Refuse (exit 3) replacing ``target`` (e.g. the ``index`` directory) when it is a symlink or
     holds one: the rebuild would drop the link's files from the new tree. Object stores have none."""
-    if storage.is_uri(target):
+    if storage.is_remote(target):
         return
     target = Path(target)
     if os.path.islink(target):

@@ -40,7 +40,7 @@ def _snapshot(db: Path) -> Path:
         src = db / name
         if name == "LOCK" or name == "LOG" or name.startswith("LOG.old"):
             continue
-        if storage.is_uri(src):           # a remote database: copied down (read-only either way)
+        if storage.is_remote(src):           # a remote database: copied down (read-only either way)
             if src.is_file():
                 (tmp / name).write_bytes(src.read_bytes())
             continue

@@ -66,7 +66,7 @@ class SegmentQueue:
                     continue
                 if e.is_symlink():
                     problems.append(LayoutProblem("names", e.path, None, fileio.link_note(e.path), "info"))
-                files.append(Segment(storage.path(e.path), int(e.name), size))
+                files.append(Segment(e.path if storage.is_remote(e.path) else Path(e.path), int(e.name), size))
         files.sort(key=lambda s: s.name)
         nominal = file_size or _infer_file_size(files, unit)
         queue = cls(kind, files, nominal, problems)

@@ -182,13 +182,21 @@ def first_line(exc: BaseException) -> str:
 
 # --- paths -----------------------------------------------------------------------------------
 def is_uri(value) -> bool:
-    """A remote URI (``file://`` is a local path)."""
+    """A remote URI (``file://`` is a local path): the parse of a location a user typed, done
+    once where it enters (``path()``, the CLI, output and staging options). Below that a
+    location is an object: ask ``is_remote``."""
     if isinstance(value, RemotePath):
         return True
     if not isinstance(value, str):
         return False
     m = _URI.match(value)
     return bool(m) and m.group(1).lower() != "file"
+
+
+def is_remote(location) -> bool:
+    """Whether a resolved location (``path()``'s ``pathlib.Path`` or ``RemotePath``) lies on a
+    remote filesystem: decided by its type, never by parsing a string."""
+    return isinstance(location, RemotePath)
 
 
 def mangled_uri(value) -> bool:

@@ -48,7 +48,7 @@ class Store:
                  index_slots: int | None = None, index_entries: int | None = None,
                  commitlog_file_size: int | None = None, cq_file_size: int | None = None):
         self.root = storage.path(path)
-        self.remote = storage.is_uri(self.root)
+        self.remote = storage.is_remote(self.root)
         self._reopen_args = (path, commitlog_dirs, index_slots, index_entries, commitlog_file_size, cq_file_size)
         if not self.root.exists():
             raise StoreLayoutError("no such file or directory", self.root)

@@ -74,6 +74,10 @@ class ExportStage:
     body: str
     flt: RecordFilter
 
+    def __post_init__(self):
+        from rmqtool.io.outputdir import output_dir
+        self.out = output_dir(self.dest)        # resolved once; travels with the stage to workers
+
     def __call__(self, task: Task, batches):
         import pyarrow.compute as pc
         parts = PartWriters(self, task)
@@ -96,8 +100,7 @@ class ExportStage:
         yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY_SCHEMA)
 
     def output(self):
-        from rmqtool.io.outputdir import output_dir
-        return output_dir(self.dest)
+        return self.out
 
     def open_writer(self, out, path: str):
         """(writer, its sink) for one part file."""

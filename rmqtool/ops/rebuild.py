@@ -168,7 +168,7 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
             and (to_offset is None or s.start < to_offset)]
     total_end = min(segs[-1].start + size, to_offset or 1 << 62) if segs else start
     total = max(total_end - start, 1)
-    files = [(str(s.path), s.start, max(start - s.start, 0),
+    files = [(s.path, s.start, max(start - s.start, 0),
               None if to_offset is None or to_offset >= s.start + size else to_offset - s.start, s.size)
              for s in segs]
     tasks = [(path, base, lo, hi, check_crc, config, first)

@@ -24,7 +24,7 @@ from rmqtool.records.layout import PREFIX
 from rmqtool.errors import FileChangedError
 from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.io.fileio import CACHE_WINDOW, CHUNK_SIZE, ReadOnlyFile, file_size, first_nonzero
-from rmqtool.io.storage import is_uri
+from rmqtool.io.storage import is_remote
 from rmqtool.kernels import native
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import distinct_widths, gather_bytes, gather_ints, row_width, span_rows, strided_view
@@ -169,14 +169,15 @@ class FileScan:
                  check_crc: bool = False, chunk_size: int | None = None, carved: bool = False,
                  reuse_buffer: bool = False, buffer: ReadBuffer | None = None, core=native.core,
                  piece_size: int | None = None, crc_column: bool = False):
-        self.path = str(path)
+        self.location = path    # resolved (a ``pathlib.Path`` or ``RemotePath``): what is opened
+        self.path = str(path)   # what rows and file ends name
         self.file_base = file_base
         self.lo, self.hi = lo, hi
         self.check_crc = check_crc
         # crc_column: every batch also has ``body_crc_ok`` (body_crc_matches of each record)
         self.crc_column = crc_column
         if chunk_size is None:          # the native scan of a local file: windows that stay in the cache
-            chunk_size = CACHE_WINDOW if core is not None and not is_uri(self.path) else CHUNK_SIZE
+            chunk_size = CACHE_WINDOW if core is not None and not is_remote(path) else CHUNK_SIZE
         self.chunk_size = max(chunk_size, 1 << 16)
         self.carved = carved
         # read every window into one buffer: no fresh allocation (and page faults) per window,
@@ -194,7 +195,7 @@ class FileScan:
         self._native = None if core is None else _window_scan(core, check_crc, crc_column, piece_size, entries)
 
     def __iter__(self) -> Iterator[RecordBatch]:
-        with ReadOnlyFile(self.path) as fh:
+        with ReadOnlyFile(self.location) as fh:
             size = fh.size()          # reads are bounded by the size seen at the start
             yield from self._walk(fh, size)
 

@@ -60,12 +60,13 @@ class CommitLogVerifier:
     # --- layout ------------------------------------------------------------------------------
     def check_layout(self) -> None:
         queue = self.store.commitlog
+        located = {str(seg.path): seg.path for seg in queue.files}     # a problem names its file
         for p in queue.problems:
             check = {"names": "commitlog.names", "file-size": "commitlog.file-size",
                      "contiguity": "commitlog.contiguity"}.get(p.check, "commitlog.names")
             offset = None
             if p.check == "file-size":
-                offset = min(_size_of(p.path), queue.file_size)
+                offset = min(_size_of(located.get(p.path, p.path)), queue.file_size)
             elif p.check == "contiguity":
                 offset = 0
             self.add(check, p.path, offset, p.message, p.severity, excerpt=False)

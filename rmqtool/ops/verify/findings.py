@@ -134,8 +134,11 @@ def hex_excerpt(path, offset: int | None, length: int = 16, before: int = 16) ->
     """``<start>: <hex before> [<hex from offset>]`` read from the file (None when unreadable)."""
     if path is None or offset is None or offset < 0:
         return None
+    from rmqtool.io import storage
     try:
-        with ReadOnlyFile(path) as fh:
+        # a finding names its file (a string, e.g. from a worker's batch check): located here,
+        # once per finding kept, since the file reads take a resolved location
+        with ReadOnlyFile(storage.path(path)) as fh:
             size = fh.size()
             start = max(0, offset - before)
             raw = fh.read(start, max(0, min(offset + length, size) - start), exact=False)
@@ -169,12 +172,12 @@ class FindingSink:
         if check not in CHECKS:
             raise KeyError(f"undeclared check name {check!r}")
         severity = severity or CHECKS[check][0]
-        file = None if file is None else str(file)
+        where, file = file, None if file is None else str(file)     # the excerpt is read from ``where``
         offset = None if offset is None else int(offset)
         if not self._count(check, severity, (file or "", offset if offset is not None else -1, check)):
             return
         if excerpt is True:
-            excerpt = hex_excerpt(file, offset, excerpt_len)
+            excerpt = hex_excerpt(where, offset, excerpt_len)
         elif excerpt is False:
             excerpt = None
         self._keep(Finding(severity, check, file, offset, message, excerpt))
