@@ -99,6 +99,7 @@ def test_s3_store_parsed_once(monkeypatch, tmp_path):
     try:
         for key, value in server.env().items():
             monkeypatch.setenv(key, value)
+        monkeypatch.delenv(storage.ENV_OPTIONS, raising=False)   # put back after the test
         storage.set_options({})                # no filesystem cached for another test's server
         server.bucket("fleet")
         server.upload(reference_store("basic"), "fleet", "located")
@@ -106,3 +107,4 @@ def test_s3_store_parsed_once(monkeypatch, tmp_path):
         _check(parses, "s3://fleet/located", str(tmp_path))
     finally:
         server.stop()
+        storage.set_options({})                # nor this server's for the next test

@@ -16,6 +16,7 @@ import tempfile
 import uuid
 
 from rmqtool.errors import UnreadableError, UsageError, writing_to
+from rmqtool.io.storage import is_uri
 
 
 class Staging:
@@ -34,7 +35,7 @@ class Staging:
         """Write one part and return its reference (written whole before the name appears)."""
         name = uuid.uuid4().hex
         final = _join(self.root, name)
-        if _is_uri(self.root):
+        if is_uri(self.root):
             from rmqtool.io import storage
             storage.write_bytes(final, data)
             return name
@@ -56,7 +57,7 @@ class Staging:
         """Read a part and leave it (a task's input: a re-run task reads it again)."""
         path = _join(self.root, ref)
         try:
-            if _is_uri(self.root):
+            if is_uri(self.root):
                 from rmqtool.io import storage
                 data = storage.read_bytes(path)
             else:
@@ -69,7 +70,7 @@ class Staging:
 
     def discard(self, ref: str) -> None:
         path = _join(self.root, ref)
-        if _is_uri(self.root):
+        if is_uri(self.root):
             from rmqtool.io import storage
             storage.remove(path)
             return
@@ -87,7 +88,7 @@ class Staging:
 
     def close(self) -> None:
         """Remove the run directory and whatever parts are left in it."""
-        if _is_uri(self.root):
+        if is_uri(self.root):
             from rmqtool.io import storage
             storage.remove_tree(self.root)
         else:
@@ -100,10 +101,6 @@ class Staging:
         self.close()
 
 
-def _is_uri(location: str) -> bool:
-    return "://" in location and not location.startswith("file://")
-
-
 def _join(location: str, name: str) -> str:
     if location.startswith("file://"):
         location = location[len("file://"):]
@@ -114,7 +111,7 @@ def check_location(location: str) -> str:
     """A user-given staging location, checked before any task runs."""
     if not location:
         raise UsageError("--staging expects a directory or a storage URI")
-    if not _is_uri(location):
+    if not is_uri(location):
         local = location[len("file://"):] if location.startswith("file://") else location
         if not os.path.isdir(local):
             raise UsageError(f"--staging {location}: not a directory")
