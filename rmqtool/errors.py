@@ -74,3 +74,20 @@ class RefusedError(RmqError):
 
 class MissingDependencyError(RmqError):
     """An optional dependency (pyspark, Java, a codec) is not installed."""
+
+
+#: the optional modules and the extra (pyproject.toml) that installs each
+EXTRA_OF_MODULE = {"pyarrow": "parquet", "pyspark": "spark", "pandas": "spark", "lz4": "codecs",
+                   "zstandard": "codecs", "rocksdict": "rocksdb", "matplotlib": "report"}
+
+
+def missing_extra(exc: BaseException) -> MissingDependencyError | None:
+    """An ImportError of one of the optional modules as the one line that names its extra
+    (None for any other error)."""
+    if not isinstance(exc, ImportError):
+        return None
+    module = (getattr(exc, "name", None) or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    if extra is None:
+        return None
+    return MissingDependencyError(f"this needs {module}, which is not installed: pip install 'rmqtool[{extra}]'")

@@ -17,7 +17,8 @@ from conftest import STORE_NAMES, reference_store
 from rmqtool.engines import get_engine, plan_tasks
 from rmqtool.output.arrow import arrow_schema
 from rmqtool.engines.spark import find_java
-from rmqtool.ops.export import export, open_stores
+from rmqtool.io.stores import open_stores
+from rmqtool.ops.export import export
 from rmqtool.io.store import Store
 from rmqtool.output.arrow import ScanStage
 

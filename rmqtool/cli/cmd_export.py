@@ -33,7 +33,8 @@ def export_command(
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Export every MESSAGE of one or many stores, one row each with its store name."""
-    from rmqtool.ops.export import EXPORT_FORMATS, export, open_stores
+    from rmqtool.io.stores import open_stores
+    from rmqtool.ops.export import EXPORT_FORMATS, export
     check_choice(fmt, EXPORT_FORMATS, "--format")
     check_choice(body, ("none", "raw", "text"), "--body")
     gentle(max_read_rate, idle_io)

@@ -14,7 +14,8 @@ from typing import Iterable, List, Optional
 
 import typer
 
-from rmqtool.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError
+from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
+                            missing_extra)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
@@ -190,7 +191,7 @@ def open_stores(paths, commitlog_dirs: str | None = None, index_slots: int | Non
     named like ``export`` names them (directory name, full path when names collide)."""
     if len(paths) == 1 and not any(ch in paths[0] for ch in "*?["):
         return [(paths[0], open_store(paths[0], commitlog_dirs, index_slots, index_entries))]
-    from rmqtool.ops.export import open_stores as open_many
+    from rmqtool.io.stores import open_stores as open_many
     return open_many(paths, lambda p: open_store(p, commitlog_dirs, index_slots, index_entries))
 
 
@@ -223,8 +224,9 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
     try:
         import pyarrow  # noqa: F401
     except ImportError:
-        raise MissingDependencyError(f"--engine {engine} / --jobs needs pyarrow: "
-                                     "pip install 'rmqtool[parquet]' (or [spark])") from None
+        asked = "--engine spark" if engine == "spark" else "--jobs"
+        extra = "spark" if engine == "spark" else "parquet"
+        raise MissingDependencyError(f"{asked} needs pyarrow: pip install 'rmqtool[{extra}]'") from None
     with get_engine(engine, jobs=jobs, master=master, remote=remote, spark_conf=spark_conf or (),
                     staging=staging) as eng:
         yield eng
@@ -550,6 +552,9 @@ def run_app(application: typer.Typer) -> None:
         if os.environ.get("RMQTOOL_TRACEBACK"):       # --traceback: for a bug report, then the one line
             import traceback
             traceback.print_exc()
+        missing = missing_extra(exc)
+        if missing is not None:              # an optional module this command needs
+            fail(missing)
         if isinstance(exc, OSError):
             where = exc.filename if exc.filename is not None else _path_argument()
             stderr.print(f"error: {escape_control(str(where))}: {exc.strerror or exc}", markup=False)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from rmqtool.engines.base import (DEFAULT_SPLIT_SIZE, ENGINES, STATUS_FIELDS, Engine, Task, TaskStatus,
-                                  check_chains, default_jobs, file_ends, plan_tasks, run_one, scan_task,
-                                  store_names)
+                                  check_chains, default_jobs, file_ends, plan_tasks, run_one, scan_task)
 from rmqtool.errors import UsageError
 
 
@@ -44,5 +43,5 @@ def run_tasks(tasks: Sequence[Task], fn, schema, engine: Engine | str = "local",
 
 
 __all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "file_ends", "run_one",
-           "get_engine", "run_tasks", "store_names", "default_jobs", "DEFAULT_SPLIT_SIZE", "ENGINES",
+           "get_engine", "run_tasks", "default_jobs", "DEFAULT_SPLIT_SIZE", "ENGINES",
            "STATUS_FIELDS"]

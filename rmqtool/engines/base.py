@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from rmqtool.errors import FileChangedError, RmqError, UsageError
@@ -59,14 +58,6 @@ class TaskStatus:
     start: int | None       # first position walked (None: no record start in range)
     end_kind: str
     end_pos: int
-
-
-def store_names(paths: Sequence[str | Path]) -> list[str]:
-    """A name per store: the directory name, or the full path where names collide."""
-    from rmqtool.io import storage
-    full = [str(storage.path(p).resolve()) for p in paths]
-    base = [storage.path(f).name or f for f in full]
-    return [b if base.count(b) == 1 else f for b, f in zip(base, full)]
 
 
 def plan_tasks(stores: Sequence[tuple[str, object]], split_size: int = DEFAULT_SPLIT_SIZE,

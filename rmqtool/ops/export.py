@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -33,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqtool.ops.dump import RecordFilter
-from rmqtool.engines import Engine, Task, plan_tasks, store_names
+from rmqtool.engines import Engine, Task, plan_tasks
 from rmqtool.output.arrow import arrow_schema, batch_to_arrow, json_line, rows_for_json, select
 from rmqtool.errors import RefusedError, UsageError
 
@@ -282,28 +280,3 @@ def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engin
             "stores": [name for name, _ in stores]}
 
 
-def open_stores(patterns: Sequence[str], store_factory) -> list[tuple[str, object]]:
-    """Expand globs, open each store (absolute paths, so executors find them), name them."""
-    import glob
-    from rmqtool.errors import StoreLayoutError
-    from rmqtool.io import storage
-
-    def absolute(p: str) -> str:
-        return str(storage.path(p)) if storage.is_uri(p) else os.path.abspath(storage.path(p))
-    found: list[tuple[str, object]] = []
-    for p in patterns:
-        if not glob.has_magic(p):
-            found.append((absolute(p), store_factory(absolute(p))))
-            continue
-        hits = []
-        for h in storage.glob(p) if storage.is_uri(p) else sorted(glob.glob(p)):
-            try:                       # a glob may also match things that are not stores
-                hits.append((absolute(h), store_factory(absolute(h))))
-            except StoreLayoutError:
-                continue
-        if not hits:
-            raise UsageError(f"no store matches {p!r}")
-        found.extend(hits)
-    unique = list({path: store for path, store in found}.items())
-    names = store_names([path for path, _ in unique])
-    return [(n, store) for n, (_, store) in zip(names, unique)]
