@@ -18,7 +18,8 @@ from rmqtool.engines import Task, check_chains, get_engine, plan_tasks, TaskStat
 from rmqtool.output.schema import record_to_dict
 from rmqtool.output.arrow import ScanStage, arrow_schema, batch_to_arrow, rows_for_json
 from rmqtool.errors import MissingDependencyError, RefusedError
-from rmqtool.ops.export import NULL_PARTITION, encode_topic, export, open_stores
+from rmqtool.io.stores import open_stores
+from rmqtool.ops.export import NULL_PARTITION, encode_topic, export
 from rmqtool.records.scan import RecordBatch, walk_store
 from rmqtool.io.store import Store
 
