@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from formats import commitlog as cl
 from formats.commitlog import DEFAULT_DELAY_LEVELS
-from rmqtool.io.fileio import read_file, regular_file_present
+from rmqtool.io.properties import read_properties
 from rmqtool.io.store import MAX_CONFIG_SIZE
 from rmqtool.kernels.javastring import tags_code
 
@@ -28,30 +28,12 @@ def parse_delay_levels(spec: str = DEFAULT_DELAY_LEVELS) -> list[int]:
 DEFAULT_LEVELS_MS = parse_delay_levels()
 
 
-def properties_value(text: str, key: str) -> str | None:
-    """The value of ``key`` in a Java ``.properties`` text (``key=value``, ``key: value`` or
-    ``key value``; ``#``/``!`` comments; the last occurrence wins); None when absent."""
-    found = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":"), line.find(" "), line.find("\t")) if i >= 0),
-                  default=len(line))
-        if line[:cut].strip() == key:
-            found = line[cut + 1:].strip().lstrip("=:").strip()
-    return found
-
-
 def store_delay_levels(store) -> list[int]:
     """The delay table of the broker that wrote ``store``: ``messageDelayLevel`` of its
     ``config/broker.properties`` when the file sets it, else the default table. A value the
     broker could not parse (it then refuses to start) counts as the default table."""
-    path = store.config_dir / BROKER_PROPERTIES
-    if not regular_file_present(path):
-        return list(DEFAULT_LEVELS_MS)
-    text = read_file(path, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8", "replace")
-    spec = properties_value(text, DELAY_LEVEL_SETTING)
+    settings = read_properties(store.config_dir / BROKER_PROPERTIES, MAX_CONFIG_SIZE, "config file") or {}
+    spec = settings.get(DELAY_LEVEL_SETTING)
     try:
         levels = parse_delay_levels(spec) if spec else []
     except (ValueError, KeyError, IndexError):

@@ -12,8 +12,8 @@ from pathlib import Path, PurePosixPath
 from formats import dledger as dl
 from formats.dledger import MEMBER_DIR_PREFIX
 from rmqtool.io import storage
-from rmqtool.errors import FileChangedError
-from rmqtool.io.fileio import ReadOnlyFile, read_file, regular_file_present
+from rmqtool.io import properties
+from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
 
 DATA_DIR = "data"
@@ -40,24 +40,8 @@ def is_entry_file(path: Path | str) -> bool:
 
 
 def read_properties(path: Path) -> dict[str, str] | None:
-    """A DLedger ``checkpoint``/``currterm`` file (Java properties text: ``key=value`` lines,
-    ``#`` comments); None when the file is missing."""
-    if not regular_file_present(path):         # a FIFO or device: refused (exit 3)
-        return None
-    try:
-        text = read_file(path, exact=False, max_length=MAX_PROPERTIES_SIZE,
-                         what="DLedger properties file").decode("latin-1")
-    except FileChangedError:                # vanished since
-        return None
-    values = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    return values
+    """A DLedger ``checkpoint``/``currterm`` file's settings; None when the file is missing."""
+    return properties.read_properties(path, MAX_PROPERTIES_SIZE, "DLedger properties file")
 
 
 def committed_index(member: Path) -> int | None:
