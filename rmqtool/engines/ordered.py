@@ -180,9 +180,10 @@ class OrderedPool:
             for fd in self.fds:
                 os.close(fd)
             self.fds = []
+        # the throttle exists before the pool: a Ctrl-C right after the fork finds it in ``close``
+        self._throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * self.procs)
         with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
             self._pool = ctx.Pool(self.procs, initializer=init_worker, initargs=(self.fds, ctx.Value("i", 0)))
-        self._throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * self.procs)
         self._raw = self._pool.imap(fn, self._throttle)
         return self._consumed(self._raw, self._throttle)
 
@@ -208,7 +209,7 @@ class OrderedPool:
         try:
             if self._pool is not None:
                 self._throttle.stop()
-                if failed:
+                if failed or self._raw is None:
                     self._pool.terminate()
                 else:
                     for shipped, *_ in self._raw:
