@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
+from rmqtool.cli.options import Format
 from rmqtool.errors import EXIT_FINDINGS
 
 
@@ -32,18 +33,17 @@ def _epoch_lines(view: dict) -> None:
 
 @app.command("compare")
 def compare_command(
-    store_a: str = typer.Argument(..., help="one replica's store root"),
-    store_b: str = typer.Argument(..., help="the other replica's store root"),
+    store_a: str = typer.Argument(..., metavar="STORE_A", help="one replica's store root"),
+    store_b: str = typer.Argument(..., metavar="STORE_B", help="the other replica's store root"),
     queues: bool = typer.Option(False, "--queues", help="compare the two ConsumeQueue sets unit by unit instead "
                                 "(each side a store, file or RocksDB queues, or a bare consumequeue tree)"),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Compare two replicas of one group (DLedger members, or a master and its slave) record by
     record: where they diverge, what each holds past it, which log a new DLedger leader keeps.
     Exit 0 when identical, 1 when they differ."""
     from rmqtool.ops.compare import compare_stores
-    check_choice(fmt, REPORT_FORMATS, "--format")
     if queues:
         return _compare_queues(store_a, store_b, fmt, commitlog_dirs)
     c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs))

@@ -6,29 +6,29 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
-from rmqtool.errors import EXIT_FINDINGS, UsageError, writing_to
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
+from rmqtool.cli.options import ConvertTarget, Format, option
+from rmqtool.errors import EXIT_FINDINGS, writing_to
 
 
 @app.command("convert")
 def convert_command(
-    store: str = typer.Argument(..., help="store root of a DLedger-mode broker (dledger-<selfId>/data)"),
-    to: str = typer.Option("commitlog", "--to", help="commitlog: a classic store (commitlog/, queues, index)"),
-    output: Path = typer.Option(..., "--output", "-o", help="the new store's directory (must not exist)"),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help="the new CommitLog files' size (default: the data files')"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root of a DLedger-mode broker (dledger-<selfId>/data)"),
+    into: ConvertTarget = typer.Option(ConvertTarget.commitlog, "--into",
+                                       help="the kind of store to write (commitlog: a classic store with commitlog/, "
+                                            "queues and index)"),
+    output: Path = option("output", ..., help="the new store's directory (must not exist)"),
+    commitlog_file_size: Optional[int] = option("commitlog_file_size",
+                                                help="the new CommitLog files' size (default: the data files')"),
     include_uncommitted: bool = typer.Option(False, "--include-uncommitted",
                                              help="also entries past the member's committedIndex"),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rewrite a DLedger-mode store as a classic store: every committed message with its fields,
     at new CommitLog offsets, with its ConsumeQueues, IndexFiles and checkpoint. The source is only read."""
     from rmqtool.cli.cmd_write import CountProgress
     from rmqtool.ops.convert import convert_to_commitlog
-    check_choice(fmt, REPORT_FORMATS, "--format")
-    if to != "commitlog":
-        raise UsageError(f"--to {to!r}: only 'commitlog' (a classic store) is supported")
     src = open_store(store, commitlog_dirs)
     bar = CountProgress()
     try:

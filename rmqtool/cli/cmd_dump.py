@@ -7,19 +7,21 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+                                IndexSlotsOpt, app, emit, format_time, open_store, parse_time)
+from rmqtool.cli.options import App, Body, Format, Layout, LayoutOpt, option
 from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_ext_rows, consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
 from rmqtool.io.consumequeue_ext import has_ext
 from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
 
-dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
+dump_app = App(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
 app.add_typer(dump_app, name="dump")
 
-LimitOpt = typer.Option(None, "--limit", help="stop after this many rows")
-LayoutOpt = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)")
+LimitOpt = option("limit", help="stop after this many rows")
+TopicOpt = option("topic", help="only this topic")
+QueueOpt = option("queue", help="only this queue id (with --topic)")
 COMMITLOG_TABLE = ["phy_offset", "size", "kind", "topic", "queue_id", "queue_offset", "store_time",
                    "tags", "keys", "uniq_key", "body"]
 
@@ -32,27 +34,26 @@ def _limited(rows, limit):
 
 @dump_app.command("commitlog")
 def dump_commitlog(
-    target: str = typer.Argument(..., help="store root, commitlog directory, or one commitlog file"),
-    fmt: str = FormatOpt,
-    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="commitlog offset, inclusive"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="commitlog offset, exclusive"),
-    begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
-    end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
+    target: str = typer.Argument(..., metavar="STORE|DIR|FILE",
+                                 help="store root, commitlog directory, or one commitlog file"),
+    fmt: Format = FormatOpt,
+    topic: Optional[str] = TopicOpt,
+    queue: Optional[int] = QueueOpt,
+    from_offset: Optional[int] = option("from_offset", help="commitlog offset, inclusive"),
+    to_offset: Optional[int] = option("to_offset", help="commitlog offset, exclusive"),
+    begin: Optional[str] = option("begin", help="store time >= (epoch ms or ISO-8601)"),
+    end: Optional[str] = option("end", help="store time <= (epoch ms or ISO-8601)"),
     limit: Optional[int] = LimitOpt,
-    body: Optional[str] = typer.Option(
-        None, "--body", help="raw (base64 of the stored bytes; default for json/jsonl, so `write` can "
-                             "read it back byte-exact) | text | hex | base64 | none (default for table)"),
+    body: Optional[Body] = typer.Option(
+        None, "--body", show_default="raw for json/jsonl, none for table",
+        help="how to show message bodies (raw: base64 of the stored bytes, which write reads back byte-exact)"),
     commitlog_dirs: str = CommitlogDirsOpt,
-    layout: str = LayoutOpt,
-    base_offset: Optional[int] = typer.Option(None, "--base-offset",
+    layout: Layout = LayoutOpt,
+    base_offset: Optional[int] = typer.Option(None, "--base-offset", metavar="OFFSET",
                                               help="a single renamed file's start offset (its name is not 20 digits)"),
 ):
     """Every record (MESSAGE, BLANK, and where the data ends) with file, position and offset."""
-    check_choice(fmt, FORMATS, "--format")
     body = body or ("none" if fmt == "table" else "raw")
-    check_choice(body, BODY_MODES, "--body")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops
         rows = ops.commitlog_rows(target, body, from_offset, to_offset, topic)
@@ -116,16 +117,15 @@ class _FirstDamage:
 
 @dump_app.command("consumequeue")
 def dump_consumequeue(
-    target: str = typer.Argument(..., help="store root or one ConsumeQueue file"),
-    fmt: str = FormatOpt,
-    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
+    target: str = typer.Argument(..., metavar="STORE|FILE", help="store root or one ConsumeQueue file"),
+    fmt: Format = FormatOpt,
+    topic: Optional[str] = TopicOpt,
+    queue: Optional[int] = QueueOpt,
     limit: Optional[int] = LimitOpt,
-    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
-    layout: str = LayoutOpt,
+    cq_file_size: Optional[int] = option("cq_file_size", help="mappedFileSizeConsumeQueue"),
+    layout: Layout = LayoutOpt,
 ):
     """Every unit of every ConsumeQueue (or of one file), up to its logical end."""
-    check_choice(fmt, FORMATS, "--format")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops
         emit(_limited(ops.consumer_queue_rows(target), limit), fmt, ops.CQ_COLUMNS if fmt == "table" else None)
@@ -147,15 +147,14 @@ def dump_consumequeue(
 
 @dump_app.command("consumequeue-ext")
 def dump_consumequeue_ext(
-    target: str = typer.Argument(..., help="store root"),
-    fmt: str = FormatOpt,
-    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
+    target: str = typer.Argument(..., metavar="STORE", help="store root"),
+    fmt: Format = FormatOpt,
+    topic: Optional[str] = TopicOpt,
+    queue: Optional[int] = QueueOpt,
     limit: Optional[int] = LimitOpt,
 ):
     """Every ConsumeQueueExt unit (4.x enableConsumeQueueExt) with its file, position and address, and
     where each file's data ends."""
-    check_choice(fmt, FORMATS, "--format")
     store = open_store(target)
     if not has_ext(store.root):
         raise UsageError("the store has no consumequeue_ext/ (written only by a broker with "
@@ -167,18 +166,17 @@ def dump_consumequeue_ext(
 
 @dump_app.command("index")
 def dump_index(
-    target: str = typer.Argument(..., help="store root or one index file"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE|FILE", help="store root or one index file"),
+    fmt: Format = FormatOpt,
     header_only: bool = typer.Option(False, "--header-only", help="only the 40-byte headers"),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="index entries pointing at or after this commitlog offset"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="index entries pointing before this commitlog offset"),
+    from_offset: Optional[int] = option("from_offset", help="index entries pointing at or after this commitlog offset"),
+    to_offset: Optional[int] = option("to_offset", help="index entries pointing before this commitlog offset"),
     limit: Optional[int] = LimitOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    layout: str = LayoutOpt,
+    layout: Layout = LayoutOpt,
 ):
     """Index file headers and entries (1 .. indexCount-1), with each entry's slot and time."""
-    check_choice(fmt, FORMATS, "--format")
     if use_simplified(target, layout):
         from rmqtool.simplified import ops
         rows = ops.index_rows(target, header_only, from_offset, to_offset)
@@ -195,11 +193,10 @@ def dump_index(
 
 @dump_app.command("checkpoint")
 def dump_checkpoint(
-    target: str = typer.Argument(..., help="store root or the checkpoint file"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE|FILE", help="store root or the checkpoint file"),
+    fmt: Format = FormatOpt,
 ):
     """The checkpoint's timestamps and offsets, with upstream's derived minimums."""
-    check_choice(fmt, FORMATS, "--format")
     rows = list(checkpoint_rows(target, lambda p: open_store(p)))
     if fmt == "table":
         for r in rows:
@@ -216,49 +213,45 @@ ENTRY_TABLE = ["position", "index", "term", "pos", "size", "body_length", "messa
 
 @dump_app.command("dledger-entries")
 def dump_dledger_entries(
-    target: str = typer.Argument(..., help="store root of a DLedger-mode broker"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE", help="store root of a DLedger-mode broker"),
+    fmt: Format = FormatOpt,
     limit: Optional[int] = LimitOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Every DLedger entry the walk accepts (index, term, pos, size, channel, chain/body CRC, body
     length) with the message it carries, and where each data file's entries end."""
     from rmqtool.ops.dledger import entry_rows
-    check_choice(fmt, FORMATS, "--format")
     rows = _limited(entry_rows(open_store(target, commitlog_dirs)), limit)
     emit(rows, fmt, ENTRY_TABLE + ["kind", "end"] if fmt == "table" else None)
 
 
 @dump_app.command("dledger-index")
 def dump_dledger_index(
-    target: str = typer.Argument(..., help="store root of a DLedger-mode broker"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE", help="store root of a DLedger-mode broker"),
+    fmt: Format = FormatOpt,
     limit: Optional[int] = LimitOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """The member's entry index (dledger-<selfId>/index/): one unit per entry index (magic, pos,
     size, index, term), up to the first unit without the entry magic."""
     from rmqtool.ops.dledger import index_rows
-    check_choice(fmt, FORMATS, "--format")
     rows = _limited(index_rows(open_store(target, commitlog_dirs)), limit)
     emit(rows, fmt, ["unit", "magic", "pos", "size", "index", "term", "file"] if fmt == "table" else None)
 
 
-TimerPrecisionOpt = typer.Option(None, "--timer-precision-ms",
-                                 help="timerPrecisionMs (default: found from the wheel, else 1000)")
+TimerPrecisionOpt = option("timer_precision_ms", help="timerPrecisionMs (default: found from the wheel, else 1000)")
 
 
 @dump_app.command("timerlog")
 def dump_timerlog(
-    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE", help="store root of a broker with timerWheelEnable"),
+    fmt: Format = FormatOpt,
     limit: Optional[int] = LimitOpt,
     precision_ms: Optional[int] = TimerPrecisionOpt,
 ):
     """Every timer log unit (timerlog/: prev pos, magic, enqueue time, slot time, the parked message's
     offset and size) and where each file's units end."""
     from rmqtool.ops.timer import timer_store, timerlog_rows
-    check_choice(fmt, FORMATS, "--format")
     rows = _limited(timerlog_rows(timer_store(open_store(target), precision_ms)), limit)
     emit(rows, fmt, ["kind", "pos", "prev_pos", "magic", "enqueue_time_ms", "slot_time_ms", "offset_py", "size_py",
                      "end", "detail"] if fmt == "table" else None)
@@ -266,25 +259,23 @@ def dump_timerlog(
 
 @dump_app.command("timerwheel")
 def dump_timerwheel(
-    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE", help="store root of a broker with timerWheelEnable"),
+    fmt: Format = FormatOpt,
     limit: Optional[int] = LimitOpt,
     precision_ms: Optional[int] = TimerPrecisionOpt,
 ):
     """Every wheel slot that holds something: its index, time, first and last unit, count."""
     from rmqtool.ops.timer import timer_store, timerwheel_rows
-    check_choice(fmt, FORMATS, "--format")
     rows = _limited(timerwheel_rows(timer_store(open_store(target), precision_ms)), limit)
     emit(rows, fmt, ["index", "time_ms", "first_pos", "last_pos", "num", "magic"] if fmt == "table" else None)
 
 
 @dump_app.command("timercheck")
 def dump_timercheck(
-    target: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
-    fmt: str = FormatOpt,
+    target: str = typer.Argument(..., metavar="STORE", help="store root of a broker with timerWheelEnable"),
+    fmt: Format = FormatOpt,
     precision_ms: Optional[int] = TimerPrecisionOpt,
 ):
     """The timer checkpoint (config/timercheck): read time, timer log flush position, timer queue offsets."""
     from rmqtool.ops.timer import timer_store, timercheck_rows
-    check_choice(fmt, FORMATS, "--format")
     emit(timercheck_rows(timer_store(open_store(target), precision_ms)), fmt)

@@ -5,8 +5,9 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, app, check_choice, emit,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, app, emit,
                                 open_store, parse_time, stderr, EngineOptions, with_engine_options)
+from rmqtool.cli.options import ExportBody, ExportFormat, option
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
 
@@ -15,18 +16,20 @@ from rmqtool.errors import writing_to
 @app.command("export")
 @with_engine_options
 def export_command(
-    stores: List[str] = typer.Argument(..., help="store roots (several paths or a quoted glob)"),
-    to: str = typer.Option(..., "--to", help="destination directory or storage URI (s3://bucket/prefix, gs://, hdfs://): where every task "
-                       "writes its part files (for Spark: a place every executor reaches)"),
-    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet | jsonl"),
-    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset", help="commitlog offset, inclusive"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="commitlog offset, exclusive"),
-    begin: Optional[str] = typer.Option(None, "--begin", help="store time >= (epoch ms or ISO-8601)"),
-    end: Optional[str] = typer.Option(None, "--end", help="store time <= (epoch ms or ISO-8601)"),
-    body: str = typer.Option("raw", "--body", help="raw (the stored bytes; default) | text (UTF-8, inflated) | none"),
-    force: bool = typer.Option(False, "--force", help="replace a previous export in --to"),
+    stores: List[str] = typer.Argument(..., metavar="STORE...", help="store roots (several paths or a quoted glob)"),
+    to: str = option("output", ..., metavar="DIR|URI",
+                     help="destination directory or storage URI (s3://bucket/prefix, gs://, hdfs://): where every "
+                          "task writes its part files (for Spark: a place every executor reaches)"),
+    fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", "-f", help="the format of the files written"),
+    topic: Optional[str] = option("topic", help="only this topic"),
+    queue: Optional[int] = option("queue", help="only this queue id (with --topic)"),
+    from_offset: Optional[int] = option("from_offset", help="commitlog offset, inclusive"),
+    to_offset: Optional[int] = option("to_offset", help="commitlog offset, exclusive"),
+    begin: Optional[str] = option("begin", help="store time >= (epoch ms or ISO-8601)"),
+    end: Optional[str] = option("end", help="store time <= (epoch ms or ISO-8601)"),
+    body: ExportBody = typer.Option(ExportBody.raw, "--body",
+                                    help="message bodies as stored (raw), as UTF-8 text (inflated), or none"),
+    force: bool = typer.Option(False, "--force", help="replace a previous export in --output"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
     engine_options: EngineOptions = EngineOptions(),
@@ -34,9 +37,8 @@ def export_command(
 ):
     """Export every MESSAGE of one or many stores, one row each with its store name."""
     from rmqtool.io.stores import open_stores
-    from rmqtool.ops.export import EXPORT_FORMATS, export
-    check_choice(fmt, EXPORT_FORMATS, "--format")
-    check_choice(body, ("none", "raw", "text"), "--body")
+    from rmqtool.ops.export import export
+    fmt, body = fmt.value, body.value
     gentle(max_read_rate, idle_io)
     flt = RecordFilter(topic, queue, from_offset, to_offset, parse_time(begin, "--begin"),
                        parse_time(end, "--end"))

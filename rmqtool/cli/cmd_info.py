@@ -5,23 +5,23 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, emit, escape_control, format_time, open_store, stdout)
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
+                                emit, escape_control, format_time, open_store, stdout)
+from rmqtool.cli.options import Format
 from formats.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqtool.ops.info import store_info
 
 
 @app.command("info")
 def info_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    fmt: str = FormatOpt,
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     count: bool = typer.Option(False, "--count", help="count every message of the store (walks every CommitLog file)"),
 ):
     """Summarize a store: files, geometry, queues, checkpoint, liveness, where recovery starts."""
-    check_choice(fmt, FORMATS, "--format")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
     info = store_info(s, count_all=count)
     if fmt != "table":

@@ -6,7 +6,8 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
+from rmqtool.cli.options import Format, Layout, LayoutOpt, option
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.ops.locate import locate_offset, locate_queue_offset
 from rmqtool.simplified import use_simplified
@@ -14,17 +15,17 @@ from rmqtool.simplified import use_simplified
 
 @app.command("locate")
 def locate_command(
-    store: str = typer.Argument(..., help="store root"),
-    offset: Optional[int] = typer.Argument(None, help="commitlog (physical) offset"),
-    topic: Optional[str] = typer.Option(None, "--topic", help="only this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="only this queue id (with --topic)"),
-    queue_offset: Optional[int] = typer.Option(None, "--queue-offset", help="a queue offset of --topic/--queue to locate"),
-    fmt: str = FormatOpt,
+    store: str = typer.Argument(..., metavar="STORE", help="store root"),
+    offset: Optional[int] = typer.Argument(None, metavar="OFFSET", help="commitlog (physical) offset"),
+    topic: Optional[str] = option("topic", help="the topic of --queue-offset"),
+    queue: Optional[int] = option("queue", help="the queue id of --queue-offset (with --topic)"),
+    queue_offset: Optional[int] = typer.Option(None, "--queue-offset", metavar="N",
+                                               help="a queue offset of --topic/--queue to locate"),
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
-    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
+    layout: Layout = LayoutOpt,
 ):
     """Which file and position hold OFFSET (and the record containing it), or a queue offset."""
-    check_choice(fmt, FORMATS, "--format")
     if offset is not None and (topic or queue is not None or queue_offset is not None):
         raise UsageError("give either OFFSET or --topic/--queue/--queue-offset, not both")
     simplified = use_simplified(store, layout)

@@ -5,9 +5,10 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, check_choice, emit, format_time, open_store, open_stores,
+from rmqtool.cli.common import (BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
+                                IndexSlotsOpt, app, emit, format_time, open_store, open_stores,
                                 parse_time, stderr, stdout, EngineOptions, with_engine_options)
+from rmqtool.cli.options import Body, Boundary, Format, Layout, LayoutOpt, option
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
@@ -41,32 +42,29 @@ def query_key_command(
     stores: List[str] = typer.Argument(..., metavar="STORE... KEY",
                                        help="store root(s) (several paths or quoted globs: a fleet), then the "
                                             "message key (a KEYS token) or UNIQ_KEY"),
-    topic: Optional[str] = typer.Option(None, "--topic", "-t",
-                                        help="topic; default: every topic named by consumequeue/ "
-                                             "directories and config/topics.json"),
-    begin: Optional[str] = typer.Option(None, "--begin", help="earliest store time (epoch ms or ISO-8601, UTC default)"),
-    end: Optional[str] = typer.Option(None, "--end", help="latest store time (epoch ms or ISO-8601, UTC default)"),
-    max_num: Optional[int] = typer.Option(None, "--max", help="at most N results (no cap by default)"),
+    topic: Optional[str] = option("topic", help="topic; default: every topic named by consumequeue/ "
+                                                "directories and config/topics.json"),
+    begin: Optional[str] = option("begin", help="earliest store time (epoch ms or ISO-8601, UTC default)"),
+    end: Optional[str] = option("end", help="latest store time (epoch ms or ISO-8601, UTC default)"),
+    max_num: Optional[int] = option("limit", help="at most N results (no cap by default)"),
     raw: bool = typer.Option(False, "--raw", help="upstream's unconfirmed hash hits in upstream's order "
-                                                   "(--max capped at 64 like the broker)"),
+                                                   "(--limit capped at 64 like the broker)"),
     scan: bool = typer.Option(False, "--scan", help="ignore the index: scan the whole CommitLog"),
-    fmt: str = FormatOpt,
-    body: str = BodyOpt,
+    fmt: Format = FormatOpt,
+    body: Body = BodyOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     engine_options: EngineOptions = EngineOptions(),
-    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
+    layout: Layout = LayoutOpt,
 ):
     """Messages carrying KEY (KEYS token or UNIQ_KEY) via the index, confirmed on the CommitLog.
 
-    With several stores each is searched (``--max`` applies per store) and every row names
-    its store; ``--scan --engine spark`` (or ``--jobs N``) scans them all in one engine run."""
+    With several stores each is searched (--limit applies per store) and every row names
+    its store; --scan --engine spark (or --jobs N) scans them all in one engine run."""
     from rmqtool.ops.query.bykey import LONG_MAX
     from rmqtool.ops.query.keyscan import query_key_stores
     from rmqtool.simplified import use_simplified
-    check_choice(fmt, FORMATS, "--format")
-    check_choice(body, BODY_MODES, "--body")
     if len(stores) < 2:
         raise UsageError("query-key needs a STORE and a KEY")
     *paths, key = stores
@@ -117,11 +115,11 @@ def query_key_command(
 @app.command("query-id")
 @with_engine_options
 def query_id_command(
-    store: str = typer.Argument(..., help="store root"),
-    msg_id: str = typer.Argument(..., help="offsetMsgId or UNIQ_KEY (client message id)"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root"),
+    msg_id: str = typer.Argument(..., metavar="ID", help="offsetMsgId or UNIQ_KEY (client message id)"),
     scan: bool = typer.Option(False, "--scan", help="ignore the index for a UNIQ_KEY: scan the CommitLog"),
-    fmt: str = FormatOpt,
-    body: str = BodyOpt,
+    fmt: Format = FormatOpt,
+    body: Body = BodyOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
@@ -130,8 +128,6 @@ def query_id_command(
     """Find a message by id: an offsetMsgId if a record from that store host starts at its
     offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
     from rmqtool.ops.query.byid import query_id
-    check_choice(fmt, FORMATS, "--format")
-    check_choice(body, BODY_MODES, "--body")
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
     with engine_options.open() as eng:
         res = query_id(s, msg_id, scan=scan, engine=eng, split_size=engine_options.split_size)
@@ -156,32 +152,46 @@ def query_id_command(
         raise typer.Exit(EXIT_FINDINGS)
 
 
+def _positional_alias(option: str, value, positional):
+    """query-queue's topic and queue: the option, or the old positional form (not both, unless equal)."""
+    if value is not None and positional is not None and value != positional:
+        raise UsageError(f"{option} {value} and the positional {positional} disagree: give one")
+    value = value if value is not None else positional
+    if value is None:
+        raise UsageError(f"query-queue needs {option}")
+    return value
+
+
 @app.command("query-queue")
 def query_queue_command(
-    store: str = typer.Argument(..., help="store root"),
-    topic: str = typer.Argument(..., help="topic"),
-    queue: int = typer.Argument(..., help="queue id"),
-    offset: Optional[int] = typer.Option(None, "--offset", help="first queue offset to read"),
-    count: Optional[int] = typer.Option(None, "--count", help="units to read (default 1 with --offset)"),
-    time: Optional[str] = typer.Option(None, "--time", help="queue offset for this store time "
-                                                           "(epoch ms or ISO-8601), as upstream HEAD"),
-    boundary: str = typer.Option("lower", "--boundary", help="lower | upper (with --time)"),
-    fmt: str = FormatOpt,
-    body: str = BodyOpt,
+    store: str = typer.Argument(..., metavar="STORE", help="store root"),
+    topic_arg: Optional[str] = typer.Argument(None, metavar="TOPIC", hidden=True,
+                                              help="the topic (old positional form of --topic)"),
+    queue_arg: Optional[int] = typer.Argument(None, metavar="ID", hidden=True,
+                                              help="the queue id (old positional form of --queue)"),
+    topic: Optional[str] = option("topic", help="the topic (required)"),
+    queue: Optional[int] = option("queue", help="the queue id (required)"),
+    offset: Optional[int] = typer.Option(None, "--offset", metavar="N", help="first queue offset to read"),
+    count: Optional[int] = option("limit", help="units to read (default 1 with --offset)"),
+    time: Optional[str] = typer.Option(None, "--time", metavar="TIME", help="queue offset for this store time "
+                                       "(epoch ms or ISO-8601), as upstream HEAD"),
+    boundary: Boundary = typer.Option(Boundary.lower, "--boundary", help="which offset for --time: the first "
+                                      "stored at or after it (lower) or the last at or before it (upper)"),
+    fmt: Format = FormatOpt,
+    body: Body = BodyOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
-    """ConsumeQueue units from --offset and their records, or the queue offset for --time."""
-    from rmqtool.ops.query.byqueue import BOUNDARIES, QueueView
+    """ConsumeQueue units of --topic/--queue from --offset and their records, or the queue offset for --time."""
+    from rmqtool.ops.query.byqueue import QueueView
     from rmqtool.records.single import RecordReader
-    check_choice(fmt, FORMATS, "--format")
-    check_choice(body, BODY_MODES, "--body")
-    check_choice(boundary, BOUNDARIES, "--boundary")
+    topic, queue = _positional_alias("--topic", topic, topic_arg), _positional_alias("--queue", queue, queue_arg)
+    boundary = boundary.value
     s = open_store(store, commitlog_dirs)
     s.require_topic(topic, queue)
     if (offset is None) == (time is None):
         raise UsageError("give exactly one of --offset N or --time T")
     if count is not None and count <= 0:
-        raise UsageError(f"--count must be positive, not {count}")
+        raise UsageError(f"--limit must be positive, not {count}")
     view = QueueView(s, topic, queue)
     try:
         if time is not None:

@@ -10,13 +10,14 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
-                                app, check_choice, emit, escape_control, real_console, stderr, stdout,
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
+                                app, emit, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
+from rmqtool.cli.options import App, Format, option
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
 
-rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
+rebuild_app = App(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
 
 
@@ -216,25 +217,24 @@ def _render_wheel(r) -> None:
 @rebuild_app.command("consumequeue")
 @with_engine_options
 def rebuild_consumequeue_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this topic (repeatable)"),
-    queue: Optional[List[int]] = typer.Option(None, "--queue", help="only this queue id (repeatable; needs --topic)"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
-    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size",
-                                               help="mappedFileSizeConsumeQueue (default: from existing files, else 6,000,000)"),
-    output: Optional[Path] = typer.Option(None, "--output", help="build the new consumequeue tree here instead"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    topic: Optional[List[str]] = option("topic", help="only this topic (repeatable)"),
+    queue: Optional[List[int]] = option("queue", help="only this queue id (repeatable; needs --topic)"),
+    to_offset: Optional[int] = option("to_offset", help="stop reading the CommitLog here"),
+    cq_file_size: Optional[int] = option("cq_file_size",
+                                         help="mappedFileSizeConsumeQueue (default: from existing files, else 6,000,000)"),
+    output: Optional[Path] = option("output", help="build the new consumequeue tree here instead"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
     engine_options: EngineOptions = EngineOptions(),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_consumequeue
-    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild consumequeue", s, fmt, dry_run, output,
@@ -247,25 +247,23 @@ def rebuild_consumequeue_command(
 @rebuild_app.command("batchconsumequeue")
 @with_engine_options
 def rebuild_batchconsumequeue_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    topic: Optional[List[str]] = typer.Option(None, "--topic", help="only this BatchCQ topic (repeatable)"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
-    bcq_file_size: Optional[int] = typer.Option(None, "--bcq-file-size",
-                                                help="mapperFileSizeBatchConsumeQueue (default: from existing files, "
-                                                     "else 13,800,000)"),
-    output: Optional[Path] = typer.Option(None, "--output", help="build the new batchconsumequeue tree here instead"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    topic: Optional[List[str]] = option("topic", help="only this BatchCQ topic (repeatable)"),
+    to_offset: Optional[int] = option("to_offset", help="stop reading the CommitLog here"),
+    bcq_file_size: Optional[int] = option("bcq_file_size", help="mapperFileSizeBatchConsumeQueue (default: from "
+                                                                "existing files, else 13,800,000)"),
+    output: Optional[Path] = option("output", help="build the new batchconsumequeue tree here instead"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
     no_crc: bool = NoCrcOpt,
     skip_corrupt: bool = SkipCorruptOpt,
     allow_truncate: bool = AllowTruncateOpt,
     engine_options: EngineOptions = EngineOptions(),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild the BatchConsumeQueue files of BatchCQ topics (5.x) from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_batchconsumequeue
-    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild batchconsumequeue", s, fmt, dry_run, output,
@@ -278,20 +276,19 @@ def rebuild_batchconsumequeue_command(
 @rebuild_app.command("timerwheel")
 @with_engine_options
 def rebuild_timerwheel_command(
-    store: str = typer.Argument(..., help="store root of a broker with timerWheelEnable"),
-    output: Optional[Path] = typer.Option(None, "--output", help="write the new wheel to this (new) file instead"),
-    precision_ms: Optional[int] = typer.Option(None, "--timer-precision-ms",
-                                               help="timerPrecisionMs (default: found from the wheel, else 1000)"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root of a broker with timerWheelEnable"),
+    output: Optional[Path] = option("output", metavar="FILE", help="write the new wheel to this (new) file instead"),
+    precision_ms: Optional[int] = option("timer_precision_ms",
+                                         help="timerPrecisionMs (default: found from the wheel, else 1000)"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
     engine_options: EngineOptions = EngineOptions(),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
 ):
     """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it.
 
     The timer log is read by this process whichever --engine is named (it walks no CommitLog)."""
     from rmqtool.ops.timer import rebuild_timerwheel
-    check_choice(fmt, REPORT_FORMATS, "--format")
     engine_options.check()
     s = _open(store, None)
 
@@ -314,11 +311,10 @@ def rebuild_timerwheel_command(
 @rebuild_app.command("index")
 @with_engine_options
 def rebuild_index_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset",
-                                              help="keep the index files wholly below this CommitLog offset"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop indexing here"),
-    output: Optional[Path] = typer.Option(None, "--output", help="build the new index directory here instead"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    from_offset: Optional[int] = option("from_offset", help="keep the index files wholly below this CommitLog offset"),
+    to_offset: Optional[int] = option("to_offset", help="stop indexing here"),
+    output: Optional[Path] = option("output", help="build the new index directory here instead"),
     dry_run: bool = DryRunOpt,
     yes: bool = YesOpt,
     no_crc: bool = NoCrcOpt,
@@ -327,12 +323,11 @@ def rebuild_index_command(
     engine_options: EngineOptions = EngineOptions(),
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild IndexFiles from the CommitLog (headers, slots and entries as the broker writes them)."""
     from rmqtool.ops.rebuild import rebuild_index
-    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     confirm = _confirm_factory(yes, dry_run, output)
@@ -345,10 +340,10 @@ def rebuild_index_command(
 @rebuild_app.command("all")
 @with_engine_options
 def rebuild_all_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", help="stop reading the CommitLog here"),
-    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue"),
-    output: Optional[Path] = typer.Option(None, "--output", help="build DIR/consumequeue, DIR/index (and "
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    to_offset: Optional[int] = option("to_offset", help="stop reading the CommitLog here"),
+    cq_file_size: Optional[int] = option("cq_file_size", help="mappedFileSizeConsumeQueue"),
+    output: Optional[Path] = option("output", help="build DIR/consumequeue, DIR/index (and "
                                           "DIR/batchconsumequeue, DIR/consumequeue_ext, DIR/timerwheel where the "
                                           "store has them) instead"),
     dry_run: bool = DryRunOpt,
@@ -362,13 +357,12 @@ def rebuild_all_command(
     drop_filter_bitmaps: bool = typer.Option(False, "--drop-filter-bitmaps", help="a 4.x store with "
                                              "consumequeue_ext/: rebuild its ext units even where they hold "
                                              "consumer filter bitmaps, without them (refused otherwise)"),
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Rebuild everything the store derives from its CommitLog in one pass (ConsumeQueue, IndexFiles,
     BatchConsumeQueue, a 4.x store's ConsumeQueueExt files), and the timer wheel from the timer log."""
     from rmqtool.ops.rebuild import rebuild_all
-    check_choice(fmt, REPORT_FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     if output is not None:

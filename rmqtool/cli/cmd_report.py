@@ -6,17 +6,18 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, app, check_choice, gentle, open_store, stdout,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, app, gentle, open_store, stdout,
                                 EngineOptions, with_engine_options)
+from rmqtool.cli.options import Level, option
 from rmqtool.errors import RefusedError
 
 
 @app.command("report")
 @with_engine_options
 def report_command(
-    store: str = typer.Argument(..., help="store root directory"),
-    output: Path = typer.Option(..., "--output", "-o", help="the HTML file to write (must not exist)"),
-    level: str = typer.Option("deep", "--level", "-l", help="shallow | deep: the verify the report runs"),
+    store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
+    output: Path = option("output", ..., metavar="FILE", help="the HTML file to write (must not exist)"),
+    level: Level = typer.Option(Level.deep, "--level", "-l", help="the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
     engine_options: EngineOptions = EngineOptions(),
@@ -24,7 +25,7 @@ def report_command(
     """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery
     forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue."""
     from rmqtool.ops.report import write_report
-    check_choice(level, ("shallow", "deep"), "--level")
+    level = level.value
     gentle(max_read_rate, idle_io)
     if output.exists():
         raise RefusedError("the output exists; report writes only a new file", output)

@@ -5,29 +5,28 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app,
-                                check_choice, emit, escape_control, format_time, human_size, open_stores,
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app,
+                                emit, escape_control, format_time, human_size, open_stores,
                                 stdout, EngineOptions, with_engine_options)
+from rmqtool.cli.options import Bucket, Format
 
 
 @app.command("stats")
 @with_engine_options
 def stats_command(
-    stores: List[str] = typer.Argument(..., help="store roots (or quoted globs)"),
-    by: Optional[str] = typer.Option(None, "--by", help="also count per time bucket: minute | hour | day"),
+    stores: List[str] = typer.Argument(..., metavar="STORE...", help="store roots (or quoted globs)"),
+    by: Optional[Bucket] = typer.Option(None, "--by", help="also count per time bucket"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     engine_options: EngineOptions = EngineOptions(),
 ):
     """What a store holds: per topic and queue (messages, bytes, first/last store time, rate), per CommitLog
     file (time range, fill) and in total; with --by, per time bucket, drawn as a sparkline in tables."""
-    from rmqtool.ops.stats import BUCKETS, sparkline, stats
-    check_choice(fmt, FORMATS, "--format")
+    from rmqtool.ops.stats import sparkline, stats
     gentle(max_read_rate, idle_io)
-    if by is not None:
-        check_choice(by, tuple(BUCKETS), "--by")
+    by = None if by is None else by.value
     opened = open_stores(stores, commitlog_dirs)
     with engine_options.open() as eng:
         results = stats(opened, by, engine=eng, split_size=engine_options.split_size)    # several stores: one engine run

@@ -8,12 +8,13 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, FORMATS, CommitlogDirsOpt, FormatOpt,
-                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, emit_jsonl,
+from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, FormatOpt,
+                                IndexEntriesOpt, IndexSlotsOpt, app, emit, emit_jsonl,
                                 escape_control, open_stores, real_console, stderr, stdout, EngineOptions,
                                 with_engine_options)
 from rmqtool.cli.cmd_info import dledger_recovery_text
-from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
+from rmqtool.cli.options import CHECK_KINDS, FailOn, Format, Layout, LayoutOpt, Level, option
+from rmqtool.ops.verify.runner import KINDS, VerifyOptions, verify_stores
 
 PROGRESS_AFTER_S = 1.0
 
@@ -64,31 +65,33 @@ def _split(values: Optional[List[str]]) -> tuple[str, ...]:
 def verify_command(
     stores: List[str] = typer.Argument(..., metavar="STORE...",
                                        help="store root directory (several, or quoted globs: a fleet)"),
-    level: str = typer.Option("shallow", "--level", "-l", help="shallow | deep"),
-    only: Optional[List[str]] = typer.Option(None, "--only",
-                                             help="commitlog | consumequeue | index | checkpoint (repeat or comma-separate)"),
-    topic: Optional[str] = typer.Option(None, "--topic", help="limit record/queue checks to this topic"),
-    queue: Optional[int] = typer.Option(None, "--queue", help="limit to this queue id (needs --topic)"),
-    fail_on: str = typer.Option("error", "--fail-on", help="error | warning: which severity makes exit code 1"),
-    limit: int = typer.Option(1000, "--limit-per-check", help="list at most N findings per check (all are counted)"),
+    level: Level = typer.Option(Level.shallow, "--level", "-l", help="how much to check (deep: every record's CRC "
+                                "and every join)"),
+    only: Optional[List[str]] = typer.Option(None, "--only", metavar="KIND[,KIND...]",
+                                             autocompletion=lambda: list(CHECK_KINDS),
+                                             help=f"only these checks: {' | '.join(CHECK_KINDS)} (repeat or "
+                                                  "comma-separate)"),
+    topic: Optional[str] = option("topic", help="limit record/queue checks to this topic"),
+    queue: Optional[int] = option("queue", help="limit to this queue id (needs --topic)"),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="which severity makes exit code 1"),
+    limit: int = typer.Option(1000, "--limit-per-check", metavar="N",
+                              help="list at most N findings per check (all are counted)"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
-    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | simplified (the article's *.txt files)"),
+    layout: Layout = LayoutOpt,
     engine_options: EngineOptions = EngineOptions(),
 ):
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
 
     Several stores are verified one after the other (one engine session for all); JSON is then
-    one object per store under ``reports``, JSONL lines carry ``store``; exit 1 if any has findings."""
+    one object per store under "reports", JSONL lines carry "store"; exit 1 if any has findings."""
     from rmqtool.simplified import use_simplified
-    check_choice(fmt, FORMATS, "--format")
     gentle(max_read_rate, idle_io)
-    check_choice(level, LEVELS, "--level")
-    check_choice(fail_on, FAIL_ON, "--fail-on")
+    level, fail_on = level.value, fail_on.value
     if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks
         from rmqtool.cli import simplified_store as simplified_cli
         raise typer.Exit(simplified_cli.verify(stores[0], fmt, fail_on, limit if limit >= 0 else None))

@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
+from rmqtool.cli.common import FormatOpt, app, emit, stderr, stdout
+from rmqtool.cli.options import Format, WriteLayout, option
 from rmqtool.errors import UsageError, writing_to
 
 #: the member ``write --layout dledger`` writes (a single-member group, as a fresh DLedger broker)
@@ -79,39 +80,45 @@ def _rows(source: str):
 @app.command("write")
 def write_command(
     store_arg: str = typer.Argument(..., metavar="STORE", help="store root (created if missing; appended to if it exists)"),
-    source: Optional[str] = typer.Option(None, "--from", help="JSONL file of records (dump --format jsonl), or -"),
-    synthetic: Optional[int] = typer.Option(None, "--synthetic", help="generate this many messages instead"),
-    topics: int = typer.Option(4, "--topics", help="synthetic: number of topics"),
-    queues: int = typer.Option(8, "--queues", help="synthetic: queues per topic"),
-    key_cardinality: int = typer.Option(200_000, "--key-cardinality", help="synthetic: distinct bk-N keys"),
-    body_size: str = typer.Option("400-600", "--body-size", help="synthetic: body size range MIN-MAX (uniform)"),
-    tags: str = typer.Option("TagA,TagB", "--tags", help="synthetic: comma-separated tags, cycled ('' for none)"),
-    seed: int = typer.Option(1, "--seed", help="synthetic: random seed"),
+    source: Optional[str] = typer.Option(None, "--from", metavar="FILE|-",
+                                         help="JSONL file of records (dump --format jsonl), or -"),
+    synthetic: Optional[int] = typer.Option(None, "--synthetic", metavar="N", help="generate this many messages instead"),
+    topics: int = typer.Option(4, "--topics", metavar="N", help="synthetic: number of topics"),
+    queues: int = typer.Option(8, "--queues", metavar="N", help="synthetic: queues per topic"),
+    key_cardinality: int = typer.Option(200_000, "--key-cardinality", metavar="N",
+                                        help="synthetic: distinct bk-N keys"),
+    body_size: str = typer.Option("400-600", "--body-size", metavar="MIN-MAX",
+                                  help="synthetic: body size range MIN-MAX (uniform)"),
+    tags: str = typer.Option("TagA,TagB", "--tags", metavar="TAG[,TAG...]",
+                             help="synthetic: comma-separated tags, cycled ('' for none)"),
+    seed: int = typer.Option(1, "--seed", metavar="N", help="synthetic: random seed"),
     no_uniq_key: bool = typer.Option(False, "--no-uniq-key",
                                      help="--from: do not generate UNIQ_KEY for rows without properties"),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help="mappedFileSizeCommitLog (default 1 GiB or the store's)"),
-    cq_file_size: Optional[int] = typer.Option(None, "--cq-file-size", help="mappedFileSizeConsumeQueue (default 6,000,000)"),
-    index_slots: Optional[int] = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000)"),
-    index_entries: Optional[int] = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000)"),
+    commitlog_file_size: Optional[int] = option("commitlog_file_size",
+                                                help="mappedFileSizeCommitLog (default 1 GiB or the store's)"),
+    cq_file_size: Optional[int] = option("cq_file_size", help="mappedFileSizeConsumeQueue (default 6,000,000)"),
+    index_slots: Optional[int] = typer.Option(None, "--index-slots", metavar="N",
+                                              help="maxHashSlotNum (default 5,000,000)"),
+    index_entries: Optional[int] = typer.Option(None, "--index-entries", metavar="N",
+                                                help="maxIndexNum (default 20,000,000)"),
     multi_dispatch: bool = typer.Option(False, "--multi-dispatch", help="dispatch records naming light queues "
                                         "(INNER_MULTI_DISPATCH) to them, as a broker with enableMultiDispatch and "
                                         "enableLmq (on by itself for a store holding %LMQ% queues)"),
-    bcq_file_size: Optional[int] = typer.Option(None, "--bcq-file-size",
-                                                help="mapperFileSizeBatchConsumeQueue (default 13,800,000)"),
-    batch_cq_topic: Optional[List[str]] = typer.Option(None, "--batch-cq-topic", help="a topic of queue type BatchCQ "
+    bcq_file_size: Optional[int] = option("bcq_file_size", help="mapperFileSizeBatchConsumeQueue (default 13,800,000)"),
+    batch_cq_topic: Optional[List[str]] = typer.Option(None, "--batch-cq-topic", metavar="TOPIC", help="a topic of queue type BatchCQ "
                                                        "(repeatable): its records get BatchConsumeQueue units (found "
                                                        "by itself in a store holding batchconsumequeue/)"),
     cq_ext: bool = typer.Option(False, "--cq-ext", help="write ConsumeQueueExt units and put their addresses in the "
                                 "ConsumeQueue units, as a 4.x broker with enableConsumeQueueExt=true (on by itself "
                                 "for a store holding consumequeue_ext/)"),
-    cq_ext_file_size: Optional[int] = typer.Option(None, "--cq-ext-file-size", help="mappedFileSizeConsumeQueueExt "
+    cq_ext_file_size: Optional[int] = typer.Option(None, "--cq-ext-file-size", metavar="BYTES", help="mappedFileSizeConsumeQueueExt "
                                                    "(default 50,331,648 or the store's; implies --cq-ext)"),
     prop_crc: bool = typer.Option(False, "--prop-crc", help="end every record's properties with the __CRC32# "
                                   "property, as a broker with enabledAppendPropCRC=true"),
-    fmt: str = FormatOpt,
-    layout: str = typer.Option("auto", "--layout", help="auto | rocketmq | dledger (a new DLedger-mode store: "
-                                                         "member n0's entries) | simplified (the article's *.txt files)"),
+    fmt: Format = FormatOpt,
+    layout: WriteLayout = typer.Option(WriteLayout.auto, "--layout",
+                                       help="the store's layout (dledger: a new DLedger-mode store of member n0's "
+                                            "entries; simplified: the article's *.txt files; auto: found from the files)"),
     undo: Optional[str] = typer.Option(None, "--undo", metavar="BACKUP",
                                        help="instead of writing: put STORE back as it was before the write that "
                                             "made BACKUP (its <root>.backup-<UTC ts> directory)"),
@@ -123,7 +130,6 @@ def write_command(
         raise UsageError("write needs a local store directory: stores on object storage are read-only "
                          "to rmqtool (write locally, then upload)", store_arg)
     store = Path(store_arg[len("file://"):] if store_arg.startswith("file://") else store_arg)
-    check_choice(fmt, REPORT_FORMATS, "--format")
     if undo is not None:
         return _undo(store, Path(undo), fmt, source is not None or synthetic is not None)
     if (source is None) == (synthetic is None):

@@ -14,11 +14,14 @@ from typing import Iterable, List, Optional
 
 import typer
 
+from rmqtool.cli.options import (App, BodyOpt, Color, CommitlogDirsOpt, Engine, EngineOpt, Format,  # noqa: F401 (re-exported)
+                                 FormatOpt, IdleIoOpt, IndexEntriesOpt, IndexSlotsOpt, JobsOpt, MasterOpt,
+                                 MaxReadRateOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt)
 from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
                             missing_extra)
 
-app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
+app = App(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+          help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
 #: optional extras and the module each one brings (``--version`` says which are installed)
@@ -43,10 +46,8 @@ def _set_wide(value: bool) -> None:
         os.environ["RMQTOOL_WIDE"] = "1"             # read by the table renderer
 
 
-def _set_color(value: str) -> str:
-    if value not in ("auto", "always", "never"):
-        raise typer.BadParameter("auto | always | never")
-    os.environ["RMQTOOL_COLOR"] = value
+def _set_color(value: Color) -> Color:
+    os.environ["RMQTOOL_COLOR"] = value.value
     return value
 
 
@@ -61,25 +62,15 @@ def _set_storage_options(values: Optional[List[str]]) -> None:
         storage.set_options({**storage.options(), **storage.parse_options(values)})
 
 
-def _mirror_s3a(values: Optional[List[str]]):
-    """--spark-conf spark.hadoop.fs.s3a.* also reach this process's own reads (explicit
-    --storage-option values win)."""
-    if values:
-        from rmqtool.io import storage
-        mirrored = storage.parse_options((), values)
-        if mirrored:
-            storage.set_options({**mirrored, **storage.options()})
-    return values
-
-
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version, which kernel path runs (native C or numpy) and the installed extras, then exit"),
           wide: bool = typer.Option(False, "--wide", callback=_set_wide, is_eager=True,
                                     help="tables show every column and whole cells (they wrap); without it a "
                                          "table fits the terminal, long cells cut with an ellipsis"),
-          color: str = typer.Option("auto", "--color", callback=_set_color, is_eager=True,
-                                    help="auto | always | never (NO_COLOR in the environment also turns colour off)"),
+          color: Color = typer.Option(Color.auto, "--color", callback=_set_color, is_eager=True,
+                                      help="colour in tables and messages (NO_COLOR in the environment also "
+                                           "turns it off)"),
           traceback: bool = typer.Option(False, "--traceback", callback=_keep_traceback, is_eager=True,
                                          help="on an internal or OS error, print the Python traceback "
                                               "(for bug reports; same as RMQTOOL_TRACEBACK=1)"),
@@ -128,16 +119,10 @@ def real_console(console):
 stdout = LazyConsole()
 stderr = LazyConsole(stderr=True)
 
-FORMATS = ("table", "json", "jsonl", "csv", "tsv")
+FORMATS = tuple(f.value for f in Format)
 #: commands that print one report (rebuild, write): no row stream
 REPORT_FORMATS = ("table", "json", "csv", "tsv")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
-
-MaxReadRateOpt = typer.Option(None, "--max-read-rate", help="read store files at most this many MB/s (10^6 "
-                               "bytes; per process: --jobs N reads up to N times it), to spare a live broker's disk")
-IdleIoOpt = typer.Option(False, "--idle-io", help="use the idle I/O class (Linux ioprio; a no-op elsewhere): the "
-                         "disk serves rmqtool only when nobody else asks")
-
 
 def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:
     """Apply ``--max-read-rate`` and ``--idle-io`` to this process and the workers it starts."""
@@ -149,34 +134,6 @@ def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:
     if idle_io and not throttle.use_idle_io():
         stderr.print("note: --idle-io: this system offers no idle I/O class; reading at normal priority",
                      markup=False)
-
-
-FormatOpt = typer.Option("table", "--format", "-f", help="table | json | jsonl | csv | tsv (csv/tsv: a header "
-                         "line, nested values as JSON)")
-# where a command that walks a CommitLog runs (verify, export, stats, report, query-key/query-id --scan,
-# rebuild): declared here once, the same on every such command; ``engine_from_options`` reads them
-EngineOpt = typer.Option("local", "--engine", help="local (default) | spark: where the CommitLog walk runs")
-JobsOpt = typer.Option(None, "--jobs", "-j", "--workers",
-                       help="local engine: worker processes (0 = one per CPU; default: the fastest local way, "
-                       "which for rebuild is one process per CPU and for the other commands this process "
-                       "with its threads; --workers: old name)")
-MasterOpt = typer.Option(None, "--master", help="Spark master (default local[*]; ignored under spark-submit)")
-RemoteOpt = typer.Option(None, "--remote", help="Spark Connect URL, e.g. sc://host:15002 (or SPARK_REMOTE)")
-SparkConfOpt = typer.Option(None, "--spark-conf", callback=_mirror_s3a,
-                            help="Spark setting key=value (repeatable; spark.hadoop.fs.s3a.* also apply "
-                            "to this process's reads of s3:// stores)")
-SplitOpt = typer.Option(None, "--split-size",
-                        help="bytes of CommitLog per engine task (default 128 MiB; with --jobs N or --engine spark)")
-StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
-                          help="where tasks leave their results for this process (default: a temporary "
-                          "directory when the tasks run on this machine; a cluster needs a location its "
-                          "executors and this process share)")
-BodyOpt = typer.Option("none", "--body",
-                       help="raw (base64 of the stored bytes) | text | hex | base64 | none")
-IndexSlotsOpt = typer.Option(None, "--index-slots", help="maxHashSlotNum (default 5,000,000 or inferred)")
-IndexEntriesOpt = typer.Option(None, "--index-entries", help="maxIndexNum (default 20,000,000 or inferred)")
-CommitlogDirsOpt = typer.Option(None, "--commitlog-dirs",
-                                help="comma-separated commitlog directories (storePathCommitLog)")
 
 
 def open_store(path: str, commitlog_dirs: str | None = None, index_slots: int | None = None,
@@ -253,7 +210,7 @@ class EngineOptions:
 
 
 #: the engine options, in the order --help lists them: (parameter, type, declaration)
-ENGINE_PARAMETERS = (("engine", str, EngineOpt), ("jobs", Optional[int], JobsOpt),
+ENGINE_PARAMETERS = (("engine", Engine, EngineOpt), ("jobs", Optional[int], JobsOpt),
                      ("master", Optional[str], MasterOpt), ("remote", Optional[str], RemoteOpt),
                      ("spark_conf", Optional[List[str]], SparkConfOpt), ("split_size", Optional[int], SplitOpt),
                      ("staging", Optional[str], StagingOpt))
@@ -278,6 +235,7 @@ def with_engine_options(command):
     def run(**kwargs):
         given = {name: kwargs.pop(name) for name, _, _ in ENGINE_PARAMETERS}
         given["spark_conf"] = tuple(given["spark_conf"] or ())
+        given["engine"] = getattr(given["engine"], "value", given["engine"])
         return command(engine_options=EngineOptions(**given), **kwargs)
     run.__signature__ = signature.replace(parameters=params)
     run.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
