@@ -55,5 +55,5 @@ def test_refusals(tmp_path):
     assert r.code == 3 and "output exists" in r.err
     r = run_cli("convert", reference_store("basic"), "--output", tmp_path / "x")
     assert r.code == 2 and "not a DLedger-mode store" in r.err and not (tmp_path / "x").exists()
-    r = run_cli("convert", dledger_store(), "--output", tmp_path / "y", "--to", "dledger")
-    assert r.code == 2 and "only 'commitlog'" in r.err
+    r = run_cli("convert", dledger_store(), "--output", tmp_path / "y", "--into", "dledger")
+    assert r.code == 2 and "'dledger' is not one of 'commitlog'" in r.err

@@ -66,16 +66,17 @@ def test_the_engine_options_are_spelled_the_same_on_every_walking_command():
 
 
 def test_jobs_defaults_to_the_commands_fastest_local_way():
-    """--jobs not given: None (rebuild: one process per CPU; the others walk in this process)."""
+    """--jobs not given: None, shown as auto (rebuild: one process per CPU; the others walk in this
+    process); --workers is its old name, hidden."""
     from rmqtool.cli.common import JobsOpt
-    assert JobsOpt.default is None
-    assert "--workers" in _spelling(next(p for p in _command(("verify",)).params if p.name == "jobs"))["names"]
+    assert JobsOpt.default is None and JobsOpt.show_default == "auto"
+    assert "--workers" not in _spelling(next(p for p in _command(("verify",)).params if p.name == "jobs"))["names"]
 
 
 @pytest.mark.parametrize("path", PLAIN, ids=" ".join)
 @pytest.mark.parametrize("option, value, message", [("--jobs", "-1", "--jobs must be 0 (one per CPU) or positive"),
                                                     ("--split-size", "0", "--split-size must be positive"),
-                                                    ("--engine", "yarn", "--engine must be one of local, spark")])
+                                                    ("--engine", "yarn", "'yarn' is not one of 'local', 'spark'")])
 def test_bad_engine_options_are_usage_errors_on_every_command(path, option, value, message, tmp_path):
     store = reference_store("basic")
     args = {"verify": [store], "export": [store, "--to", tmp_path / "x"], "stats": [store],

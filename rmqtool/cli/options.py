@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import re
 import sys
 from typing import Optional
 
@@ -211,6 +212,14 @@ class _NoTypeMetavar:
         return ""
 
 
+_RST_LITERAL = re.compile(r"``(.+?)``")
+
+
+def plain(text: str | None) -> str | None:
+    """Help text as a person reads it: RST literals (two backticks each side) without their markup."""
+    return text if not text else _RST_LITERAL.sub(r"\1", text)
+
+
 def _argument_name(param) -> str:
     name = param.metavar or param.name.upper()
     if param.nargs != 1 and "..." not in name:
@@ -225,7 +234,10 @@ class Command(TyperCommand):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.help = plain(self.help)
         for param in self.params:
+            if getattr(param, "help", None):
+                param.help = plain(param.help)
             if param.param_type_name == "argument":
                 quiet = copy.copy(param.type)
                 quiet.get_metavar = _NoTypeMetavar.get_metavar
