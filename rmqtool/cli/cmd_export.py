@@ -1,4 +1,4 @@
-"""`rmqtool export STORE... --to DIR`: records to Parquet / JSON lines, partitioned by topic."""
+"""`rmqtool export STORE... -o DIR`: records to Parquet / JSON lines, partitioned by topic."""
 from __future__ import annotations
 
 from typing import List, Optional

@@ -1,4 +1,4 @@
-"""Where `export` writes: a local directory or a prefix on object storage (``--to s3://...``).
+"""Where `export` writes: a local directory or a prefix on object storage (``--output s3://...``).
 
 Both kinds answer the same few questions and take the same few writes, so the export stage
 (run by local workers or Spark executors) does not care which it has. Locally a part is written

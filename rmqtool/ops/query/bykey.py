@@ -95,7 +95,7 @@ def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: in
     if not key:
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
-        raise UsageError(f"--max must be positive, not {max_num}")
+        raise UsageError(f"--limit must be positive, not {max_num}")
     res = KeyResult()
     res.topics = [topic] if topic is not None else store_topics(store)
     index = None if scan and not raw else open_index(store, res.notes)

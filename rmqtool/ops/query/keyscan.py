@@ -72,7 +72,7 @@ def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = 
     if not key:
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
-        raise UsageError(f"--max must be positive, not {max_num}")
+        raise UsageError(f"--limit must be positive, not {max_num}")
     tasks = plan_tasks(list(stores), split_size or DEFAULT_SPLIT_SIZE)
     table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), matches_schema())
     names = table.column("store").to_pylist()
