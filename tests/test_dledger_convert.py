@@ -56,4 +56,4 @@ def test_refusals(tmp_path):
     r = run_cli("convert", reference_store("basic"), "--output", tmp_path / "x")
     assert r.code == 2 and "not a DLedger-mode store" in r.err and not (tmp_path / "x").exists()
     r = run_cli("convert", dledger_store(), "--output", tmp_path / "y", "--into", "dledger")
-    assert r.code == 2 and "'dledger' is not one of 'commitlog'" in r.err
+    assert r.code == 2 and "--into must be one of commitlog, not 'dledger'" in r.err

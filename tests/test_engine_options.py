@@ -76,7 +76,7 @@ def test_jobs_defaults_to_the_commands_fastest_local_way():
 @pytest.mark.parametrize("path", PLAIN, ids=" ".join)
 @pytest.mark.parametrize("option, value, message", [("--jobs", "-1", "--jobs must be 0 (one per CPU) or positive"),
                                                     ("--split-size", "0", "--split-size must be positive"),
-                                                    ("--engine", "yarn", "'yarn' is not one of 'local', 'spark'")])
+                                                    ("--engine", "yarn", "--engine must be one of local, spark")])
 def test_bad_engine_options_are_usage_errors_on_every_command(path, option, value, message, tmp_path):
     store = reference_store("basic")
     args = {"verify": [store], "export": [store, "--to", tmp_path / "x"], "stats": [store],

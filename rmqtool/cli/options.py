@@ -227,6 +227,31 @@ def _argument_name(param) -> str:
     return name if param.required else f"[{name}]"
 
 
+def _given(args: list[str], param) -> str | None:
+    """The value ``args`` give ``param`` (its last occurrence), for an error that quotes it."""
+    value = None
+    for i, arg in enumerate(args):
+        name, eq, rest = arg.partition("=")
+        if name in param.opts + param.secondary_opts:
+            value = rest if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return value
+
+
+def parse_choices(parse, ctx, args: list[str]) -> list[str]:
+    """``parse(ctx, args)``, with a value outside a choice reported as every other usage error is:
+    one line naming the option and its choices (exit 2)."""
+    try:
+        return parse(ctx, list(args))          # click consumes the list it is given
+    except Exception as exc:
+        param = getattr(exc, "param", None)
+        if type(exc).__name__ != "BadParameter" or param is None or not hasattr(param.type, "choices"):
+            raise
+        from rmqtool.errors import UsageError
+        given = _given(args, param)
+        raise UsageError(f"{param.opts[0]} must be one of {', '.join(map(str, param.type.choices))}"
+                         + ("" if given is None else f", not {given!r}")) from None
+
+
 class Command(TyperCommand):
     """A command as --help and the reference show it: ``Usage: rmqtool query-key [OPTIONS] STORE... KEY``,
     arguments by their metavar alone, hidden (old) positional forms left out; old option spellings
@@ -253,7 +278,7 @@ class Command(TyperCommand):
         while c.parent is not None:
             names.append(c.info_name)
             c = c.parent
-        return super().parse_args(ctx, self.canonical_args(" ".join(reversed(names)), args))
+        return parse_choices(super().parse_args, ctx, self.canonical_args(" ".join(reversed(names)), args))
 
     def canonical_args(self, path: str, args: list[str]) -> list[str]:
         """``args`` with the old spellings this command accepts replaced by their canonical names
@@ -294,7 +319,7 @@ class Group(TyperGroup):
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if ctx.parent is None:
             args = self.global_options_first(ctx, args)
-        return super().parse_args(ctx, args)
+        return parse_choices(super().parse_args, ctx, args)
 
     def global_options_first(self, ctx, args: list[str]) -> list[str]:
         """Move this group's own options found after the command name (and the value each takes) in
