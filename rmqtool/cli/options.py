@@ -204,12 +204,9 @@ OLD_SPELLINGS = {
 }
 
 
-class _NoTypeMetavar:
-    """An argument's value type that adds nothing to its name in --help (``STORE``, not ``STORE <str>``)."""
-
-    @staticmethod
-    def get_metavar(param, ctx=None):
-        return ""
+def _no_type_metavar(param, ctx=None) -> str:
+    """An argument's value type adds nothing to its name in --help (``STORE``, not ``STORE <str>``)."""
+    return ""
 
 
 _RST_LITERAL = re.compile(r"``(.+?)``")
@@ -265,7 +262,7 @@ class Command(TyperCommand):
                 param.help = plain(param.help)
             if param.param_type_name == "argument":
                 quiet = copy.copy(param.type)
-                quiet.get_metavar = _NoTypeMetavar.get_metavar
+                quiet.get_metavar = _no_type_metavar
                 param.type = quiet
 
     def collect_usage_pieces(self, ctx) -> list[str]:

@@ -59,6 +59,8 @@ def _option_rows(cmd) -> list[str]:
         names = ", ".join(f"`{o}`" for o in p.opts + p.secondary_opts)
         default = p.default
         shown = "" if default in (None, False, (), []) or callable(default) else f"`{default}`"
+        if isinstance(p.show_default, str):            # a default described in words (--jobs: auto)
+            shown = _cell(p.show_default)
         rows.append(f"| {names} | {_cell(_type(p))} | {shown} | {_cell(p.help or '')} |")
     return rows
 
