@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS
 
 
@@ -43,7 +43,7 @@ def compare_command(
     record: where they diverge, what each holds past it, which log a new DLedger leader keeps.
     Exit 0 when identical, 1 when they differ."""
     from rmqtool.ops.compare import compare_stores
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     if queues:
         return _compare_queues(store_a, store_b, fmt, commitlog_dirs)
     c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
+from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS, UsageError, writing_to
 
 
@@ -26,7 +26,7 @@ def convert_command(
     at new CommitLog offsets, with its ConsumeQueues, IndexFiles and checkpoint. The source is only read."""
     from rmqtool.cli.cmd_write import CountProgress
     from rmqtool.ops.convert import convert_to_commitlog
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     if to != "commitlog":
         raise UsageError(f"--to {to!r}: only 'commitlog' (a classic store) is supported")
     src = open_store(store, commitlog_dirs)

@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
-                                app, check_choice, emit, escape_control, real_console, stderr, stdout,
+from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
+                                app, check_choice, emit, emit_kinds, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
@@ -164,7 +164,7 @@ def _show_refused_plan(fmt: str):
         yield
     except TruncationRefused as exc:
         if fmt != "table":
-            emit([dict(r.as_dict(), refused=True) for r in exc.results], fmt)
+            _emit_results([dict(r.as_dict(), refused=True) for r in exc.results], fmt)
         else:
             for r in exc.results:
                 _render(r, "table", True, head="refused")
@@ -196,7 +196,7 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
         bar.close()
     results = list(results) if isinstance(results, (list, tuple)) else [results]
     if fmt != "table":
-        emit([r.as_dict() for r in results], fmt)
+        _emit_results([r.as_dict() for r in results], fmt)
         return 0
     for r in results:
         if hasattr(r, "differing_slots"):
@@ -204,6 +204,12 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
         else:
             _render(r, "table", dry_run)
     return 0
+
+
+def _emit_results(rows: list[dict], fmt: str) -> None:
+    """The results of one rebuild in a machine format: one row per structure rebuilt (its ``kind``;
+    CSV/TSV one section per kind)."""
+    emit_kinds(rows, fmt, [r["kind"] for r in rows])
 
 
 def _render_wheel(r) -> None:
@@ -234,7 +240,7 @@ def rebuild_consumequeue_command(
 ):
     """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_consumequeue
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild consumequeue", s, fmt, dry_run, output,
@@ -265,7 +271,7 @@ def rebuild_batchconsumequeue_command(
 ):
     """Rebuild the BatchConsumeQueue files of BatchCQ topics (5.x) from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_batchconsumequeue
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     confirm = _confirm_factory(yes, dry_run, output)
     return _run("rebuild batchconsumequeue", s, fmt, dry_run, output,
@@ -291,7 +297,7 @@ def rebuild_timerwheel_command(
 
     The timer log is read by this process whichever --engine is named (it walks no CommitLog)."""
     from rmqtool.ops.timer import rebuild_timerwheel
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     engine_options.check()
     s = _open(store, None)
 
@@ -332,7 +338,7 @@ def rebuild_index_command(
 ):
     """Rebuild IndexFiles from the CommitLog (headers, slots and entries as the broker writes them)."""
     from rmqtool.ops.rebuild import rebuild_index
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     confirm = _confirm_factory(yes, dry_run, output)
@@ -368,7 +374,7 @@ def rebuild_all_command(
     """Rebuild everything the store derives from its CommitLog in one pass (ConsumeQueue, IndexFiles,
     BatchConsumeQueue, a 4.x store's ConsumeQueueExt files), and the timer wheel from the timer log."""
     from rmqtool.ops.rebuild import rebuild_all
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
     if output is not None:

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import REPORT_FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
+from rmqtool.cli.common import FORMATS, FormatOpt, app, check_choice, emit, stderr, stdout
 from rmqtool.errors import UsageError, writing_to
 
 #: the member ``write --layout dledger`` writes (a single-member group, as a fresh DLedger broker)
@@ -123,7 +123,7 @@ def write_command(
         raise UsageError("write needs a local store directory: stores on object storage are read-only "
                          "to rmqtool (write locally, then upload)", store_arg)
     store = Path(store_arg[len("file://"):] if store_arg.startswith("file://") else store_arg)
-    check_choice(fmt, REPORT_FORMATS, "--format")
+    check_choice(fmt, FORMATS, "--format")
     if undo is not None:
         return _undo(store, Path(undo), fmt, source is not None or synthetic is not None)
     if (source is None) == (synthetic is None):
