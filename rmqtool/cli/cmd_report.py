@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, app, check_choice, gentle, open_store, stdout,
-                                EngineOptions, with_engine_options)
+from rmqtool.cli.common import (FORMATS, FormatOpt, IdleIoOpt, MaxReadRateOpt, app, check_choice, emit, gentle,
+                                open_store, stdout, EngineOptions, with_engine_options)
 from rmqtool.errors import RefusedError
 
 
@@ -19,11 +19,14 @@ def report_command(
     level: str = typer.Option("deep", "--level", "-l", help="shallow | deep: the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
+    fmt: str = FormatOpt,
     engine_options: EngineOptions = EngineOptions(),
 ):
     """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery
-    forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue."""
+    forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue.
+    What it wrote (the file and its size) is printed in the --format asked for."""
     from rmqtool.ops.report import write_report
+    check_choice(fmt, FORMATS, "--format")
     check_choice(level, ("shallow", "deep"), "--level")
     gentle(max_read_rate, idle_io)
     if output.exists():
@@ -31,4 +34,7 @@ def report_command(
     s = open_store(store)
     with engine_options.open() as eng:
         n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size)
-    stdout.print(f"wrote {output} ({n} bytes)", markup=False)
+    if fmt != "table":
+        emit([{"store": store, "output": str(output), "bytes": n, "level": level}], fmt)
+    else:
+        stdout.print(f"wrote {output} ({n} bytes)", markup=False)
