@@ -106,7 +106,9 @@ def test_kind_prints_one_kind_and_csv_one_section_per_kind():
     r = run_cli("stats", reference_store("basic"), "--by", "minute", "-f", "csv")
     sections, header = [], None
     for row in csv.reader(io.StringIO(r.out)):
-        if row and row[0] == "kind":
+        if not row:                      # an empty line parts the sections
+            continue
+        if row[0] == "kind":
             header = row
             sections.append([])
         else:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, check_choice, emit, field_rows, format_time, open_store, parse_time)
+                                IndexSlotsOpt, app, check_choice, emit, format_time, open_store, parse_time)
 from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_ext_rows, consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
 from rmqtool.io.consumequeue_ext import has_ext
@@ -202,6 +202,7 @@ def dump_checkpoint(
     check_choice(fmt, FORMATS, "--format")
     rows = list(checkpoint_rows(target, lambda p: open_store(p)))
     if fmt == "table":
+        from rmqtool.cli.rows import field_rows
         for r in rows:
             for k in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "min_timestamp"):
                 r[k + "_utc"] = format_time(r[k])

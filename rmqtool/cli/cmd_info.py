@@ -7,8 +7,8 @@ import typer
 from rich.markup import escape
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
-                                check_choice, check_kind, emit, emit_kinds, escape_control, field_rows, format_time,
-                                open_store, prose)
+                                check_choice, emit, escape_control, format_time, open_store)
+from rmqtool.cli.rows import check_kind, emit_kinds, field_rows, prose
 from formats.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqtool.ops.info import store_info
 

@@ -5,7 +5,8 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, field_rows, open_store
+from rmqtool.cli.common import FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store
+from rmqtool.cli.rows import field_rows
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.ops.locate import locate_offset, locate_queue_offset
 from rmqtool.simplified import use_simplified

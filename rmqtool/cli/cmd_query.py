@@ -7,7 +7,8 @@ import typer
 
 from rmqtool.cli.common import (BODY_MODES, FORMATS, BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, format_time, open_store, open_stores,
-                                parse_time, prose, stderr, EngineOptions, with_engine_options)
+                                parse_time, stderr, EngineOptions, with_engine_options)
+from rmqtool.cli.rows import prose
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 

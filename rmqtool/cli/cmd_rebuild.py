@@ -11,8 +11,9 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
-                                app, check_choice, emit, emit_kinds, escape_control, real_console, stderr, stdout,
+                                app, check_choice, emit, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
+from rmqtool.cli.rows import emit_kinds
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
 

@@ -6,8 +6,9 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app,
-                                check_choice, check_kind, emit, emit_kinds, escape_control, format_time,
-                                human_size, open_stores, prose, EngineOptions, with_engine_options)
+                                check_choice, emit, escape_control, format_time, human_size, open_stores,
+                                EngineOptions, with_engine_options)
+from rmqtool.cli.rows import check_kind, emit_kinds, prose
 
 
 @app.command("stats")

@@ -9,9 +9,9 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, FORMATS, CommitlogDirsOpt, FormatOpt,
-                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, check_kind, emit, emit_kinds,
-                                escape_control, open_stores, prose, real_console, stderr, EngineOptions,
-                                with_engine_options)
+                                IndexEntriesOpt, IndexSlotsOpt, app, check_choice, emit, escape_control,
+                                open_stores, real_console, stderr, EngineOptions, with_engine_options)
+from rmqtool.cli.rows import check_kind, emit_kinds, prose
 from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
 

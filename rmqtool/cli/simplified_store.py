@@ -5,7 +5,8 @@ import json
 import sys
 from typing import Iterable
 
-from rmqtool.cli.common import emit, emit_kinds, escape_control, prose, stderr
+from rmqtool.cli.common import emit, escape_control, stderr
+from rmqtool.cli.rows import emit_kinds, prose
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK
 
 
