@@ -119,3 +119,4 @@ def test_kind_prints_one_kind_and_csv_one_section_per_kind():
     for g, w in zip(got, want):          # every field of its kind, none dropped or shifted
         assert set(g) == set(w) and all(g[k] == ("" if v is None else str(v)) for k, v in w.items()), (g, w)
     assert run_cli("stats", reference_store("basic"), "--kind", "partition").code == 2
+    assert run_cli("stats", reference_store("basic"), "--kind", "bucket").code == 2       # needs --by

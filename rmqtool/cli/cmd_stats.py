@@ -9,6 +9,7 @@ from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt,
                                 check_choice, emit, escape_control, format_time, human_size, open_stores,
                                 EngineOptions, with_engine_options)
 from rmqtool.cli.rows import check_kind, emit_kinds, prose
+from rmqtool.errors import UsageError
 
 
 @app.command("stats")
@@ -34,6 +35,8 @@ def stats_command(
     gentle(max_read_rate, idle_io)
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
+    elif kind == "bucket":
+        raise UsageError("--kind bucket counts per time bucket: add --by minute|hour|day")
     opened = open_stores(stores, commitlog_dirs)
     with engine_options.open() as eng:
         results = stats(opened, by, engine=eng, split_size=engine_options.split_size)    # several stores: one engine run
@@ -46,7 +49,7 @@ def stats_command(
         rows = r.rows()
         for k in wanted:
             table = [dict(x, **_people(x)) for x in rows if x["kind"] == k]
-            if table or k == "total":
+            if table:
                 emit(table, "table", TABLE_COLUMNS[k], title=escape_control(f"{r.store}: {TITLES[k]}"
                                                                              if fleet or k == "topic" else TITLES[k]))
         if r.buckets and "bucket" in wanted:

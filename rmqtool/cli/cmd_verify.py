@@ -73,7 +73,8 @@ def verify_command(
     limit: int = typer.Option(1000, "--limit-per-check", help="list at most N findings per check (all are counted)"),
     kind: Optional[str] = typer.Option(None, "--kind", help="print only this kind of row: finding | summary | "
                                        "forecast | lost | not_dispatched | not_indexed | fleet (default: every "
-                                       "kind; CSV/TSV one section each, JSON one object per store)"),
+                                       "kind; CSV/TSV one section each; JSON then the report object, with "
+                                       "--kind an array of those rows)"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
     fmt: str = FormatOpt,
