@@ -87,7 +87,7 @@ def test_info_names_what_it_counts():
     fast, counted = info(), info("--count")
     assert fast["messages"] is None and fast["messages_from_recovery_start"] == 74
     assert counted["messages"] == 3000 and counted["messages_from_recovery_start"] == 74
-    out = run_cli("info", reference_store("basic")).out
+    out = run_cli("info", reference_store("basic")).err          # the text: on stderr when stdout is piped
     assert "74 from the recovery start file (--count for the whole store)" in out
 
 

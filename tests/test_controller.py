@@ -221,7 +221,7 @@ def test_info_json_and_table(tmp_path):
     assert ctl["broker_identity"]["broker_id"] == 1 and ctl["max_offset"] == END
     assert ctl["epochs"] == [{"epoch": 1, "start": 0, "end": offset(1000)}, {"epoch": 2, "start": offset(1000), "end": END}]
     assert ctl["epoch_file"]["used"] == "main" and ctl["epoch_file"]["main"]["crc_checked"]
-    out = run_cli("info", root).out
+    out = run_cli("info", root).err                # the text: on stderr when stdout is piped
     assert "controller cluster DefaultCluster  broker broker-a  id 1  registered" in out
     assert f"  epoch 2: {offset(1000)} - {END} (the CommitLog's valid end)" in out
     assert "entries, crc32" in out and "matches" in out

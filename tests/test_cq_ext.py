@@ -135,7 +135,7 @@ def test_info_shows_ext(ext_store):
     info = info[0] if isinstance(info, list) else info
     x = info["consumequeue_ext"]
     assert x["file_size"] == 256 and x["queues"] == 43 and x["files"] >= 43
-    assert "consumequeue_ext:" in run_cli("info", ext_store).out
+    assert "consumequeue_ext:" in run_cli("info", ext_store).err          # the text: stderr when piped
 
 
 def test_dump_consumequeue_ext_lists_units(ext_store):

@@ -69,7 +69,7 @@ def test_info_shows_the_member_view():
     assert d["checkpoint"] == {"committedIndex": str(a["committedIndex"]), "endIndex": str(a["ledgerEndIndex"])}
     assert d["data_end"]["offset"] == a["writePos"] and d["index_units"] == 400
     table = run_cli("info", dledger_store())
-    assert "dledger member n0: entries 0 - 399" in table.out
+    assert "dledger member n0: entries 0 - 399" in table.err      # the text: stderr when piped
 
 
 def test_dumps_refuse_a_classic_store():

@@ -1,4 +1,5 @@
 """dump / locate / info from the CLI, against upstream's answers; bad input gives exit 2, one line."""
+import json
 import os
 
 import numpy as np
@@ -145,11 +146,11 @@ def test_locate_queue_offset_points_at_its_record():
 
 
 def test_info_reports_geometry_and_recovery():
-    info = run_cli("info", reference_store("crashed"), "-f", "jsonl").jsonl()[0]
+    info = json.loads(run_cli("info", reference_store("crashed"), "-f", "json").out)[0]
     assert info["commitlog"]["valid_end"] == 2349532
     assert info["abort"] and info["recovery"]["mode"] == "abnormal"
     assert (info["index"]["hash_slots"], info["index"]["index_entries"]) == (61, 350)
-    basic = run_cli("info", reference_store("basic"), "-f", "jsonl").jsonl()[0]
+    basic = json.loads(run_cli("info", reference_store("basic"), "-f", "json").out)[0]
     assert basic["commitlog"]["valid_end"] == load_answers("basic")["commitlog"]["maxPhyOffset"]
     by_queue = {(q["topic"], q["queue_id"]): q for q in basic["queues"]}
     for q in load_answers("basic")["consumeQueues"]:

@@ -272,12 +272,12 @@ def test_read_only_commands_work_and_name_the_rmqtool_holder(store, tmp_path):
                               cwd=ROOT)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        info = run_cli("info", store, "-f", "jsonl").jsonl()[0]
+        info = json.loads(run_cli("info", store, "-f", "json").out)[0]
         assert info["live"] and info["lock_holder"] == holder.pid
         assert info["lock_owner"] == {"kind": "rmqtool", "pid": holder.pid, "command": "rmqtool rebuild index"}
         table = run_cli("info", store)
-        assert f"another rmqtool (pid {holder.pid}, `rmqtool rebuild index`)" in table.out
-        assert "running broker" not in table.out
+        assert f"another rmqtool (pid {holder.pid}, `rmqtool rebuild index`)" in table.err   # stdout piped
+        assert "running broker" not in table.err
         res = run_cli("verify", store, "-f", "json")
         assert res.code == 0, res.err
         summary = json.loads(res.out)["summary"]

@@ -92,7 +92,7 @@ def test_info_lists_each_link_with_its_target(linked_store):
     assert info["symlinks"] == [{"path": str(store / "consumequeue" / "Linked"), "target": str(outside)}]
     table = run_cli("info", store)
     assert table.code == 0
-    assert f"symlink {store / 'consumequeue' / 'Linked'} -> {outside}" in table.out
+    assert f"symlink {store / 'consumequeue' / 'Linked'} -> {outside}" in table.err     # stdout piped
 
 
 def test_a_store_without_links_lists_none(tmp_path):

@@ -199,10 +199,11 @@ def dump_checkpoint(
     """The checkpoint's timestamps and offsets, with upstream's derived minimums."""
     rows = list(checkpoint_rows(target, lambda p: open_store(p)))
     if fmt == "table":
+        from rmqtool.cli.rows import field_rows
         for r in rows:
             for k in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "min_timestamp"):
                 r[k + "_utc"] = format_time(r[k])
-        emit([{"field": k, "value": v} for k, v in rows[0].items()], "table", ["field", "value"])
+        emit(field_rows(rows[0]), "table", ["field", "value"])
     else:
         emit(rows, fmt)
 

@@ -1,13 +1,13 @@
 """`rmqtool locate`: the file and position of a commitlog offset or a queue offset."""
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store
 from rmqtool.cli.options import Format, Layout, LayoutOpt, option
+from rmqtool.cli.rows import field_rows
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.ops.locate import locate_offset, locate_queue_offset
 from rmqtool.simplified import use_simplified
@@ -42,8 +42,8 @@ def locate_command(
         result = locate_queue_offset(s, topic, queue, queue_offset)
     else:
         raise UsageError("give a commitlog OFFSET, or --topic, --queue and --queue-offset")
-    if fmt == "table":
-        stdout.print_json(json.dumps(result, ensure_ascii=False))
+    if fmt == "table":                   # one object: a vertical table, nested fields named with dots
+        emit(field_rows(result), "table", ["field", "value"])
     else:
         emit([result], fmt)
     if not result.get("found"):

@@ -7,8 +7,9 @@ import typer
 
 from rmqtool.cli.common import (BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, emit, format_time, open_store, open_stores,
-                                parse_time, stderr, stdout, EngineOptions, with_engine_options)
+                                parse_time, stderr, EngineOptions, with_engine_options)
 from rmqtool.cli.options import Body, Boundary, Format, Layout, LayoutOpt, option
+from rmqtool.cli.rows import prose
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
@@ -126,7 +127,10 @@ def query_id_command(
     engine_options: EngineOptions = EngineOptions(),
 ):
     """Find a message by id: an offsetMsgId if a record from that store host starts at its
-    offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan)."""
+    offset, otherwise a UNIQ_KEY looked up in the index of every topic (then by scan).
+
+    What the id is (its kind; a UNIQ_KEY's client address, pid and time) is the JSON object's
+    ``kind`` and ``decoded``, the last JSONL line's ``summary``, and a line before the table."""
     from rmqtool.ops.query.byid import query_id
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
     with engine_options.open() as eng:
@@ -137,7 +141,9 @@ def query_id_command(
         r["id_kind"] = res.kind
     if fmt == "json":
         emit([{"id": msg_id, "kind": res.kind, "decoded": res.decoded, "records": records}], "json")
-    elif fmt in ("jsonl", "csv", "tsv"):
+    elif fmt == "jsonl":                 # the records, then what the id is
+        emit(records + [{"summary": {"id": msg_id, "kind": res.kind, "decoded": res.decoded}}], fmt)
+    elif fmt in ("csv", "tsv"):
         emit(records, fmt)
     else:
         line = f"{msg_id}: {res.kind}"
@@ -146,7 +152,7 @@ def query_id_command(
             line += f"  client ip {d.get('ip')}  pid {d.get('pid')}  time {format_time(d.get('timestamp'))}"
         elif res.kind == "uniqKey":
             line += "  (not in the Java client's format: not decodable)"
-        stdout.print(line, markup=False)
+        prose().print(line, markup=False)
         _render(records, "table", ["id_kind"], "messages")
     if not records:
         raise typer.Exit(EXIT_FINDINGS)

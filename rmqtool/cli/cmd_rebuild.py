@@ -14,6 +14,7 @@ from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, In
                                 app, emit, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
 from rmqtool.cli.options import App, Format, option
+from rmqtool.cli.rows import emit_kinds
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.errors import writing_to
 
@@ -165,7 +166,7 @@ def _show_refused_plan(fmt: str):
         yield
     except TruncationRefused as exc:
         if fmt != "table":
-            emit([dict(r.as_dict(), refused=True) for r in exc.results], fmt)
+            _emit_results([dict(r.as_dict(), refused=True) for r in exc.results], fmt)
         else:
             for r in exc.results:
                 _render(r, "table", True, head="refused")
@@ -197,7 +198,7 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
         bar.close()
     results = list(results) if isinstance(results, (list, tuple)) else [results]
     if fmt != "table":
-        emit([r.as_dict() for r in results], fmt)
+        _emit_results([r.as_dict() for r in results], fmt)
         return 0
     for r in results:
         if hasattr(r, "differing_slots"):
@@ -205,6 +206,12 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
         else:
             _render(r, "table", dry_run)
     return 0
+
+
+def _emit_results(rows: list[dict], fmt: str) -> None:
+    """The results of one rebuild in a machine format: one row per structure rebuilt (its ``kind``;
+    CSV/TSV one section per kind)."""
+    emit_kinds(rows, fmt, [r["kind"] for r in rows])
 
 
 def _render_wheel(r) -> None:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, app, gentle, open_store, stdout,
+from rmqtool.cli.common import (FormatOpt, IdleIoOpt, MaxReadRateOpt, app, emit, gentle, open_store, stdout,
                                 EngineOptions, with_engine_options)
 from rmqtool.cli.options import Level, option
 from rmqtool.errors import RefusedError
@@ -20,10 +20,12 @@ def report_command(
     level: Level = typer.Option(Level.deep, "--level", "-l", help="the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
+    fmt: str = FormatOpt,
     engine_options: EngineOptions = EngineOptions(),
 ):
     """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery
-    forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue."""
+    forecast with the messages a restart loses, CommitLog file map, write rate, dispatch lag per queue.
+    What it wrote (the file and its size) is printed in the --format asked for."""
     from rmqtool.ops.report import write_report
     level = level.value
     gentle(max_read_rate, idle_io)
@@ -32,4 +34,7 @@ def report_command(
     s = open_store(store)
     with engine_options.open() as eng:
         n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size)
-    stdout.print(f"wrote {output} ({n} bytes)", markup=False)
+    if fmt != "table":
+        emit([{"store": store, "output": str(output), "bytes": n, "level": level}], fmt)
+    else:
+        stdout.print(f"wrote {output} ({n} bytes)", markup=False)

@@ -9,9 +9,10 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, FormatOpt,
-                                IndexEntriesOpt, IndexSlotsOpt, app, emit, emit_jsonl,
-                                escape_control, open_stores, real_console, stderr, stdout, EngineOptions,
+                                IndexEntriesOpt, IndexSlotsOpt, app, emit,
+                                escape_control, open_stores, real_console, stderr, EngineOptions,
                                 with_engine_options)
+from rmqtool.cli.rows import check_kind, emit_kinds, prose
 from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.cli.options import CHECK_KINDS, FailOn, Format, Layout, LayoutOpt, Level, option
 from rmqtool.ops.verify.runner import KINDS, VerifyOptions, verify_stores
@@ -76,6 +77,10 @@ def verify_command(
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="which severity makes exit code 1"),
     limit: int = typer.Option(1000, "--limit-per-check", metavar="N",
                               help="list at most N findings per check (all are counted)"),
+    kind: Optional[str] = typer.Option(None, "--kind", help="print only this kind of row: finding | summary | "
+                                       "forecast | lost | not_dispatched | not_indexed | fleet (default: every "
+                                       "kind; CSV/TSV one section each; JSON then the report object, with "
+                                       "--kind an array of those rows)"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
     fmt: Format = FormatOpt,
@@ -88,13 +93,17 @@ def verify_command(
     """Check a store without writing to it; exit 0 clean, 1 findings, 2 bad usage or unreadable.
 
     Several stores are verified one after the other (one engine session for all); JSON is then
-    one object per store under "reports", JSONL lines carry "store"; exit 1 if any has findings."""
+    one object per store under "reports", JSONL lines carry "store"; exit 1 if any has findings.
+    JSONL and CSV/TSV rows name their kind in "type" (finding, summary, forecast, lost,
+    not_dispatched, not_indexed, fleet); a table lists the findings, the summary and forecast
+    follow as text (on stderr when stdout is not a terminal)."""
     from rmqtool.simplified import use_simplified
+    check_kind(kind, ROW_KINDS)
     gentle(max_read_rate, idle_io)
     level, fail_on = level.value, fail_on.value
     if len(stores) == 1 and use_simplified(stores[0], layout):    # the article's store: simplified.* checks
         from rmqtool.cli import simplified_store as simplified_cli
-        raise typer.Exit(simplified_cli.verify(stores[0], fmt, fail_on, limit if limit >= 0 else None))
+        raise typer.Exit(simplified_cli.verify(stores[0], fmt, fail_on, limit if limit >= 0 else None, kind))
     options = VerifyOptions(level=level, only=_split(only), topic=topic, queue_id=queue,
                             limit_per_check=limit if limit >= 0 else None)
     options.validate()
@@ -112,11 +121,11 @@ def verify_command(
     fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),
                      "with_findings": sum(1 for _, _, c in results if c != 0),
                      "stores_with_findings": [n for n, _, c in results if c != 0], "worst_exit_code": code}
-    if fmt == "json":
+    if fmt == "json" and kind is None:
         docs = [{**r.as_dict(), "exit_code": c} for _, r, c in results]
         doc = {"reports": docs, "fleet": fleet_summary, "exit_code": code} if fleet else docs[0]
         sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
-    elif fmt == "jsonl":
+    elif fmt != "table" or kind is not None:
         lines = []
         for name, report, c in results:
             tag = {"store": name} if fleet else {}
@@ -124,21 +133,23 @@ def verify_command(
             lines += ([{"type": "finding", **tag, **f.as_dict()} for f in report.findings]
                       + [{"type": "summary", **tag, **report.summary, "exit_code": c},
                          {"type": "forecast", **tag, **fc}]
-                      + [{"type": kind, **tag, **r} for kind in ("lost", "not_dispatched", "not_indexed")
-                         for r in fc.get(kind, [])])
+                      + [{"type": k, **tag, **r} for k in ("lost", "not_dispatched", "not_indexed")
+                         for r in fc.get(k, [])])
         if fleet:
             lines.append({"type": "fleet", **fleet_summary})
-        emit_jsonl(lines)
-    elif fmt in ("csv", "tsv"):             # the findings, one row each (summary and forecast: json/jsonl)
-        emit([{**({"store": name} if fleet else {}), **f.as_dict()} for name, report, _ in results
-              for f in report.findings], fmt, (["store"] if fleet else []) + FINDING_COLUMNS)
+        lines = [x for x in lines if kind in (None, x["type"])]
+        if fmt == "table":
+            emit(lines, "table", title=kind)
+        else:
+            emit_kinds(lines, fmt, ROW_KINDS, key="type")
     else:
+        out = prose()
         for name, report, c in results:
             if fleet:
-                stdout.print(escape_control(f"== {name}"), markup=False)
+                out.print(escape_control(f"== {name}"), markup=False)
             _render_table(report, c)
         if fleet:
-            stdout.print(escape_control(
+            out.print(escape_control(
                 f"fleet: {fleet_summary['stores']} stores, {fleet_summary['clean']} clean, "
                 f"{fleet_summary['with_findings']} with findings"
                 + (f" ({', '.join(fleet_summary['stores_with_findings'])})" if fleet_summary['with_findings'] else "")
@@ -156,51 +167,55 @@ def _who(r: dict) -> str:
 
 
 FINDING_COLUMNS = ["severity", "check", "file", "offset", "message", "excerpt"]
+#: the kinds of row verify prints (their ``type``), in the order it prints them
+ROW_KINDS = ("finding", "summary", "forecast", "lost", "not_dispatched", "not_indexed", "fleet")
 
 
 def _render_table(report, code: int) -> None:
+    """The findings as a table on stdout; the summary and the forecast as text for people (``prose``)."""
     rows = [f.as_dict() for f in report.findings]
     if rows:
-        emit(rows, "table", ["severity", "check", "file", "offset", "message", "excerpt"], title="findings")
+        emit(rows, "table", FINDING_COLUMNS, title="findings")
+    out = prose()
     s = report.summary
     f = s["findings"]
-    stdout.print(f"[bold]verify[/bold] {escape_control(report.store)} ({report.options.level}): "
+    out.print(f"[bold]verify[/bold] {escape_control(report.store)} ({report.options.level}): "
                  f"{f['error']} error(s), {f['warning']} warning(s), {f['info']} info"
                  + (f", {s['findings_not_listed']} not listed" if s["findings_not_listed"] else ""))
     cl = s["commitlog"]
-    stdout.print(f"  commitlog: {cl['files']} files, {cl['records']} records"
+    out.print(f"  commitlog: {cl['files']} files, {cl['records']} records"
                  f" ({cl['carved_records']} carved), findings {cl.get('findings', {})}")
     cq = s["consumequeue"]
-    stdout.print(f"  consumequeue: {cq['queues']} queues, {cq['units']} units, findings {cq.get('findings', {})}")
+    out.print(f"  consumequeue: {cq['queues']} queues, {cq['units']} units, findings {cq.get('findings', {})}")
     ix = s["index"]
-    stdout.print(f"  index: {ix['files']} files, {ix['entries']} entries, findings {ix.get('findings', {})}")
-    stdout.print(f"  checkpoint: {'present' if s['checkpoint']['present'] else 'missing'}, "
+    out.print(f"  index: {ix['files']} files, {ix['entries']} entries, findings {ix.get('findings', {})}")
+    out.print(f"  checkpoint: {'present' if s['checkpoint']['present'] else 'missing'}, "
                  f"findings {s['checkpoint'].get('findings', {})}")
     fc = report.forecast
-    stdout.print(f"[bold]recovery forecast[/bold] ({fc['mode']} start"
+    out.print(f"[bold]recovery forecast[/bold] ({fc['mode']} start"
                  f"{', abort file present' if fc['abort_present'] else ''})")
-    stdout.print(f"  start file {fc['start_file']} ({fc['start_rule']}); normal start would use "
+    out.print(f"  start file {fc['start_file']} ({fc['start_rule']}); normal start would use "
                  f"{fc['normal_start_file']}, abnormal {fc['abnormal_start_file']}")
-    stdout.print(f"  valid end of the CommitLog: {fc['valid_end']} ({fc['end_kind']} at {fc['end_file']}"
+    out.print(f"  valid end of the CommitLog: {fc['valid_end']} ({fc['end_kind']} at {fc['end_file']}"
                  f"@{fc['end_position']}{': ' + fc['end_detail'] if fc['end_detail'] else ''})")
     if fc.get("dledger_recovery"):
-        stdout.print(escape_control("  " + dledger_recovery_text(fc["dledger_recovery"])), markup=False)
-    stdout.print(f"  commitlog files deleted: {', '.join(fc['commitlog_files_deleted']) or 'none'}")
-    stdout.print(f"  index files deleted: {', '.join(fc['index_files_deleted']) or 'none'}"
+        out.print(escape_control("  " + dledger_recovery_text(fc["dledger_recovery"])), markup=False)
+    out.print(f"  commitlog files deleted: {', '.join(fc['commitlog_files_deleted']) or 'none'}")
+    out.print(f"  index files deleted: {', '.join(fc['index_files_deleted']) or 'none'}"
                  + ("" if fc["mode"] == "abnormal" or not fc["index_files_deleted_on_abnormal_start"]
                     else f" (on an abnormal start: {', '.join(fc['index_files_deleted_on_abnormal_start'])})"))
     for t in fc["consume_queues_truncated"]:
-        stdout.print(f"  consume queue {escape_control(t['topic'])}/{t['queue_id']} truncated from queue offset "
+        out.print(f"  consume queue {escape_control(t['topic'])}/{t['queue_id']} truncated from queue offset "
                      f"{t['from_queue_offset']} ({t['units']} units)")
-    stdout.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
+    out.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
                  f"not indexed (past {fc['index_frontier']}): {fc['not_indexed_count']} record(s)")
     for r in fc["not_dispatched"][:20]:
-        stdout.print(escape_control(f"    not dispatched: {_who(r)}"), markup=False)
+        out.print(escape_control(f"    not dispatched: {_who(r)}"), markup=False)
     if fc["not_dispatched_count"] > 20:
-        stdout.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format jsonl lists them)")
-    stdout.print(f"  lost at restart (records past the valid end): {fc['lost_count']} record(s)")
+        out.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format jsonl lists them)")
+    out.print(f"  lost at restart (records past the valid end): {fc['lost_count']} record(s)")
     for r in fc["lost"][:20]:
-        stdout.print(escape_control(f"    lost: {_who(r)}"), markup=False)
+        out.print(escape_control(f"    lost: {_who(r)}"), markup=False)
     if fc["lost_count"] > 20:
-        stdout.print(f"    ... {fc['lost_count'] - 20} more (--format jsonl lists them)")
-    stdout.print(f"exit code {code}")
+        out.print(f"    ... {fc['lost_count'] - 20} more (--format jsonl lists them)")
+    out.print(f"exit code {code}")

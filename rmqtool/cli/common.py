@@ -120,8 +120,6 @@ stdout = LazyConsole()
 stderr = LazyConsole(stderr=True)
 
 FORMATS = tuple(f.value for f in Format)
-#: commands that print one report (rebuild, write): no row stream
-REPORT_FORMATS = ("table", "json", "csv", "tsv")
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
 
 def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:

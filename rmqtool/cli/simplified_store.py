@@ -5,7 +5,8 @@ import json
 import sys
 from typing import Iterable
 
-from rmqtool.cli.common import emit, emit_jsonl, escape_control, stderr, stdout
+from rmqtool.cli.common import emit, escape_control, stderr
+from rmqtool.cli.rows import emit_kinds, prose
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -19,25 +20,32 @@ def query_key(store, key: str, fmt: str, body: str) -> int:
     return EXIT_OK if rows else EXIT_FINDINGS
 
 
-def verify(store, fmt: str, fail_on: str = "error", limit: int | None = 1000) -> int:
-    """Findings of ``simplified.verify``; exit 1 when any reaches ``fail_on``."""
+def verify(store, fmt: str, fail_on: str = "error", limit: int | None = 1000, kind: str | None = None) -> int:
+    """Findings of ``simplified.verify``; exit 1 when any reaches ``fail_on``. Rows name their kind in
+    ``type`` (finding, summary), as verify's on a broker store."""
     from rmqtool.simplified.verify import verify as run
     findings, summary = run(store, limit)
     bad = summary["errors"] + (summary["warnings"] if fail_on == "warning" else 0)
     code = EXIT_FINDINGS if bad else EXIT_OK
     rows = [f.as_dict() for f in findings]
-    if fmt == "json":
+    if fmt == "json" and kind is None:
         sys.stdout.write(json.dumps({"store": str(store), "layout": "simplified", "findings": rows,
                                      "summary": summary, "exit_code": code}, ensure_ascii=False, indent=2) + "\n")
-    elif fmt == "jsonl":
-        emit_jsonl([{"type": "finding", **r} for r in rows] + [{"type": "summary", **summary, "exit_code": code}])
+    elif fmt != "table" or kind is not None:
+        lines = [{"type": "finding", **r} for r in rows] + [{"type": "summary", **summary, "exit_code": code}]
+        lines = [x for x in lines if kind in (None, x["type"])]
+        if fmt == "table":
+            emit(lines, "table", title=kind)
+        else:
+            emit_kinds(lines, fmt, ("finding", "summary"), key="type")
     else:
         if rows:
             emit(rows, "table", ["severity", "check", "file", "offset", "message"], title="findings")
-        stdout.print(f"verify {escape_control(str(store))} (simplified layout): {summary['records']} records, "
-                     f"{summary['errors']} error(s), {summary['warnings']} warning(s), findings "
-                     f"{summary['findings']}", markup=False)
-        stdout.print(f"exit code {code}", markup=False)
+        out = prose()
+        out.print(f"verify {escape_control(str(store))} (simplified layout): {summary['records']} records, "
+                  f"{summary['errors']} error(s), {summary['warnings']} warning(s), findings "
+                  f"{summary['findings']}", markup=False)
+        out.print(f"exit code {code}", markup=False)
     return code
 
 

@@ -1,4 +1,4 @@
-"""`stats`: what a store holds, per topic and queue, per CommitLog file and over time — messages,
+"""`stats`: what a store holds, per topic, per queue, per CommitLog file and over time — messages,
 bytes, first/last store time, write rate. One walk of the CommitLog (``records.scan``), columns
 aggregated per batch with numpy; memory grows with the number of queues and time buckets only."""
 from __future__ import annotations
@@ -11,6 +11,8 @@ from rmqtool.ops.verify.records import TopicTable
 from rmqtool.records.scan import FileEnd, RecordBatch, walk_store
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+#: the kinds of row ``StoreStats.rows`` returns, in its order
+ROW_KINDS = ("topic", "queue", "file", "bucket", "total")
 
 
 @dataclass
@@ -43,13 +45,32 @@ class StoreStats:
     total: _Acc = field(default_factory=_Acc)
     current_file: _Acc = field(default_factory=_Acc, repr=False)    # the file being walked
 
+    def topics(self) -> dict:
+        """topic -> (its queues' counts added up, its queue count)"""
+        out: dict = {}
+        for (t, _), acc in self.queues.items():
+            into, n = out.get(t, (_Acc(), 0))
+            _merge_acc(into, acc)
+            out[t] = (into, n + 1)
+        return out
+
     def rows(self) -> list[dict]:
-        out = [{"kind": "queue", "store": self.store, "topic": t, "queue_id": q, **a.row()}
-               for (t, q), a in sorted(self.queues.items())]
+        """Every row, by kind (``ROW_KINDS``): topics (the largest first, with their ``share`` of
+        the store's message bytes), queues, CommitLog files, time buckets, the total."""
+        topics = sorted(self.topics().items(), key=lambda item: (-item[1][0].bytes, item[0]))
+        out = []
+        for t, (a, n) in topics:
+            counts = a.row()
+            share = round(a.bytes / self.total.bytes, 4) if self.total.bytes else None
+            out.append({"kind": "topic", "store": self.store, "topic": t, "queues": n,
+                        "messages": counts.pop("messages"), "bytes": counts.pop("bytes"), "share": share, **counts})
+        out += [{"kind": "queue", "store": self.store, "topic": t, "queue_id": q, **a.row()}
+                for (t, q), a in sorted(self.queues.items())]
         out += [{"kind": "file", "store": self.store, **f} for f in self.files]
         out += [{"kind": "bucket", "store": self.store, "bucket_start": b, "bucket_ms": self.bucket_ms,
                  "messages": v[0], "bytes": v[1]} for b, v in sorted(self.buckets.items())]
-        out.append({"kind": "total", "store": self.store, "queues": len(self.queues), **self.total.row()})
+        out.append({"kind": "total", "store": self.store, "topics": len(topics), "queues": len(self.queues),
+                    **self.total.row()})
         return out
 
     def add_batch(self, batch: RecordBatch, topics: TopicTable) -> None:

@@ -142,7 +142,7 @@ class WheelRebuild:
     recovered: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {"kind": "timerwheel", **self.__dict__}
 
 
 def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False, precision_ms: int | None = None,
