@@ -13,7 +13,7 @@ import typer
 from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
                                 app, check_choice, emit, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
-from rmqtool.errors import RefusedError, UsageError
+from rmqtool.errors import EXIT_REFUSED, DeclinedError, RefusedError, UsageError
 from rmqtool.errors import writing_to
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
@@ -46,24 +46,25 @@ class LazyProgress:
             self.bar.stop()
 
 
-_UNCONFIRMED = ("refusing to replace files without confirmation: pass --yes "
+_UNCONFIRMED = ("refusing to replace files without confirmation (no terminal to ask on): pass --yes "
                 "(or --dry-run to see the plan)")
 
 
 def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
     """The prompt before an in-place install (after the build, with the whole plan). Where
-    nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work."""
+    nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work;
+    answered no, nothing is written (``_declined``). Both exit 3, as every refusal."""
     if not (yes or dry_run or output is not None or sys.stdin.isatty()):
-        raise UsageError(_UNCONFIRMED)
+        raise RefusedError(_UNCONFIRMED)
 
     def confirm(result) -> bool:
         if yes:
             return True
         _print_plan(result)
         if not sys.stdin.isatty():
-            raise UsageError(_UNCONFIRMED)
+            raise RefusedError(_UNCONFIRMED)
         if not typer.confirm("replace these files?", default=False):
-            raise RefusedError("not confirmed; nothing was changed")
+            raise DeclinedError("nothing written (declined)")
         return True
     confirm.unattended = yes           # rebuild all may then run its two installs at once
     return confirm
@@ -157,6 +158,16 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
 
 
 @contextmanager
+def _declined():
+    """A prompt answered no: one line, ``rebuild: nothing written (declined)``, not an error; exit 3."""
+    try:
+        yield
+    except DeclinedError as exc:
+        stderr.print(f"rebuild: {exc}", markup=False)
+        raise typer.Exit(EXIT_REFUSED) from None
+
+
+@contextmanager
 def _show_refused_plan(fmt: str):
     """A rebuild refused because its walk stops early: show its plan(s), then the error."""
     from rmqtool.broker.truncation import TruncationRefused
@@ -190,7 +201,8 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
     JSON array."""
     bar = LazyProgress(bar_label)
     try:
-        with _show_refused_plan(fmt), writing_to(output or s.root), engine_options.open(own_pool=True) as eng:
+        with _declined(), _show_refused_plan(fmt), writing_to(output or s.root), \
+                engine_options.open(own_pool=True) as eng:
             results = build(bar, eng)
     finally:
         bar.close()
@@ -300,9 +312,11 @@ def rebuild_timerwheel_command(
             return True
         if not sys.stdin.isatty():
             raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
-        return typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?")
+        if not typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?"):
+            raise DeclinedError("nothing written (declined)")
+        return True
 
-    with writing_to(output or s.root):
+    with _declined(), writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
     if fmt != "table":
         emit([r.as_dict()], fmt)
