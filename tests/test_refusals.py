@@ -57,3 +57,31 @@ def test_rebuild_confirmed_at_the_prompt_installs(tmp_path, monkeypatch):
     res = run_cli("rebuild", "consumequeue", root, "--workers", "1")
     assert res.code == 0, res.err
     assert "rebuilt: consumequeue" in res.out
+
+
+def test_report_refuses_an_existing_file_naming_force_and_replaces_it_with_force(tmp_path):
+    out = tmp_path / "report.html"
+    out.write_text("an older report")
+    res = run_cli("report", reference_store("basic"), "-o", out, "--level", "shallow")
+    assert res.code == 3 and "--force" in res.err and str(out) in res.err, res.err
+    assert out.read_text() == "an older report"
+    res = run_cli("report", reference_store("basic"), "-o", out, "--level", "shallow", "--force")
+    assert res.code == 0, res.err
+    assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]       # no temporary file left
+
+
+def test_report_force_keeps_the_old_file_when_the_report_fails(tmp_path, monkeypatch):
+    """The new page is written beside the old one and renamed over it: a failure before the
+    rename leaves the old report whole."""
+    from rmqtool.io import install
+    out = tmp_path / "report.html"
+    out.write_text("an older report")
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(install.os, "fsync", full_disk)
+    res = run_cli("report", reference_store("basic"), "-o", out, "--level", "shallow", "--force")
+    assert res.code == 2 and "No space left" in res.err, res.err
+    assert out.read_text() == "an older report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]

@@ -159,6 +159,11 @@ def build_report(store, name: str, level: str = "deep", engine=None, split_size:
 
 def write_report(store, name: str, output: Path, level: str = "deep", engine=None,
                  split_size: int | None = None) -> int:
+    """Build the page, then write it whole or not at all (a temporary file, fsynced, renamed over
+    ``output``: an existing report is replaced only by a complete one); returns its length."""
+    from rmqtool.io.install import fsync_path, write_synced
     text = printable(build_report(store, name, level, engine, split_size))       # a name that is not UTF-8: as \xNN
-    Path(output).write_text(text, encoding="utf-8")
+    output = Path(output)
+    write_synced(output, text)
+    fsync_path(output.absolute().parent)
     return len(text)
