@@ -15,6 +15,7 @@ from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commit
 from rmqtool.io.consumequeue_ext import has_ext
 from rmqtool.errors import EXIT_FINDINGS, CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
+from rmqtool.wording import count
 
 dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
 app.add_typer(dump_app, name="dump")
@@ -77,6 +78,8 @@ def dump_commitlog(
     damage = _Damage(live=bool(getattr(store, "is_live", lambda: False)()))
     as_text = fmt == "table" and body == "text"     # a table shows text bodies, binary ones as a hex preview
     rows = damage.watch(_limited(commitlog_rows(store, flt, body="base64" if as_text else body, files=files), limit))
+    if body == "text":
+        rows = _codec_hints(rows)
     if fmt == "table":
         rows = ({**r, "store_time": format_time(r.get("store_timestamp")),
                  "body": _table_body(r, as_text)} for r in rows)
@@ -90,6 +93,8 @@ def _table_body(row: dict, as_text: bool):
     """A record's body as a table cell: the text when it is UTF-8, else ``hex:`` and its first bytes (no
     replacement characters in a table); the end row's detail for non-records."""
     body = row.get("body")
+    if row.get("compression") is not None and row.get("inflated_body_length") is None:
+        return f"({row.get('note')})"           # not inflated: a hint, never the compressed bytes
     if not body:
         return row.get("detail")
     if not as_text:
@@ -100,6 +105,19 @@ def _table_body(row: dict, as_text: bool):
         return raw.decode("utf-8")[:60]
     except UnicodeDecodeError:
         return "hex:" + raw[:24].hex() + ("…" if len(raw) > 24 else "")
+
+
+def _codec_hints(rows):
+    """The rows as they are; after the last, one note per codec a compressed body needed that is
+    not installed (the body is null, its row's ``note`` says why)."""
+    missing: dict[str, int] = {}
+    for r in rows:
+        if r.get("compression") and "not installed" in (r.get("note") or ""):
+            missing[r["compression"]] = missing.get(r["compression"], 0) + 1
+        yield r
+    for codec, n in missing.items():
+        stderr.print(f"note: {count(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
+                     "codec is not installed (pip install 'rmqtool[codecs]')", markup=False)
 
 
 class _Damage:
