@@ -24,13 +24,13 @@ def convert_command(
 ):
     """Rewrite a DLedger-mode store as a classic store: every committed message with its fields,
     at new CommitLog offsets, with its ConsumeQueues, IndexFiles and checkpoint. The source is only read."""
-    from rmqtool.cli.cmd_write import CountProgress
+    from rmqtool.cli.progress import Progress
     from rmqtool.ops.convert import convert_to_commitlog
     check_choice(fmt, REPORT_FORMATS, "--format")
     if to != "commitlog":
         raise UsageError(f"--to {to!r}: only 'commitlog' (a classic store) is supported")
     src = open_store(store, commitlog_dirs)
-    bar = CountProgress()
+    bar = Progress("convert", unit="records")
     try:
         with writing_to(output):
             s = convert_to_commitlog(src, output, commitlog_file_size, include_uncommitted, progress=bar)

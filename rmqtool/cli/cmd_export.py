@@ -42,8 +42,10 @@ def export_command(
                        parse_time(end, "--end"))
     check_range(flt)
     opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
-    with engine_options.open() as eng, writing_to(to):
-        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size, force=force)
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, writing_to(to), Progress("export") as bar:
+        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size,
+                         force=force, progress=bar)
     stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
                  f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
                  markup=False)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
@@ -13,37 +12,12 @@ import typer
 from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
                                 app, check_choice, emit, escape_control, real_console, stderr, stdout,
                                 EngineOptions, with_engine_options)
+from rmqtool.cli.progress import Progress
 from rmqtool.errors import EXIT_REFUSED, DeclinedError, RefusedError, UsageError
 from rmqtool.errors import writing_to
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
-
-
-class LazyProgress:
-    """A rich progress bar on stderr that appears only once the work has taken > 1 s."""
-
-    def __init__(self, label: str, delay: float = 1.0):
-        self.label, self.delay = label, delay
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if time.perf_counter() - self.t0 < self.delay or not stderr.is_terminal:
-                return
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                       TimeRemainingColumn)
-            self.bar = Progress(TextColumn(self.label), BarColumn(), DownloadColumn(),
-                                TimeRemainingColumn(), console=real_console(stderr), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total)
-        self.bar.update(self.task, completed=min(done, total), total=total)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 _UNCONFIRMED = ("refusing to replace files without confirmation (no terminal to ask on): pass --yes "
@@ -199,7 +173,7 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
     """One rebuild with a progress bar on the engine of ``engine_options`` (the operation takes the
     writer lock); ``build(bar, engine)`` returns its result(s), rendered as a table each or as one
     JSON array."""
-    bar = LazyProgress(bar_label)
+    bar = Progress(bar_label)
     try:
         with _declined(), _show_refused_plan(fmt), writing_to(output or s.root), \
                 engine_options.open(own_pool=True) as eng:

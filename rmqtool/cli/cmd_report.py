@@ -32,6 +32,7 @@ def report_command(
     if output.exists() and not force:
         raise RefusedError("the output exists: pass --force to replace it", output)
     s = open_store(store)
-    with engine_options.open() as eng:
-        n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size)
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, Progress("report") as bar:
+        n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size, progress=bar)
     stdout.print(f"wrote {output} ({n} bytes)", markup=False)

@@ -29,8 +29,10 @@ def stats_command(
     if by is not None:
         check_choice(by, tuple(BUCKETS), "--by")
     opened = open_stores(stores, commitlog_dirs)
-    with engine_options.open() as eng:
-        results = stats(opened, by, engine=eng, split_size=engine_options.split_size)    # several stores: one engine run
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, Progress("stats") as bar:
+        results = stats(opened, by, engine=eng, split_size=engine_options.split_size,
+                        progress=bar)    # several stores: one engine run
     if fmt != "table":
         emit((row for r in results for row in r.rows()), fmt)
         return

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import List, Optional
 
 import typer
@@ -13,41 +12,8 @@ from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, FORMATS, Comm
                                 escape_control, open_stores, real_console, stderr, stdout, EngineOptions,
                                 with_engine_options)
 from rmqtool.cli.cmd_info import dledger_recovery_text
+from rmqtool.cli.progress import Tally
 from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
-
-PROGRESS_AFTER_S = 1.0
-
-
-class Progress:
-    """A rich progress bar on stderr, shown only on a TTY and only once a run passes ~1 s."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.done = 0
-        self.started = time.monotonic()
-        self.bar = None
-        self.task = None
-
-    def restart(self) -> None:
-        """Back to zero: verify reads the store again (it was replaced meanwhile)."""
-        self.done = 0
-
-    def __call__(self, nbytes: int) -> None:
-        self.done += nbytes
-        if not self.enabled:
-            return
-        if self.bar is None and time.monotonic() - self.started > PROGRESS_AFTER_S:
-            from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TransferSpeedColumn
-            self.bar = RichProgress("verify", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                    console=real_console(stderr), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("commitlog", total=self.total)
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
@@ -103,7 +69,7 @@ def verify_command(
     fleet = len(opened) > 1
     with engine_options.open() as eng:
         results = [(name, report, report.exit_code(fail_on)) for name, report in verify_stores(
-            opened, options, lambda s: Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty()),
+            opened, options, lambda s: Tally("verify", total=sum(seg.size for seg in s.commitlog.files)),
             engine=eng, split_size=engine_options.split_size)]
     code = max(c for _, _, c in results)
     fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),

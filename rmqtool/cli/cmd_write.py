@@ -161,7 +161,8 @@ def write_command(
             g.cq_ext_file_size = cq_ext_file_size or g.cq_ext_file_size or DEFAULT_EXT_FILE_SIZE
         geometry = g
     dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
-    bar = CountProgress()
+    from rmqtool.cli.progress import Progress
+    bar = Progress("write", unit="records")
     try:
         with writing_to(store):            # an ENOSPC names the store, not "rmqtool"
             if synthetic is not None:
@@ -208,17 +209,3 @@ def _undo(store: Path, backup: Path, fmt: str, also_writing: bool) -> int:
                  f"created removed" + (f" ({r['already_restored']} already restored)" if r["already_restored"]
                                        else ""), markup=False)
     return 0
-
-
-class CountProgress:
-    """Messages-written counter on stderr, shown only after 1 s."""
-
-    def __init__(self):
-        from rmqtool.cli.cmd_rebuild import LazyProgress
-        self.inner = LazyProgress("write")
-
-    def __call__(self, done: int, total: int) -> None:
-        self.inner(done, max(total, done))
-
-    def close(self) -> None:
-        self.inner.close()
