@@ -1,4 +1,4 @@
-"""Counts in messages: ``count(1, "file")`` is "1 file", ``count(3, "file")`` "3 files" (never
+"""Counts in messages: ``counted(1, "file")`` is "1 file", ``counted(3, "file")`` "3 files" (never
 "1 files" or "file(s)"). Imports nothing of ours, so every layer's messages use it."""
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
-def count(n: int, noun: str, many: str | None = None) -> str:
+def counted(n: int, noun: str, many: str | None = None) -> str:
     """``n`` and the noun, singular for exactly one (``many``: an irregular plural)."""
     return f"{n} {noun if n == 1 else many or plural(noun)}"
+
+
+def agree(n: int, one: str, many: str) -> str:
+    """The verb (or any word) that agrees with a count: ``agree(n, "is", "are")``."""
+    return one if n == 1 else many

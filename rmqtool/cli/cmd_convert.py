@@ -8,6 +8,7 @@ import typer
 
 from rmqtool.cli.common import REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, app, check_choice, emit, open_store, stdout
 from rmqtool.errors import EXIT_FINDINGS, UsageError, writing_to
+from rmqtool.wording import counted
 
 
 @app.command("convert")
@@ -39,9 +40,9 @@ def convert_command(
     if fmt != "table":
         emit([s.as_dict()], fmt)
     else:
-        stdout.print(f"converted {s.records} records to {s.store} [{s.first_offset}, {s.end_offset}) in "
-                     f"{len(s.commitlog_files)} commitlog files; {s.cq_units} ConsumeQueue units, "
-                     f"{s.index_entries} index entries", markup=False)
+        stdout.print(f"converted {counted(s.records, 'record')} to {s.store} [{s.first_offset}, {s.end_offset}) in "
+                     f"{counted(len(s.commitlog_files), 'commitlog file')}; {counted(s.cq_units, 'ConsumeQueue unit')}, "
+                     f"{counted(s.index_entries, 'index entry', 'index entries')}", markup=False)
         for w in s.warnings:
             stdout.print(f"  warning: {w}", markup=False)
     return EXIT_FINDINGS if any("walk stopped" in w for w in s.warnings) else 0

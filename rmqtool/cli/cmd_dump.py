@@ -15,7 +15,7 @@ from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commit
 from rmqtool.io.consumequeue_ext import has_ext
 from rmqtool.errors import EXIT_FINDINGS, CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
-from rmqtool.wording import count
+from rmqtool.wording import counted
 
 dump_app = typer.Typer(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
 app.add_typer(dump_app, name="dump")
@@ -116,7 +116,7 @@ def _codec_hints(rows):
             missing[r["compression"]] = missing.get(r["compression"], 0) + 1
         yield r
     for codec, n in missing.items():
-        stderr.print(f"note: {count(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
+        stderr.print(f"note: {counted(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
                      "codec is not installed (pip install 'rmqtool[codecs]')", markup=False)
 
 

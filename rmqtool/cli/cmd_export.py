@@ -9,6 +9,7 @@ from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirs
                                 open_store, parse_time, stderr, EngineOptions, with_engine_options)
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
+from rmqtool.wording import counted
 
 
 
@@ -46,8 +47,8 @@ def export_command(
     with engine_options.open() as eng, writing_to(to), Progress("export") as bar:
         summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size,
                          force=force, progress=bar)
-    stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
-                 f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
+    stderr.print(f"exported {counted(summary['rows'], 'record')} of {counted(len(summary['stores']), 'store')} in "
+                 f"{counted(summary['tasks'], 'task')} to {summary['destination']} ({counted(summary['files'], 'file')})",
                  markup=False)
     emit([{"topic": t, "rows": n} for t, n in sorted(summary["topics"].items())], "table",
          ["topic", "rows"], title="exported")

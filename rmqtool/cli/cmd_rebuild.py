@@ -15,6 +15,7 @@ from rmqtool.cli.common import (REPORT_FORMATS, CommitlogDirsOpt, FormatOpt, Ind
 from rmqtool.cli.progress import Progress
 from rmqtool.errors import EXIT_REFUSED, DeclinedError, RefusedError, UsageError
 from rmqtool.errors import writing_to
+from rmqtool.wording import counted
 
 rebuild_app = typer.Typer(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
@@ -56,13 +57,13 @@ AllowTruncateOpt = typer.Option(False, "--allow-truncate",
 
 def _print_plan(r) -> None:
     if hasattr(r, "differing_slots"):           # rebuild all's timer wheel
-        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({r.differing_slots} slot(s) differ)"),
+        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})"),
                      markup=False)
         return
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
     for line in damage_lines(r):
         stderr.print(line, markup=False)
-    stderr.print(f"  replace {len(r.files_replaced)} files in {r.target}; keep {len(r.files_kept)} "
+    stderr.print(f"  replace {counted(len(r.files_replaced), 'file')} in {r.target}; keep {len(r.files_kept)} "
                  f"(carried over as hard links); originals go to {Path(r.target).name}.backup-<UTC time>",
                  markup=False)
 
@@ -74,9 +75,9 @@ def damage_lines(r) -> list[str]:
     what = "units" if r.kind in ("consumequeue", "batchconsumequeue") else "index entries"
     first = r.damage[0]
     out = [f"  the CommitLog walk stops at {first['file']}@{first['position']} (offset {first['offset']}, "
-           f"{first['check']}: {first['detail']}); the resync finds {r.tail_records} records after it"]
+           f"{first['check']}: {first['detail']}); the resync finds {counted(r.tail_records, 'record')} after it"]
     if r.skipped:
-        out.append(f"  --skip-corrupt: rebuilt past {len(r.damage)} damaged range(s), skipped:")
+        out.append(f"  --skip-corrupt: rebuilt past {counted(len(r.damage), 'damaged range')}, skipped:")
         out += [f"    [{d['offset']}, {d['resumed_at']}) {d['skipped_bytes']} bytes at {d['file']}@{d['position']} "
                 f"({d['check']})" for d in r.damage[:50]]
     if r.before is not None:
@@ -87,7 +88,7 @@ def damage_lines(r) -> list[str]:
         if f["truncated_bytes"]:
             out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
                        f"truncates the CommitLog at {f['valid_end']}: {f['truncated_bytes']} bytes of data, "
-                       f"{len(f['files_deleted'])} files deleted")
+                       f"{counted(len(f['files_deleted']), 'file')} deleted")
         else:
             out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
                        f"keeps the CommitLog data up to {f['data_end']}")
@@ -102,10 +103,10 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     head = head or ("plan (dry run)" if dry_run else "rebuilt")
     stdout.print(f"{head}: {r.kind} of {r.store}", markup=False)
     stdout.print(f"  commitlog read [{r.range_start}, {r.range_end}) ({r.end_kind}), "
-                 f"{r.records} records", markup=False)
+                 f"{counted(r.records, 'record')}", markup=False)
     written = sum(f["size"] for f in r.files_written)
-    what = f"{r.units} units" if r.kind in ("consumequeue", "batchconsumequeue") else f"{r.entries} entries"
-    stdout.print(f"  {'would write' if dry_run else 'wrote'} {len(r.files_written)} files "
+    what = counted(r.units, "unit") if r.kind in ("consumequeue", "batchconsumequeue") else counted(r.entries, "entry")
+    stdout.print(f"  {'would write' if dry_run else 'wrote'} {counted(len(r.files_written), 'file')} "
                  f"({written} bytes), {what}; replaced {len(r.files_replaced)}, kept {len(r.files_kept)}",
                  markup=False)
     if "cq_ext_units" in r.geometry:         # a 4.x store's ConsumeQueueExt files, rebuilt with the queues
@@ -195,7 +196,7 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
 def _render_wheel(r) -> None:
     stdout.print(escape_control(
         f"{'would rebuild' if r.dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
-        f"{r.units} timer log units, {r.slots} slots, {r.differing_slots} differ from the current wheel "
+        f"{counted(r.units, 'timer log unit')}, {counted(r.slots, 'slot')}, {r.differing_slots} differ{'s' if r.differing_slots == 1 else ''} from the current wheel "
         f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
 
 
@@ -286,7 +287,7 @@ def rebuild_timerwheel_command(
             return True
         if not sys.stdin.isatty():
             raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
-        if not typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?"):
+        if not typer.confirm(f"replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})?"):
             raise DeclinedError("nothing written (declined)")
         return True
 

@@ -8,6 +8,7 @@ import typer
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadRateOpt, gentle, app,
                                 check_choice, emit, escape_control, format_time, human_size, open_stores,
                                 stdout, EngineOptions, with_engine_options)
+from rmqtool.wording import counted
 
 
 @app.command("stats")
@@ -49,9 +50,9 @@ def stats_command(
         emit(files, "table", ["name", "messages", "size", "filled", "end", "first", "last"], title="commitlog files")
         t = r.total.row()
         stdout.print(escape_control(
-            f"total: {t['messages']} messages, {human_size(t['bytes'])} in {len(r.queues)} queues, "
+            f"total: {counted(t['messages'], 'message')}, {human_size(t['bytes'])} in {counted(len(r.queues), 'queue')}, "
             f"{format_time(t['first_store_time'])} .. {format_time(t['last_store_time'])}"
             + (f", {t['messages_per_second']} messages/s" if t["messages_per_second"] else "")), markup=False)
         if r.buckets:
             counts = [v[0] for _, v in sorted(r.buckets.items())]
-            stdout.print(f"per {by}: {sparkline(counts)}  (max {max(counts)} messages)", markup=False)
+            stdout.print(f"per {by}: {sparkline(counts)}  (max {counted(max(counts), 'message')})", markup=False)

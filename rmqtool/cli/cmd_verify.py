@@ -14,6 +14,7 @@ from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, FORMATS, Comm
 from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.cli.progress import Tally
 from rmqtool.ops.verify.runner import FAIL_ON, KINDS, LEVELS, VerifyOptions, verify_stores
+from rmqtool.wording import counted
 
 
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
@@ -102,7 +103,7 @@ def verify_command(
             _render_table(report, c)
         if fleet:
             stdout.print(escape_control(
-                f"fleet: {fleet_summary['stores']} stores, {fleet_summary['clean']} clean, "
+                f"fleet: {counted(fleet_summary['stores'], 'store')}, {fleet_summary['clean']} clean, "
                 f"{fleet_summary['with_findings']} with findings"
                 + (f" ({', '.join(fleet_summary['stores_with_findings'])})" if fleet_summary['with_findings'] else "")
                 + f"; worst exit code {code}"), markup=False)
@@ -128,15 +129,15 @@ def _render_table(report, code: int) -> None:
     s = report.summary
     f = s["findings"]
     stdout.print(f"[bold]verify[/bold] {escape_control(report.store)} ({report.options.level}): "
-                 f"{f['error']} error(s), {f['warning']} warning(s), {f['info']} info"
+                 f"{counted(f['error'], 'error')}, {counted(f['warning'], 'warning')}, {f['info']} info"
                  + (f", {s['findings_not_listed']} not listed" if s["findings_not_listed"] else ""))
     cl = s["commitlog"]
-    stdout.print(f"  commitlog: {cl['files']} files, {cl['records']} records"
+    stdout.print(f"  commitlog: {counted(cl['files'], 'file')}, {counted(cl['records'], 'record')}"
                  f" ({cl['carved_records']} carved), findings {cl.get('findings', {})}")
     cq = s["consumequeue"]
-    stdout.print(f"  consumequeue: {cq['queues']} queues, {cq['units']} units, findings {cq.get('findings', {})}")
+    stdout.print(f"  consumequeue: {counted(cq['queues'], 'queue')}, {counted(cq['units'], 'unit')}, findings {cq.get('findings', {})}")
     ix = s["index"]
-    stdout.print(f"  index: {ix['files']} files, {ix['entries']} entries, findings {ix.get('findings', {})}")
+    stdout.print(f"  index: {counted(ix['files'], 'file')}, {counted(ix['entries'], 'entry')}, findings {ix.get('findings', {})}")
     stdout.print(f"  checkpoint: {'present' if s['checkpoint']['present'] else 'missing'}, "
                  f"findings {s['checkpoint'].get('findings', {})}")
     fc = report.forecast
@@ -154,14 +155,14 @@ def _render_table(report, code: int) -> None:
                     else f" (on an abnormal start: {', '.join(fc['index_files_deleted_on_abnormal_start'])})"))
     for t in fc["consume_queues_truncated"]:
         stdout.print(f"  consume queue {escape_control(t['topic'])}/{t['queue_id']} truncated from queue offset "
-                     f"{t['from_queue_offset']} ({t['units']} units)")
-    stdout.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
-                 f"not indexed (past {fc['index_frontier']}): {fc['not_indexed_count']} record(s)")
+                     f"{t['from_queue_offset']} ({counted(t['units'], 'unit')})")
+    stdout.print(f"  not dispatched (past {fc['dispatch_from']}): {counted(fc['not_dispatched_count'], 'record')}; "
+                 f"not indexed (past {fc['index_frontier']}): {counted(fc['not_indexed_count'], 'record')}")
     for r in fc["not_dispatched"][:20]:
         stdout.print(escape_control(f"    not dispatched: {_who(r)}"), markup=False)
     if fc["not_dispatched_count"] > 20:
         stdout.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format jsonl lists them)")
-    stdout.print(f"  lost at restart (records past the valid end): {fc['lost_count']} record(s)")
+    stdout.print(f"  lost at restart (records past the valid end): {counted(fc['lost_count'], 'record')}")
     for r in fc["lost"][:20]:
         stdout.print(escape_control(f"    lost: {_who(r)}"), markup=False)
     if fc["lost_count"] > 20:

@@ -15,6 +15,7 @@ from rmqtool.io.topicpath import printable
 from rmqtool.ops.info import store_info
 from rmqtool.ops.stats import stats
 from rmqtool.ops.verify import VerifyOptions, verify
+from rmqtool.wording import counted
 
 LISTED = 200          # rows of each message list shown in the page (the JSON block keeps what verify listed)
 
@@ -141,7 +142,7 @@ def build_report(store, name: str, level: str = "deep", engine=None, split_size:
     findings = d["findings"]
     code = rep.exit_code("error")
     verdict = (f'<p class="ok">verify ({level}): clean, exit 0</p>' if code == 0 else
-               f'<p class="bad">verify ({level}): exit {code}; {len(findings)} finding(s) listed</p>')
+               f'<p class="bad">verify ({level}): exit {code}; {counted(len(findings), "finding")} listed</p>')
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>rmqtool report: {html.escape(name)}</title>"
         f"<style>{CSS}</style></head><body>",
