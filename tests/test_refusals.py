@@ -85,3 +85,19 @@ def test_report_force_keeps_the_old_file_when_the_report_fails(tmp_path, monkeyp
     assert res.code == 2 and "No space left" in res.err, res.err
     assert out.read_text() == "an older report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+def test_rebuild_timerwheel_declined_writes_nothing_and_exits_3(tmp_path, monkeypatch):
+    """Was: the wheel left alone but 'rebuilt: …' printed and exit 0."""
+    import subprocess
+    from conftest import ROOT
+    subprocess.run(["tar", "--sparse", "-xzf", str(ROOT / "fixtures" / "reference" / "timer.tar.gz"), "-C",
+                    str(tmp_path)], check=True)
+    root = tmp_path / "timer"
+    before = _tree(root)
+    monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
+    res = run_cli("rebuild", "timerwheel", root)
+    assert res.code == 3, res.err
+    assert "rebuild: nothing written (declined)" in res.err and "error" not in res.err
+    assert "rebuilt" not in res.out
+    assert _tree(root) == before
