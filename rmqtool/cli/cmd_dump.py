@@ -93,7 +93,7 @@ def _table_body(row: dict, as_text: bool):
     """A record's body as a table cell: the text when it is UTF-8, else ``hex:`` and its first bytes (no
     replacement characters in a table); the end row's detail for non-records."""
     body = row.get("body")
-    if row.get("compression") is not None and row.get("inflated_body_length") is None:
+    if as_text and row.get("compression") is not None and row.get("inflated_body_length") is None:
         return f"({row.get('note')})"           # not inflated: a hint, never the compressed bytes
     if not body:
         return row.get("detail")
