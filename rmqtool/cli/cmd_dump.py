@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from formats.commitlog import COMPRESSED_FLAG
 from rmqtool.cli.common import (BODY_MODES, FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
                                 IndexSlotsOpt, app, check_choice, emit, escape_control, format_time, open_store,
                                 parse_time, stderr)
@@ -93,6 +92,7 @@ def dump_commitlog(
 def _table_body(row: dict, as_text: bool):
     """A record's body as a table cell: the text when it is UTF-8, else ``hex:`` and its first bytes (no
     replacement characters in a table); the end row's detail for non-records."""
+    from formats.commitlog import COMPRESSED_FLAG
     body = row.get("body")
     if as_text and row.get("inflated_body_length") is None and (row.get("sys_flag") or 0) & COMPRESSED_FLAG:
         return f"({row.get('note')})"           # not inflated: a hint, never the compressed bytes
