@@ -72,6 +72,11 @@ class RefusedError(RmqError):
     exit_code = EXIT_REFUSED
 
 
+class DeclinedError(RefusedError):
+    """The person answered no at a prompt: nothing was written. A refusal they chose, not an
+    error: the command says so in one line without ``error:`` and exits 3 like every refusal."""
+
+
 class MissingDependencyError(RmqError):
     """An optional dependency (pyspark, Java, a codec) is not installed."""
 

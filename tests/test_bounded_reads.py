@@ -150,6 +150,11 @@ def test_dump(stores, kind, tail, what):
     root, target = stores(kind, tail)
     sub, code = DUMP[kind]
     res = run_limited("dump", sub, target if what == "file" else root, "-f", "jsonl")
+    if code == 2 and what == "store" and kind in ("consumequeue", "index"):
+        check(res, 1, target)           # the walk goes on past the file: one line naming it and its size
+        line, = res.stderr.strip().splitlines()
+        assert line.startswith(f"damaged: {target}@") and SIZE in line, res.stderr
+        return
     check(res, code, target)
     if code == 0:                       # the CommitLog's records, up to where its data ends
         rows = [json.loads(line) for line in res.stdout.splitlines()]

@@ -166,6 +166,14 @@ def _assert_one_line_error(res, path_part):
     assert "Traceback" not in res.err
 
 
+def _assert_one_damage_line(res, path_part):
+    """A dump that went on past a damaged file: exit 1 (a finding), one ``damaged:`` line naming it."""
+    assert res.code == 1, (res.out, res.err)
+    lines = [l for l in res.err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("damaged: ") and path_part in lines[0], res.err
+    assert "Traceback" not in res.err and "error" not in res.err
+
+
 def test_bad_inputs_exit_2_with_one_line(tmp_path):
     _assert_one_line_error(run_cli("info", tmp_path / "nope"), "nope")
     empty = tmp_path / "empty"
@@ -185,13 +193,13 @@ def test_random_bytes_commitlog_reports_end_not_traceback(tmp_path):
     p = tmp_path / "00000000000000000000"
     p.write_bytes(np.random.default_rng(1).bytes(5000))
     res = run_cli("dump", "commitlog", p, "-f", "jsonl")
-    _assert_one_line_error(res, f"{p.name}@0")                 # the rows are printed, then one error line
+    _assert_one_damage_line(res, f"{p.name}@0")                 # the rows are printed, then one damage line
     rows = res.jsonl()
     assert rows[-1]["kind"] == "END" and rows[-1]["end"] in ("corrupt", "torn") and rows[-1]["position"] == 0
 
 
 def test_dump_commitlog_prints_rows_before_damage_then_fails(tmp_path):
-    """A corrupt record mid-store: every row up to it (and past it, in later files), then exit 2
+    """A corrupt record mid-store: every row up to it (and past it, in later files), then exit 1
     naming the file and position; a clean store and a --limit that stops before it exit 0."""
     import struct
     from formats import commitlog as cl
@@ -204,7 +212,7 @@ def test_dump_commitlog_prints_rows_before_damage_then_fails(tmp_path):
         fh.seek(pos + cl.MESSAGE_HEAD_OFFSETS["magic"])
         fh.write(struct.pack(">I", 0x12345678))
     res = run_cli("dump", "commitlog", store, "-f", "jsonl", "--body", "none")
-    _assert_one_line_error(res, f"{path.name}@{pos}")
+    _assert_one_damage_line(res, f"{path.name}@{pos}")
     rows = [r for r in res.jsonl() if r["kind"] == "MESSAGE"]
     assert m["phyOffset"] not in {r["phy_offset"] for r in rows}
     assert len(rows) > answers["commitlog"]["messageCount"] * 0.9
@@ -236,7 +244,7 @@ def test_bad_input_classes_give_one_line_with_path_and_offset(tmp_path):
     store = _copy("basic", tmp_path)
     index = sorted((store / "index").iterdir())[4]
     os.truncate(index, 5000)                                                # truncated: wrong size
-    _assert_one_line_error(run_cli("dump", "index", store, "-f", "jsonl"), f"{index.name}@5000")
+    _assert_one_damage_line(run_cli("dump", "index", store, "-f", "jsonl"), f"{index.name}@5000")
     _assert_one_line_error(run_cli("dump", "index", index, "--index-slots", "61", "--index-entries", "350"),
                            f"{index.name}@5000")
     index.write_bytes(np.random.default_rng(3).bytes(30))                   # random bytes, too short
@@ -251,7 +259,7 @@ def test_bad_input_classes_give_one_line_with_path_and_offset(tmp_path):
 
 
 def test_dump_consumequeue_wrong_size_file_prints_units_then_fails(tmp_path):
-    """A CQ file cut inside a unit: its whole units, an END row inside that file, then exit 2
+    """A CQ file cut inside a unit: its whole units, an END row inside that file, then exit 1
     naming the file and its size (single file and store alike)."""
     store = _copy("basic", tmp_path)
     cq = store / "consumequeue" / "TopicTest" / "0" / "00000000000000000000"
@@ -259,9 +267,54 @@ def test_dump_consumequeue_wrong_size_file_prints_units_then_fails(tmp_path):
     for target in (cq, store):
         res = run_cli("dump", "consumequeue", target, "-f", "jsonl", *([] if target == cq else
                                                                        ["--topic", "TopicTest", "--queue", "0"]))
-        _assert_one_line_error(res, f"{cq.name}@790")
+        _assert_one_damage_line(res, f"{cq.name}@790")
         rows = res.jsonl()
         assert [r["queue_offset"] for r in rows if r["kind"] == "UNIT"] == list(range(39))
         end = rows[-1]
         assert end["kind"] == "END" and os.path.basename(end["file"]) == cq.name and end["position"] == 780
     assert run_cli("dump", "consumequeue", reference_store("basic"), "-f", "jsonl").code == 0
+
+
+def test_dump_index_goes_on_past_damaged_files(tmp_path):
+    """Two damaged index files among intact ones: every intact file's header and entries are
+    dumped (the damaged ones' too, up to the damage), one ``damaged:`` line names each damaged
+    file and offset, and the exit is 1 (a finding), as a dump of the whole store."""
+    store = _copy("basic", tmp_path)
+    files = sorted((store / "index").iterdir())
+    whole = run_cli("dump", "index", store, "-f", "jsonl")
+    assert whole.code == 0, whole.err
+    os.truncate(files[2], 5000)                  # truncated inside its entries
+    os.truncate(files[5], 20)                    # shorter than its header
+    res = run_cli("dump", "index", store, "-f", "jsonl")
+    assert res.code == 1, res.err
+    lines = res.err.splitlines()
+    assert lines == [f"damaged: {files[2]}@5000: index file is 5000 bytes, its geometry needs "
+                     f"{files[0].stat().st_size} (truncated or wrong size)",
+                     f"damaged: {files[5]}@20: index file is 20 bytes, shorter than its header"], res.err
+    rows = res.jsonl()
+    assert [r["file"] for r in rows if r["kind"] == "HEADER"] == [str(f) for f in files if f != files[5]]
+    intact = [r for r in whole.jsonl() if r["file"] not in (str(files[2]), str(files[5]))]
+    assert [r for r in rows if r["file"] not in (str(files[2]), str(files[5]))] == intact
+    assert any(r["file"] == str(files[2]) and r["kind"] == "ENTRY" for r in rows)
+
+
+def test_dump_commitlog_and_consumequeue_report_every_damaged_file(tmp_path):
+    """Damage in two files of one walk: both named, one line each, exit 1."""
+    store = _copy("basic", tmp_path)
+    cqs = sorted((store / "consumequeue" / "TopicTest").glob("*/00000000000000000000"))
+    os.truncate(cqs[0], 790)
+    os.truncate(cqs[1], 395)
+    res = run_cli("dump", "consumequeue", store, "-f", "jsonl")
+    assert res.code == 1, res.err
+    lines = sorted(res.err.splitlines())
+    assert [ln.split(": ")[1] for ln in lines] == [f"{cqs[0]}@790", f"{cqs[1]}@395"], res.err
+    assert all("the whole units it holds were printed" in ln for ln in lines)
+    logs = sorted((store / "commitlog").iterdir())
+    for k in (1, 3):
+        with open(logs[k], "r+b") as fh:          # the first record's magic
+            fh.seek(4)
+            fh.write(b"\x12\x34\x56\x78")
+    res = run_cli("dump", "commitlog", store, "-f", "jsonl")
+    assert res.code == 1, res.err
+    assert [ln.split(": ")[1] for ln in res.err.splitlines()] == [f"{logs[1]}@0", f"{logs[3]}@0"], res.err
+    assert {r["file"] for r in res.jsonl() if r["kind"] == "MESSAGE"} >= {str(logs[2]), str(logs[4])}

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from conftest import load_answers, reference_store, run_cli
-from rmqtool.cli import cmd_rebuild
+from rmqtool.cli import progress
 
 
 class FakeClock:
@@ -34,8 +34,8 @@ def terminal(monkeypatch):
     def install(step: float, is_terminal: bool = True) -> io.StringIO:
         buf = io.StringIO()
         console = Console(file=buf, force_terminal=is_terminal, width=120, color_system=None)
-        monkeypatch.setattr(cmd_rebuild, "stderr", console)
-        monkeypatch.setattr(cmd_rebuild, "time", SimpleNamespace(perf_counter=FakeClock(step).perf_counter))
+        monkeypatch.setattr(progress, "stderr", console)
+        monkeypatch.setattr(progress, "time", SimpleNamespace(perf_counter=FakeClock(step).perf_counter))
         return buf
     return install
 
@@ -133,3 +133,58 @@ def test_write_shows_a_progress_bar_once_past_one_second(tmp_path, terminal):
     assert run_cli("write", tmp_path / "w2", "--synthetic", 3000, "--commitlog-file-size", 65536,
                    "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350).code == 0
     assert buf.getvalue() == ""
+
+
+def test_write_progress_counts_records_not_bytes(tmp_path, terminal):
+    buf = terminal(step=0.7)
+    res = run_cli("write", tmp_path / "w", "--synthetic", 3000, "--commitlog-file-size", 65536,
+                  "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350, "-f", "json")
+    assert res.code == 0, res.err
+    assert "3000/3000 records" in buf.getvalue()
+    assert "kB" not in buf.getvalue() and "/3.0" not in buf.getvalue()
+
+
+def _long_commands(tmp_path):
+    store = str(reference_store("basic"))
+    return {"export": ["export", store, "--to", tmp_path / "ex", "--format", "jsonl"],
+            "stats": ["stats", store, "-f", "json"],
+            "report": ["report", store, "-o", tmp_path / "r.html", "--level", "shallow"],
+            "verify": ["verify", store, "-f", "json"]}
+
+
+@pytest.mark.parametrize("command", ["export", "stats", "report", "verify"])
+def test_long_commands_show_a_byte_progress_bar_on_a_terminal(tmp_path, terminal, command):
+    if command in ("export", "report"):
+        pytest.importorskip("pyarrow" if command == "export" else "matplotlib")
+    buf = terminal(step=0.7)
+    res = run_cli(*_long_commands(tmp_path)[command])
+    assert res.code == 0, res.err
+    total = sum(p.stat().st_size for p in (reference_store("basic") / "commitlog").iterdir())
+    whole = f"{total * (2 if command == 'report' else 1) / 1e6:.1f}"
+    assert f"{command} " in buf.getvalue() and f"{whole}/{whole} MB" in buf.getvalue(), buf.getvalue()[-500:]
+    if command in ("stats", "verify"):
+        json.loads(res.out)                  # stdout stays clean JSON
+
+
+@pytest.mark.parametrize("command", ["export", "stats"])
+def test_no_progress_bar_in_piped_output(tmp_path, terminal, command):
+    pytest.importorskip("pyarrow")
+    buf = terminal(step=5.0, is_terminal=False)
+    assert run_cli(*_long_commands(tmp_path)[command]).code == 0
+    assert buf.getvalue() == ""
+
+
+def test_engine_progress_counts_every_task_of_a_pool(tmp_path):
+    """A process pool's tasks report as each ends: the last report is the whole CommitLog."""
+    pytest.importorskip("pyarrow")
+    from rmqtool.engines import get_engine
+    from rmqtool.io.store import Store
+    from rmqtool.ops.export import export
+    store = Store(reference_store("basic"))
+    total = sum(seg.size for seg in store.commitlog.files)
+    seen = []
+    with get_engine("local", jobs=2) as eng:
+        export([("basic", store)], tmp_path / "ex", eng, "jsonl", split_size=50000,
+               progress=lambda done, of: seen.append((done, of)))
+    assert seen[-1] == (total, total) and len(seen) > 10
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))

@@ -19,6 +19,7 @@ from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io import install as inst
 from rmqtool.broker.dispatch import BatchDispatch, QueueLayout
 from rmqtool.io.topicpath import describe, queue_dir, queue_selected, topic_path_problem
+from rmqtool.wording import counted
 
 #: units held in memory before they are written out (all queues together; what is left to
 #: place and write after the last batch: see dispatch.FOLD_KEYS)
@@ -223,7 +224,7 @@ class CqBuilder:
         out = []
         for (topic, qid), q in sorted(self._queues.items()):
             if q.problem is not None:
-                out.append(f"{q.problem}: queue {describe(topic)}/{qid} skipped ({q.units_seen} units not written)")
+                out.append(f"{q.problem}: queue {describe(topic)}/{qid} skipped ({counted(q.units_seen, 'unit')} not written)")
             else:
                 out += q.layout.warnings
         return out
@@ -330,10 +331,10 @@ class BcqBuilder:
         return sum(q["new"] for q in self._queues.values() if q["problem"] is None)
 
     def warnings(self) -> list[str]:
-        out = [f"{q['problem']}: batch queue {describe(t)}/{qid} skipped ({q['new']} units not written)"
+        out = [f"{q['problem']}: batch queue {describe(t)}/{qid} skipped ({counted(q['new'], 'unit')} not written)"
                for (t, qid), q in sorted(self._queues.items()) if q["problem"] is not None]
         if self.repeats:
-            out.append(f"{self.repeats} repeated BatchConsumeQueue unit(s) skipped")
+            out.append(f"{counted(self.repeats, 'repeated BatchConsumeQueue unit')} skipped")
         return out
 
     def files_written(self) -> list[dict]:

@@ -42,6 +42,7 @@ from rmqtool.io.indexfile import IndexGeometry
 from rmqtool.io.install import crash_point, pwrite_all
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import length_groups, span_matrix
+from rmqtool.wording import counted
 
 INT_MAX = JAVA_INT_MAX
 _SPAN_NAMES = ("topic", "tags", "keys", "uniq", "delay")
@@ -717,7 +718,7 @@ class QueueLayout:
                 if _lost_between(self.max_phy, int(phy[i]), self.skipped):
                     lost = (expect - self.written_end) // CQ_UNIT_SIZE
                     self.warnings.append(f"{name}: queue offsets {self.written_end // CQ_UNIT_SIZE}.."
-                                         f"{int(qoff[i]) - 1} lost in a skipped range: {lost} filler unit(s)")
+                                         f"{int(qoff[i]) - 1} lost in a skipped range: {counted(lost, 'filler unit')}")
                     rows += [-1] * lost
                     self.written_end = expect
                 else:

@@ -18,6 +18,7 @@ from typing import Callable
 from rmqtool.broker.dispatch import DISPATCH_STOP_CHECK, END_DISPATCH_STOP
 from rmqtool.errors import RefusedError
 from rmqtool.records.scan import END_CORRUPT, END_EOF, END_TORN, END_ZERO, FileScan, next_record_after
+from rmqtool.wording import counted
 
 #: walk ends after which the CommitLog may still hold records (BLANK goes on to the next
 #: file; a range or --to-offset end is where the caller asked to stop)
@@ -206,13 +207,13 @@ def refuse_truncation(results: list) -> None:
     if not early:
         return
     first = early[0].damage[0]
-    counted = [f"{r.kind} {r.before} -> {r.after} ({r.after - r.before:+d})" for r in early if r.before is not None]
-    dropped = (f"{early[0].tail_records} records" if early[0].tail_records else "the records after it") + \
-        (f" ({', '.join(counted)})" if counted else "")
+    changes = [f"{r.kind} {r.before} -> {r.after} ({r.after - r.before:+d})" for r in early if r.before is not None]
+    dropped = (counted(early[0].tail_records, "record") if early[0].tail_records else "the records after it") + \
+        (f" ({', '.join(changes)})" if changes else "")
     raise TruncationRefused(
         f"the CommitLog walk stops here ({first['check']}: {first['detail']}) but records follow "
         f"(the resync finds the next at offset {first['resumed_at']}); the rebuild would drop {dropped}. "
-        "Pass --skip-corrupt to rebuild past the damaged range(s), or --allow-truncate to accept the loss",
+        "Pass --skip-corrupt to rebuild past the damage, or --allow-truncate to accept the loss",
         first["file"], first["position"], results)
 
 

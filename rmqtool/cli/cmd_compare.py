@@ -6,10 +6,11 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
 from rmqtool.cli.options import Format
 from rmqtool.errors import EXIT_FINDINGS
+from rmqtool.wording import counted
 
 
 def _side(label: str, side) -> str:
-    text = f"  {label} {side.store}: {side.records} records"
+    text = f"  {label} {side.store}: {counted(side.records, 'record')}"
     if side.last_index is not None and side.dledger:
         text += f", last entry index {side.last_index} term {side.last_term}"
     if side.end_offset is not None:
@@ -52,7 +53,7 @@ def compare_command(
     else:
         head = {"identical": "identical", "prefix": "one log is a prefix of the other",
                 "diverged": "diverged"}[c.status]
-        stdout.print(f"compare: {head}; {c.agreed} records agree from the start"
+        stdout.print(f"compare: {head}; {counted(c.agreed, 'record')} agree{'s' if c.agreed == 1 else ''} from the start"
                      + (f" (to offset {c.agreed_end})" if c.agreed_end is not None else ""), markup=False)
         if c.status == "diverged":
             stdout.print(f"  first difference: {', '.join(c.differs_by)}", markup=False)
@@ -81,12 +82,13 @@ def _compare_queues(a: str, b: str, fmt: str, commitlog_dirs) -> int:
     if fmt != "table":
         emit([c.as_dict()], fmt)
     else:
-        stdout.print(f"compare queues: {'identical' if c.identical else 'differ'}; {c.same_queues} "
-                     f"queue(s) the same, {c.differing} differ "
-                     f"(a: {c.queues_a} queues, {c.units_a} units; b: {c.queues_b} queues, {c.units_b} units)",
+        stdout.print(f"compare queues: {'identical' if c.identical else 'differ'}; "
+                     f"{counted(c.same_queues, 'queue')} the same, {c.differing} differ{'s' if c.differing == 1 else ''} "
+                     f"(a: {counted(c.queues_a, 'queue')}, {counted(c.units_a, 'unit')}; "
+                     f"b: {counted(c.queues_b, 'queue')}, {counted(c.units_b, 'unit')})",
                      markup=False)
         for d in c.diffs:
             where = (f"first difference at queue offset {d.first_queue_offset}: a {d.a}, b {d.b}"
                      if d.status == "differ" else d.status)
-            stdout.print(f"  {d.topic}/{d.queue_id}: {where} ({d.units_a} / {d.units_b} units)", markup=False)
+            stdout.print(f"  {d.topic}/{d.queue_id}: {where} ({d.units_a} / {counted(d.units_b, 'unit')})", markup=False)
     raise typer.Exit(0 if c.identical else EXIT_FINDINGS)

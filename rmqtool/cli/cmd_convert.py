@@ -9,6 +9,7 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
 from rmqtool.cli.options import ConvertTarget, Format, option
 from rmqtool.errors import EXIT_FINDINGS, writing_to
+from rmqtool.wording import counted
 
 
 @app.command("convert")
@@ -27,10 +28,10 @@ def convert_command(
 ):
     """Rewrite a DLedger-mode store as a classic store: every committed message with its fields,
     at new CommitLog offsets, with its ConsumeQueues, IndexFiles and checkpoint. The source is only read."""
-    from rmqtool.cli.cmd_write import CountProgress
+    from rmqtool.cli.progress import Progress
     from rmqtool.ops.convert import convert_to_commitlog
     src = open_store(store, commitlog_dirs)
-    bar = CountProgress()
+    bar = Progress("convert", unit="records")
     try:
         with writing_to(output):
             s = convert_to_commitlog(src, output, commitlog_file_size, include_uncommitted, progress=bar)
@@ -39,9 +40,9 @@ def convert_command(
     if fmt != "table":
         emit([s.as_dict()], fmt)
     else:
-        stdout.print(f"converted {s.records} records to {s.store} [{s.first_offset}, {s.end_offset}) in "
-                     f"{len(s.commitlog_files)} commitlog files; {s.cq_units} ConsumeQueue units, "
-                     f"{s.index_entries} index entries", markup=False)
+        stdout.print(f"converted {counted(s.records, 'record')} to {s.store} [{s.first_offset}, {s.end_offset}) in "
+                     f"{counted(len(s.commitlog_files), 'commitlog file')}; {counted(s.cq_units, 'ConsumeQueue unit')}, "
+                     f"{counted(s.index_entries, 'index entry', 'index entries')}", markup=False)
         for w in s.warnings:
             stdout.print(f"  warning: {w}", markup=False)
     return EXIT_FINDINGS if any("walk stopped" in w for w in s.warnings) else 0

@@ -8,13 +8,14 @@ from typing import Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, emit, format_time, open_store, parse_time)
+                                IndexSlotsOpt, app, emit, escape_control, format_time, open_store, parse_time, stderr)
 from rmqtool.cli.options import App, Body, Format, Layout, LayoutOpt, option
 from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_ext_rows, consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
 from rmqtool.io.consumequeue_ext import has_ext
-from rmqtool.errors import CorruptDataError, StoreLayoutError, UsageError
+from rmqtool.errors import EXIT_FINDINGS, CorruptDataError, StoreLayoutError, UsageError
 from rmqtool.simplified import use_simplified
+from rmqtool.wording import counted
 
 dump_app = App(no_args_is_help=True, help="Dump any store file kind as a table, JSON or JSON lines.")
 app.add_typer(dump_app, name="dump")
@@ -30,6 +31,17 @@ def _limited(rows, limit):
     if limit is not None and limit < 0:
         raise UsageError("--limit must be >= 0")
     return rows if limit is None else itertools.islice(rows, limit)
+
+
+def _damage_found(problems) -> int:
+    """After every row was printed: one ``damaged: file@offset: what`` line on stderr per damaged file
+    the walk went past (its first problem), and exit 1 (findings), as verify; 0 when there was none."""
+    named = set()
+    for exc in problems:
+        if exc.path not in named:
+            named.add(exc.path)
+            stderr.print(f"damaged: {escape_control(str(exc))}", markup=False)
+    return EXIT_FINDINGS if problems else 0
 
 
 @dump_app.command("commitlog")
@@ -63,22 +75,27 @@ def dump_commitlog(
                        parse_time(end, "--end"))
     check_range(flt)
     store, files = commitlog_target(target, lambda p: open_store(p, commitlog_dirs), base_offset)
-    damage = _FirstDamage(live=bool(getattr(store, "is_live", lambda: False)()))
+    damage = _Damage(live=bool(getattr(store, "is_live", lambda: False)()))
     as_text = fmt == "table" and body == "text"     # a table shows text bodies, binary ones as a hex preview
     rows = damage.watch(_limited(commitlog_rows(store, flt, body="base64" if as_text else body, files=files), limit))
+    if body == "text":
+        rows = _codec_hints(rows)
     if fmt == "table":
         rows = ({**r, "store_time": format_time(r.get("store_timestamp")),
                  "body": _table_body(r, as_text)} for r in rows)
         emit(rows, "table", COMMITLOG_TABLE)
     else:
         emit(rows, fmt)
-    damage.raise_if_found()
+    return _damage_found(damage.problems)
 
 
 def _table_body(row: dict, as_text: bool):
     """A record's body as a table cell: the text when it is UTF-8, else ``hex:`` and its first bytes (no
     replacement characters in a table); the end row's detail for non-records."""
+    from formats.commitlog import COMPRESSED_FLAG
     body = row.get("body")
+    if as_text and row.get("inflated_body_length") is None and (row.get("sys_flag") or 0) & COMPRESSED_FLAG:
+        return f"({row.get('note')})"           # not inflated: a hint, never the compressed bytes
     if not body:
         return row.get("detail")
     if not as_text:
@@ -91,28 +108,37 @@ def _table_body(row: dict, as_text: bool):
         return "hex:" + raw[:24].hex() + ("…" if len(raw) > 24 else "")
 
 
-class _FirstDamage:
-    """Remembers the first END row where a walk stopped on torn or corrupt bytes: after every row
-    was printed, that is one ``error: file@position`` line and exit 2. On a store a broker holds,
-    a torn record is the live tail being written, not damage."""
+def _codec_hints(rows):
+    """The rows as they are; after the last, one note per codec a compressed body needed that is
+    not installed (the body is null, its row's ``note`` says why)."""
+    missing: dict[str, int] = {}
+    for r in rows:
+        if r.get("compression") and "not installed" in (r.get("note") or ""):
+            missing[r["compression"]] = missing.get(r["compression"], 0) + 1
+        yield r
+    for codec, n in missing.items():
+        stderr.print(f"note: {counted(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
+                     "codec is not installed (pip install 'rmqtool[codecs]')", markup=False)
+
+
+class _Damage:
+    """The END rows where a file's walk stopped on torn or corrupt bytes (the walk goes on with the
+    next file), as errors naming the file and position. On a store a broker holds, a torn record
+    is the live tail being written, not damage."""
 
     def __init__(self, live: bool):
         self.live = live
-        self.row: dict | None = None
+        self.problems: list[CorruptDataError] = []
 
     def watch(self, rows):
         for r in rows:
-            if self.row is None and r.get("kind") == "END" and r.get("end") in ("torn", "corrupt") and not (
+            if r.get("kind") == "END" and r.get("end") in ("torn", "corrupt") and not (
                     self.live and r.get("end") == "torn"):
-                self.row = r
+                self.problems.append(CorruptDataError(
+                    f"the walk of this file stopped on {r['end']} data: {r.get('detail') or r['end']}"
+                    f"{' (' + r['check'] + ')' if r.get('check') else ''}; the rows before it were printed",
+                    r["file"], r["position"]))
             yield r
-
-    def raise_if_found(self) -> None:
-        r = self.row
-        if r is not None:
-            raise CorruptDataError(f"the walk stopped on {r['end']} data: {r.get('detail') or r['end']}"
-                                   f"{' (' + r['check'] + ')' if r.get('check') else ''}; "
-                                   "the rows before it were printed", r["file"], r["position"])
 
 
 @dump_app.command("consumequeue")
@@ -139,10 +165,8 @@ def dump_consumequeue(
     if has_ext(p.parent.parent.parent.parent if store is None else store.root):
         columns[7:7] = ["ext_address", "store_timestamp", "filter_bitmap"]   # tags_code: the ext unit's
     emit(_limited(rows, limit), fmt, columns)
-    if problems:
-        path, size, message = problems[0]
-        raise StoreLayoutError(f"ConsumeQueue file {message}; the whole units it holds were printed",
-                               path, size)
+    return _damage_found([StoreLayoutError(f"ConsumeQueue file {message}; the whole units it holds were printed",
+                                           path, size) for path, size, message in problems])
 
 
 @dump_app.command("consumequeue-ext")
@@ -159,9 +183,11 @@ def dump_consumequeue_ext(
     if not has_ext(store.root):
         raise UsageError("the store has no consumequeue_ext/ (written only by a broker with "
                          "enableConsumeQueueExt=true)", store.root)
-    emit(_limited(consumequeue_ext_rows(store, topic, queue), limit), fmt,
+    problems: list = []
+    emit(_limited(consumequeue_ext_rows(store, topic, queue, problems), limit), fmt,
          ["topic", "queue_id", "kind", "ext_address", "size", "tags_code", "store_timestamp", "bitmap_size",
           "filter_bitmap", "file", "position"])
+    return _damage_found(problems)
 
 
 @dump_app.command("index")
@@ -185,10 +211,12 @@ def dump_index(
     files, geometry = index_target(target, lambda p: open_store(p, None, index_slots, index_entries),
                                    index_slots, index_entries)
     flt = RecordFilter(from_offset=from_offset, to_offset=to_offset)
-    rows = _limited(index_rows(files, geometry, header_only, flt), limit)
+    problems: list = []                 # damaged files: the walk goes on with the next one
+    rows = _limited(index_rows(files, geometry, header_only, flt, problems), limit)
     emit(rows, fmt, ["kind", "file", "entry", "key_hash", "slot", "phy_offset", "time_diff", "prev_index",
                      "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
                      "hash_slot_count", "index_count"])
+    return _damage_found(problems)
 
 
 @dump_app.command("checkpoint")

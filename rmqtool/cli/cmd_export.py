@@ -10,6 +10,7 @@ from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirs
 from rmqtool.cli.options import ExportBody, ExportFormat, option
 from rmqtool.ops.dump import RecordFilter, check_range
 from rmqtool.errors import writing_to
+from rmqtool.wording import counted
 
 
 
@@ -44,10 +45,12 @@ def export_command(
                        parse_time(end, "--end"))
     check_range(flt)
     opened = open_stores(stores, lambda p: open_store(p, commitlog_dirs))
-    with engine_options.open() as eng, writing_to(to):
-        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size, force=force)
-    stderr.print(f"exported {summary['rows']} records of {len(summary['stores'])} store(s) in "
-                 f"{summary['tasks']} tasks to {summary['destination']} ({summary['files']} files)",
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, writing_to(to), Progress("export") as bar:
+        summary = export(opened, to, engine=eng, fmt=fmt, body=body, flt=flt, split_size=engine_options.split_size,
+                         force=force, progress=bar)
+    stderr.print(f"exported {counted(summary['rows'], 'record')} of {counted(len(summary['stores']), 'store')} in "
+                 f"{counted(summary['tasks'], 'task')} to {summary['destination']} ({counted(summary['files'], 'file')})",
                  markup=False)
     emit([{"topic": t, "rows": n} for t, n in sorted(summary["topics"].items())], "table",
          ["topic", "rows"], title="exported")

@@ -12,6 +12,7 @@ from rmqtool.cli.options import Format
 from rmqtool.cli.rows import check_kind, emit_kinds, field_rows, prose
 from formats.checkpoint import CHECKPOINT_FILE_SIZE
 from rmqtool.ops.info import store_info
+from rmqtool.wording import counted
 
 
 @app.command("info")
@@ -74,22 +75,22 @@ def _store_lines(info: dict) -> None:
     for link in info["symlinks"]:
         out.print(f"  warning: symlink {escape_control(link['path'])} -> {escape_control(link['target'])} "
                      f"({how_link_is_read(link['path'])})", markup=False)
-    out.print(f"[bold]commitlog[/bold] {cl['files']} files of {cl['file_size']} bytes in "
+    out.print(f"[bold]commitlog[/bold] {counted(cl['files'], 'file')} of {cl['file_size']} bytes in "
                  f"{', '.join(cl['dirs'])}")
-    counted = (f"messages {cl['messages']} in the store, " if cl["messages"] is not None else "") + \
+    how_many = (f"messages {cl['messages']} in the store, " if cl["messages"] is not None else "") + \
         f"{cl['messages_from_recovery_start']} from the recovery start file" + \
         ("" if cl["messages"] is not None else " (--count for the whole store)")
-    out.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']} ({cl['end_kind']})  {counted}",
+    out.print(f"  min offset {cl['min_offset']}  valid end {cl['valid_end']} ({cl['end_kind']})  {how_many}",
                  markup=False)
     if cl.get("records_past_valid_end"):
-        out.print(f"  {cl['records_past_valid_end']} record(s) past the valid end: a restart truncates them "
+        out.print(f"  {counted(cl['records_past_valid_end'], 'record')} past the valid end: a restart truncates them "
                      "(`verify --level deep -f jsonl` lists them)", markup=False)
     for p in cl["problems"]:
         out.print(f"  [red]{p}[/red]")
     rec = info["recovery"]
     out.print(f"[bold]recovery[/bold] would start at file {rec['start_file']} ({rec['mode']}, {rec['rule']})")
     ix = info["index"]
-    out.print(f"[bold]index[/bold] {ix['files']} files, {ix['hash_slots']} slots x {ix['index_entries']} entries")
+    out.print(f"[bold]index[/bold] {counted(ix['files'], 'file')}, {ix['hash_slots']} slots x {ix['index_entries']} entries")
     cp = info["checkpoint"]
     if cp:
         out.print(f"[bold]checkpoint[/bold] physic {format_time(cp['physic_msg_timestamp'])}  "
@@ -105,31 +106,31 @@ def _store_lines(info: dict) -> None:
     if "rocksdb_consumequeue" in info:
         r = info["rocksdb_consumequeue"]
         out.print(escape_control(
-            f"consumequeue: RocksDB (read-only) at {r['path']}: {r['units']} units in {r['queues']} queues, "
+            f"consumequeue: RocksDB (read-only) at {r['path']}: {counted(r['units'], 'unit')} in {counted(r['queues'], 'queue')}, "
             f"dispatched to {r['max_phy_offset_checkpoint']}"
-            + (f"; {r['bad_entries']} entries that are not units" if r["bad_entries"] else "")), markup=False)
+            + (f"; {counted(r['bad_entries'], 'entry')} that are not units" if r["bad_entries"] else "")), markup=False)
     if "timer" in info:
         t = info["timer"]
         due = ("" if t["first_due_ms"] is None else
                f", due {format_time(t['first_due_ms'])} .. {format_time(t['last_due_ms'])}")
         out.print(escape_control(
             f"timer: {t['pending']} pending ({t['rolling']} rolling){due}; precision {t['precision_ms']} ms, "
-            f"{t['timer_log_files']} timer log file(s) to {t['timer_log_end']}"
+            f"{counted(t['timer_log_files'], 'timer log file')} to {t['timer_log_end']}"
             + (f"; DAMAGED at {t['timer_log_damage'][0]['file']}@{t['timer_log_damage'][0]['position']}"
                if t["timer_log_damage"] else "")), markup=False)
     if "consumequeue_ext" in info:
         x = info["consumequeue_ext"]
         bad = [q for q in x["queue_ends"] if q.get("problem")]
         out.print(escape_control(
-            f"consumequeue_ext: {x['files']} file(s) of {x['file_size']} bytes in {x['queues']} queue(s) at "
+            f"consumequeue_ext: {counted(x['files'], 'file')} of {x['file_size']} bytes in {counted(x['queues'], 'queue')} at "
             f"{x['path']} (enableConsumeQueueExt: CQ tagsCodes are ext addresses)"
-            + (f"; {len(bad)} queue(s) with an unreadable unit (verify names them)" if bad else "")), markup=False)
+            + (f"; {counted(len(bad), 'queue')} with an unreadable unit (verify names them)" if bad else "")), markup=False)
     if "queue_kinds" in info:
         k = info["queue_kinds"]
         out.print(escape_control(
             f"queue kinds: multi-dispatch {'on' if k['multi_dispatch'] else 'off'}"
             f"{' (LMQ)' if k['lmq'] else ''}; BatchCQ topics: {', '.join(k['batch_cq_topics']) or 'none'} "
-            f"({len(k['batch_queues'])} BatchConsumeQueue(s)); from {k['source']}"), markup=False)
+            f"({counted(len(k['batch_queues']), 'BatchConsumeQueue')}); from {k['source']}"), markup=False)
 
 
 def _dledger_lines(d: dict) -> None:
@@ -143,8 +144,8 @@ def _dledger_lines(d: dict) -> None:
         f"currTerm {ct.get('currTerm', '-')} voteLeader {ct.get('voteLeader', '-')}")))
     end = d["data_end"]
     where = "" if end is None else f"; the entries end at {end['offset']} ({end['kind']}{': ' + end['detail'] if end['detail'] else ''})"
-    out.print(escape_control(f"  {d['data_files']} data files of {d['data_file_size']} bytes, {d['index_files']} index "
-                                f"file(s) with {d['index_units']} units{where}"), markup=False)
+    out.print(escape_control(f"  {counted(d['data_files'], 'data file')} of {d['data_file_size']} bytes, "
+                                f"{counted(d['index_files'], 'index file')} with {counted(d['index_units'], 'unit')}{where}"), markup=False)
     if d.get("recovery"):
         out.print(escape_control("  " + dledger_recovery_text(d["recovery"])), markup=False)
 
@@ -152,7 +153,7 @@ def _dledger_lines(d: dict) -> None:
 def dledger_recovery_text(r: dict) -> str:
     """One line for what the DLedger member's recovery would do (``broker.dledger_recovery``)."""
     first = "no file passes the start pre-check" if r["first_entry"] is None else f"entry {r['first_entry']}"
-    text = (f"DLedger recovery: from {r['start_file']} ({first}), {r['entries']} entries to {r['end']} "
+    text = (f"DLedger recovery: from {r['start_file']} ({first}), {counted(r['entries'], 'entry')} to {r['end']} "
             f"({r['stop_kind']}{': ' + r['stop_detail'] if r['stop_detail'] else ''}); last entry "
             f"{r['last_entry']} term {r['last_term']}")
     if r["index_rewritten_from"] is not None:
@@ -185,7 +186,7 @@ def _controller_lines(ctl: dict) -> None:
     else:
         crc = f", crc32 {used['declared_crc']} matches"
     out.print(f"  epoch file: {ef['used'] or 'none loaded'}: {ef['why']}"
-                 + (f"; {used['declared_count']} entries{crc}" if used else ""), markup=False)
+                 + (f"; {counted(used['declared_count'], 'entry')}{crc}" if used else ""), markup=False)
     if used and used["skipped_lines"]:
         out.print(f"  lines not read as entries: {used['skipped_lines']}", markup=False)
     for r in ctl["epochs"]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
@@ -11,61 +10,38 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt,
-                                app, emit, escape_control, real_console, stderr, stdout,
+                                app, emit, escape_control, stderr, stdout,
                                 EngineOptions, with_engine_options)
 from rmqtool.cli.options import App, Format, option
+from rmqtool.cli.progress import Progress
 from rmqtool.cli.rows import emit_kinds
-from rmqtool.errors import RefusedError, UsageError
+from rmqtool.errors import EXIT_REFUSED, DeclinedError, RefusedError, UsageError
 from rmqtool.errors import writing_to
+from rmqtool.wording import counted
 
 rebuild_app = App(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
 
 
-class LazyProgress:
-    """A rich progress bar on stderr that appears only once the work has taken > 1 s."""
-
-    def __init__(self, label: str, delay: float = 1.0):
-        self.label, self.delay = label, delay
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if time.perf_counter() - self.t0 < self.delay or not stderr.is_terminal:
-                return
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                       TimeRemainingColumn)
-            self.bar = Progress(TextColumn(self.label), BarColumn(), DownloadColumn(),
-                                TimeRemainingColumn(), console=real_console(stderr), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total)
-        self.bar.update(self.task, completed=min(done, total), total=total)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-_UNCONFIRMED = ("refusing to replace files without confirmation: pass --yes "
+_UNCONFIRMED = ("refusing to replace files without confirmation (no terminal to ask on): pass --yes "
                 "(or --dry-run to see the plan)")
 
 
 def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
     """The prompt before an in-place install (after the build, with the whole plan). Where
-    nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work."""
+    nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work;
+    answered no, nothing is written (``_declined``). Both exit 3, as every refusal."""
     if not (yes or dry_run or output is not None or sys.stdin.isatty()):
-        raise UsageError(_UNCONFIRMED)
+        raise RefusedError(_UNCONFIRMED)
 
     def confirm(result) -> bool:
         if yes:
             return True
         _print_plan(result)
         if not sys.stdin.isatty():
-            raise UsageError(_UNCONFIRMED)
+            raise RefusedError(_UNCONFIRMED)
         if not typer.confirm("replace these files?", default=False):
-            raise RefusedError("not confirmed; nothing was changed")
+            raise DeclinedError("nothing written (declined)")
         return True
     confirm.unattended = yes           # rebuild all may then run its two installs at once
     return confirm
@@ -83,13 +59,13 @@ AllowTruncateOpt = typer.Option(False, "--allow-truncate",
 
 def _print_plan(r) -> None:
     if hasattr(r, "differing_slots"):           # rebuild all's timer wheel
-        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({r.differing_slots} slot(s) differ)"),
+        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})"),
                      markup=False)
         return
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
     for line in damage_lines(r):
         stderr.print(line, markup=False)
-    stderr.print(f"  replace {len(r.files_replaced)} files in {r.target}; keep {len(r.files_kept)} "
+    stderr.print(f"  replace {counted(len(r.files_replaced), 'file')} in {r.target}; keep {len(r.files_kept)} "
                  f"(carried over as hard links); originals go to {Path(r.target).name}.backup-<UTC time>",
                  markup=False)
 
@@ -101,9 +77,9 @@ def damage_lines(r) -> list[str]:
     what = "units" if r.kind in ("consumequeue", "batchconsumequeue") else "index entries"
     first = r.damage[0]
     out = [f"  the CommitLog walk stops at {first['file']}@{first['position']} (offset {first['offset']}, "
-           f"{first['check']}: {first['detail']}); the resync finds {r.tail_records} records after it"]
+           f"{first['check']}: {first['detail']}); the resync finds {counted(r.tail_records, 'record')} after it"]
     if r.skipped:
-        out.append(f"  --skip-corrupt: rebuilt past {len(r.damage)} damaged range(s), skipped:")
+        out.append(f"  --skip-corrupt: rebuilt past {counted(len(r.damage), 'damaged range')}, skipped:")
         out += [f"    [{d['offset']}, {d['resumed_at']}) {d['skipped_bytes']} bytes at {d['file']}@{d['position']} "
                 f"({d['check']})" for d in r.damage[:50]]
     if r.before is not None:
@@ -114,7 +90,7 @@ def damage_lines(r) -> list[str]:
         if f["truncated_bytes"]:
             out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
                        f"truncates the CommitLog at {f['valid_end']}: {f['truncated_bytes']} bytes of data, "
-                       f"{len(f['files_deleted'])} files deleted")
+                       f"{counted(len(f['files_deleted']), 'file')} deleted")
         else:
             out.append(f"  a broker restart on the rebuilt queues ({f['mode']} start from {f['start_file']}) "
                        f"keeps the CommitLog data up to {f['data_end']}")
@@ -129,10 +105,10 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     head = head or ("plan (dry run)" if dry_run else "rebuilt")
     stdout.print(f"{head}: {r.kind} of {r.store}", markup=False)
     stdout.print(f"  commitlog read [{r.range_start}, {r.range_end}) ({r.end_kind}), "
-                 f"{r.records} records", markup=False)
+                 f"{counted(r.records, 'record')}", markup=False)
     written = sum(f["size"] for f in r.files_written)
-    what = f"{r.units} units" if r.kind in ("consumequeue", "batchconsumequeue") else f"{r.entries} entries"
-    stdout.print(f"  {'would write' if dry_run else 'wrote'} {len(r.files_written)} files "
+    what = counted(r.units, "unit") if r.kind in ("consumequeue", "batchconsumequeue") else counted(r.entries, "entry")
+    stdout.print(f"  {'would write' if dry_run else 'wrote'} {counted(len(r.files_written), 'file')} "
                  f"({written} bytes), {what}; replaced {len(r.files_replaced)}, kept {len(r.files_kept)}",
                  markup=False)
     if "cq_ext_units" in r.geometry:         # a 4.x store's ConsumeQueueExt files, rebuilt with the queues
@@ -156,6 +132,16 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
         for f in r.files_replaced[:50]:
             stdout.print(f"  - {f}", markup=False)
     stdout.print(f"  {r.seconds:.2f} s (whole run), {d['messages_per_second'] or 0} messages/s", markup=False)
+
+
+@contextmanager
+def _declined():
+    """A prompt answered no: one line, ``rebuild: nothing written (declined)``, not an error; exit 3."""
+    try:
+        yield
+    except DeclinedError as exc:
+        stderr.print(f"rebuild: {exc}", markup=False)
+        raise typer.Exit(EXIT_REFUSED) from None
 
 
 @contextmanager
@@ -190,9 +176,10 @@ def _run(bar_label: str, s, fmt: str, dry_run: bool, output, engine_options: Eng
     """One rebuild with a progress bar on the engine of ``engine_options`` (the operation takes the
     writer lock); ``build(bar, engine)`` returns its result(s), rendered as a table each or as one
     JSON array."""
-    bar = LazyProgress(bar_label)
+    bar = Progress(bar_label)
     try:
-        with _show_refused_plan(fmt), writing_to(output or s.root), engine_options.open(own_pool=True) as eng:
+        with _declined(), _show_refused_plan(fmt), writing_to(output or s.root), \
+                engine_options.open(own_pool=True) as eng:
             results = build(bar, eng)
     finally:
         bar.close()
@@ -217,7 +204,7 @@ def _emit_results(rows: list[dict], fmt: str) -> None:
 def _render_wheel(r) -> None:
     stdout.print(escape_control(
         f"{'would rebuild' if r.dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
-        f"{r.units} timer log units, {r.slots} slots, {r.differing_slots} differ from the current wheel "
+        f"{counted(r.units, 'timer log unit')}, {counted(r.slots, 'slot')}, {r.differing_slots} differ{'s' if r.differing_slots == 1 else ''} from the current wheel "
         f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
 
 
@@ -304,9 +291,11 @@ def rebuild_timerwheel_command(
             return True
         if not sys.stdin.isatty():
             raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
-        return typer.confirm(f"replace {r.target} ({r.differing_slots} slot(s) differ)?")
+        if not typer.confirm(f"replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})?"):
+            raise DeclinedError("nothing written (declined)")
+        return True
 
-    with writing_to(output or s.root):
+    with _declined(), writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
     if fmt != "table":
         emit([r.as_dict()], fmt)

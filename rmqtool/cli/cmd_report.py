@@ -16,7 +16,8 @@ from rmqtool.errors import RefusedError
 @with_engine_options
 def report_command(
     store: str = typer.Argument(..., metavar="STORE", help="store root directory"),
-    output: Path = option("output", ..., metavar="FILE", help="the HTML file to write (must not exist)"),
+    output: Path = option("output", ..., metavar="FILE", help="the HTML file to write (must not exist, unless --force)"),
+    force: bool = typer.Option(False, "--force", help="replace an existing output file (written whole, then renamed over it)"),
     level: Level = typer.Option(Level.deep, "--level", "-l", help="the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
@@ -29,11 +30,14 @@ def report_command(
     from rmqtool.ops.report import write_report
     level = level.value
     gentle(max_read_rate, idle_io)
-    if output.exists():
-        raise RefusedError("the output exists; report writes only a new file", output)
+    if output.is_dir():
+        raise RefusedError("the output is a directory; give the HTML file's path", output)
+    if output.exists() and not force:
+        raise RefusedError("the output exists: pass --force to replace it", output)
     s = open_store(store)
-    with engine_options.open() as eng:
-        n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size)
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, Progress("report") as bar:
+        n = write_report(s, store, output, level, engine=eng, split_size=engine_options.split_size, progress=bar)
     if fmt != "table":
         emit([{"store": store, "output": str(output), "bytes": n, "level": level}], fmt)
     else:

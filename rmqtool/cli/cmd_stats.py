@@ -11,6 +11,7 @@ from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IdleIoOpt, MaxReadR
 from rmqtool.cli.options import Bucket, Format
 from rmqtool.cli.rows import check_kind, emit_kinds, prose
 from rmqtool.errors import UsageError
+from rmqtool.wording import counted
 
 
 @app.command("stats")
@@ -37,8 +38,10 @@ def stats_command(
     if by is None and kind == "bucket":
         raise UsageError("--kind bucket counts per time bucket: add --by minute|hour|day")
     opened = open_stores(stores, commitlog_dirs)
-    with engine_options.open() as eng:
-        results = stats(opened, by, engine=eng, split_size=engine_options.split_size)    # several stores: one engine run
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, Progress("stats") as bar:
+        results = stats(opened, by, engine=eng, split_size=engine_options.split_size,
+                        progress=bar)    # several stores: one engine run
     wanted = ROW_KINDS if kind is None else (kind,)
     if fmt != "table":
         emit_kinds((row for r in results for row in r.rows() if row["kind"] in wanted), fmt, ROW_KINDS)
@@ -53,7 +56,7 @@ def stats_command(
                                                                              if fleet or k == "topic" else TITLES[k]))
         if r.buckets and "bucket" in wanted:
             counts = [v[0] for _, v in sorted(r.buckets.items())]
-            prose().print(f"per {by}: {sparkline(counts)}  (max {max(counts)} messages)", markup=False)
+            prose().print(f"per {by}: {sparkline(counts)}  (max {counted(max(counts), 'message')})", markup=False)
 
 
 #: the columns of each kind's table (the machine formats carry every field, epoch ms and bytes exact)

@@ -3,53 +3,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import List, Optional
 
 import typer
 
 from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirsOpt, FormatOpt,
                                 IndexEntriesOpt, IndexSlotsOpt, app, emit,
-                                escape_control, open_stores, real_console, stderr, EngineOptions,
+                                escape_control, open_stores, EngineOptions,
                                 with_engine_options)
 from rmqtool.cli.rows import check_kind, emit_kinds, prose
 from rmqtool.cli.cmd_info import dledger_recovery_text
 from rmqtool.cli.options import CHECK_KINDS, FailOn, Format, Layout, LayoutOpt, Level, option
+from rmqtool.cli.progress import Tally
 from rmqtool.ops.verify.runner import KINDS, VerifyOptions, verify_stores
-
-PROGRESS_AFTER_S = 1.0
-
-
-class Progress:
-    """A rich progress bar on stderr, shown only on a TTY and only once a run passes ~1 s."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.done = 0
-        self.started = time.monotonic()
-        self.bar = None
-        self.task = None
-
-    def restart(self) -> None:
-        """Back to zero: verify reads the store again (it was replaced meanwhile)."""
-        self.done = 0
-
-    def __call__(self, nbytes: int) -> None:
-        self.done += nbytes
-        if not self.enabled:
-            return
-        if self.bar is None and time.monotonic() - self.started > PROGRESS_AFTER_S:
-            from rich.progress import BarColumn, DownloadColumn, Progress as RichProgress, TransferSpeedColumn
-            self.bar = RichProgress("verify", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                    console=real_console(stderr), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("commitlog", total=self.total)
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+from rmqtool.wording import counted
 
 
 def _split(values: Optional[List[str]]) -> tuple[str, ...]:
@@ -115,7 +82,7 @@ def verify_command(
     fleet = len(opened) > 1
     with engine_options.open() as eng:
         results = [(name, report, report.exit_code(fail_on)) for name, report in verify_stores(
-            opened, options, lambda s: Progress(sum(seg.size for seg in s.commitlog.files), sys.stderr.isatty()),
+            opened, options, lambda s: Tally("verify", total=sum(seg.size for seg in s.commitlog.files)),
             engine=eng, split_size=engine_options.split_size)]
     code = max(c for _, _, c in results)
     fleet_summary = {"stores": len(results), "clean": sum(1 for _, _, c in results if c == 0),
@@ -150,7 +117,7 @@ def verify_command(
             _render_table(report, c)
         if fleet:
             out.print(escape_control(
-                f"fleet: {fleet_summary['stores']} stores, {fleet_summary['clean']} clean, "
+                f"fleet: {counted(fleet_summary['stores'], 'store')}, {fleet_summary['clean']} clean, "
                 f"{fleet_summary['with_findings']} with findings"
                 + (f" ({', '.join(fleet_summary['stores_with_findings'])})" if fleet_summary['with_findings'] else "")
                 + f"; worst exit code {code}"), markup=False)
@@ -180,15 +147,15 @@ def _render_table(report, code: int) -> None:
     s = report.summary
     f = s["findings"]
     out.print(f"[bold]verify[/bold] {escape_control(report.store)} ({report.options.level}): "
-                 f"{f['error']} error(s), {f['warning']} warning(s), {f['info']} info"
+                 f"{counted(f['error'], 'error')}, {counted(f['warning'], 'warning')}, {f['info']} info"
                  + (f", {s['findings_not_listed']} not listed" if s["findings_not_listed"] else ""))
     cl = s["commitlog"]
-    out.print(f"  commitlog: {cl['files']} files, {cl['records']} records"
+    out.print(f"  commitlog: {counted(cl['files'], 'file')}, {counted(cl['records'], 'record')}"
                  f" ({cl['carved_records']} carved), findings {cl.get('findings', {})}")
     cq = s["consumequeue"]
-    out.print(f"  consumequeue: {cq['queues']} queues, {cq['units']} units, findings {cq.get('findings', {})}")
+    out.print(f"  consumequeue: {counted(cq['queues'], 'queue')}, {counted(cq['units'], 'unit')}, findings {cq.get('findings', {})}")
     ix = s["index"]
-    out.print(f"  index: {ix['files']} files, {ix['entries']} entries, findings {ix.get('findings', {})}")
+    out.print(f"  index: {counted(ix['files'], 'file')}, {counted(ix['entries'], 'entry')}, findings {ix.get('findings', {})}")
     out.print(f"  checkpoint: {'present' if s['checkpoint']['present'] else 'missing'}, "
                  f"findings {s['checkpoint'].get('findings', {})}")
     fc = report.forecast
@@ -206,14 +173,14 @@ def _render_table(report, code: int) -> None:
                     else f" (on an abnormal start: {', '.join(fc['index_files_deleted_on_abnormal_start'])})"))
     for t in fc["consume_queues_truncated"]:
         out.print(f"  consume queue {escape_control(t['topic'])}/{t['queue_id']} truncated from queue offset "
-                     f"{t['from_queue_offset']} ({t['units']} units)")
-    out.print(f"  not dispatched (past {fc['dispatch_from']}): {fc['not_dispatched_count']} record(s); "
-                 f"not indexed (past {fc['index_frontier']}): {fc['not_indexed_count']} record(s)")
+                     f"{t['from_queue_offset']} ({counted(t['units'], 'unit')})")
+    out.print(f"  not dispatched (past {fc['dispatch_from']}): {counted(fc['not_dispatched_count'], 'record')}; "
+                 f"not indexed (past {fc['index_frontier']}): {counted(fc['not_indexed_count'], 'record')}")
     for r in fc["not_dispatched"][:20]:
         out.print(escape_control(f"    not dispatched: {_who(r)}"), markup=False)
     if fc["not_dispatched_count"] > 20:
         out.print(f"    ... {fc['not_dispatched_count'] - 20} more (--format jsonl lists them)")
-    out.print(f"  lost at restart (records past the valid end): {fc['lost_count']} record(s)")
+    out.print(f"  lost at restart (records past the valid end): {counted(fc['lost_count'], 'record')}")
     for r in fc["lost"][:20]:
         out.print(escape_control(f"    lost: {_who(r)}"), markup=False)
     if fc["lost_count"] > 20:

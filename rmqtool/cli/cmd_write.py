@@ -12,6 +12,7 @@ import typer
 from rmqtool.cli.common import FormatOpt, app, emit, stderr, stdout
 from rmqtool.cli.options import Format, WriteLayout, option
 from rmqtool.errors import UsageError, writing_to
+from rmqtool.wording import counted
 
 #: the member ``write --layout dledger`` writes (a single-member group, as a fresh DLedger broker)
 DLEDGER_SELF_ID = "n0"
@@ -167,7 +168,8 @@ def write_command(
             g.cq_ext_file_size = cq_ext_file_size or g.cq_ext_file_size or DEFAULT_EXT_FILE_SIZE
         geometry = g
     dledger_id = DLEDGER_SELF_ID if layout == "dledger" else None
-    bar = CountProgress()
+    from rmqtool.cli.progress import Progress
+    bar = Progress("write", unit="records")
     try:
         with writing_to(store):            # an ENOSPC names the store, not "rmqtool"
             if synthetic is not None:
@@ -183,13 +185,13 @@ def write_command(
         emit([s.as_dict()], fmt)
         return 0
     d = s.as_dict()
-    stdout.print(f"wrote {s.records} records ({s.bytes} bytes) to {s.store} "
-                 f"[{s.first_offset}, {s.end_offset}) in {len(s.commitlog_files)} commitlog files", markup=False)
-    stdout.print(f"  consumequeue: {s.cq_units} units in {s.cq_files} file writes; index: {s.index_entries} "
-                 f"entries in {len(s.index_files)} files", markup=False)
+    stdout.print(f"wrote {counted(s.records, 'record')} ({counted(s.bytes, 'byte')}) to {s.store} "
+                 f"[{s.first_offset}, {s.end_offset}) in {counted(len(s.commitlog_files), 'commitlog file')}", markup=False)
+    stdout.print(f"  consumequeue: {counted(s.cq_units, 'unit')} in {counted(s.cq_files, 'file write')}; index: "
+                 f"{counted(s.index_entries, 'entry')} in {counted(len(s.index_files), 'file')}", markup=False)
     stdout.print(f"  {s.seconds:.2f} s, {d['messages_per_second'] or 0} messages/s", markup=False)
     if s.backup:
-        stdout.print(f"  backup: {s.backup} holds the old bytes of the {s.backup_files} files this write changed "
+        stdout.print(f"  backup: {s.backup} holds the old bytes of the {counted(s.backup_files, 'file')} this write changed "
                      f"or created ({s.backup_bytes / 2**10:.1f} KiB on disk); undo: rmqtool write "
                      f"{s.store} --undo {s.backup}", markup=False)
     for note in s.recovered:
@@ -209,22 +211,8 @@ def _undo(store: Path, backup: Path, fmt: str, also_writing: bool) -> int:
     if fmt != "table":
         emit([r], fmt)
         return 0
-    stdout.print(f"restored {r['store']} as it was before the write of {r['backup']}: {r['files_rewritten']} files "
-                 f"put back, {r['files_removed']} files and {r['directories_removed']} directories the write "
+    stdout.print(f"restored {r['store']} as it was before the write of {r['backup']}: {counted(r['files_rewritten'], 'file')} "
+                 f"put back, {counted(r['files_removed'], 'file')} and {counted(r['directories_removed'], 'directory')} the write "
                  f"created removed" + (f" ({r['already_restored']} already restored)" if r["already_restored"]
                                        else ""), markup=False)
     return 0
-
-
-class CountProgress:
-    """Messages-written counter on stderr, shown only after 1 s."""
-
-    def __init__(self):
-        from rmqtool.cli.cmd_rebuild import LazyProgress
-        self.inner = LazyProgress("write")
-
-    def __call__(self, done: int, total: int) -> None:
-        self.inner(done, max(total, done))
-
-    def close(self) -> None:
-        self.inner.close()

@@ -8,6 +8,7 @@ from typing import Iterable
 from rmqtool.cli.common import emit, escape_control, stderr
 from rmqtool.cli.rows import emit_kinds, prose
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK
+from rmqtool.wording import counted
 
 
 def query_key(store, key: str, fmt: str, body: str) -> int:
@@ -42,9 +43,9 @@ def verify(store, fmt: str, fail_on: str = "error", limit: int | None = 1000, ki
         if rows:
             emit(rows, "table", ["severity", "check", "file", "offset", "message"], title="findings")
         out = prose()
-        out.print(f"verify {escape_control(str(store))} (simplified layout): {summary['records']} records, "
-                  f"{summary['errors']} error(s), {summary['warnings']} warning(s), findings "
-                  f"{summary['findings']}", markup=False)
+        out.print(f"verify {escape_control(str(store))} (simplified layout): {counted(summary['records'], 'record')}, "
+                     f"{counted(summary['errors'], 'error')}, {counted(summary['warnings'], 'warning')}, findings "
+                     f"{summary['findings']}", markup=False)
         out.print(f"exit code {code}", markup=False)
     return code
 
@@ -66,5 +67,5 @@ def write(store, rows: Iterable[tuple[str, dict]] | None, synthetic: int | None,
         emit([{"store": str(store), "layout": "simplified", "records": len(written), "messages": written}], fmt)
     else:
         emit(written, "table", ["position", "size", "msg_id", "topic", "queue_offset", "body_size",
-                                "index_phy_offset"], title=f"wrote {len(written)} records to {store}")
+                                "index_phy_offset"], title=f"wrote {counted(len(written), 'record')} to {store}")
     return EXIT_OK

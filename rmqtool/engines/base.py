@@ -225,6 +225,11 @@ class Engine:
         """Whether every task runs on this machine (and can write to its temporary directory)."""
         return True
 
+    def in_this_process(self) -> bool:
+        """Whether the tasks run in this process, one after the other (a progress callable can
+        then follow each task's walk batch by batch, not only task by task)."""
+        return False
+
     def open_staging(self):
         """A ``Staging`` for one stage's parts, or None when tasks cannot reach one (a cluster
         without ``--staging``: the parts then travel back with the stage's rows)."""
@@ -233,14 +238,18 @@ class Engine:
             return Staging(self.staging_location)
         return Staging() if self.on_this_machine() else None
 
-    def run(self, tasks: Sequence[Task], fn, schema, on_discard=None):
+    def run(self, tasks: Sequence[Task], fn, schema, on_discard=None, progress=None):
         """Run ``fn`` for every task; returns a pyarrow Table (``schema``) in task order.
 
         ``on_discard(table)`` is called with the output of a task that is thrown away (so a
         stage that wrote files can remove them) before that task runs again.
+        ``progress(done, total)``: CommitLog bytes of the tasks walked so far, of all of them.
         """
         import pyarrow as pa
         tasks = list(tasks)
+        meter = None if progress is None else _Meter(progress, tasks)
+        if meter is not None and self.in_this_process():
+            fn = _Watched(fn, meter)
         by_id = {t.task_id: t for t in tasks}
         outputs: dict[int, pa.Table] = {}
         statuses: dict[int, TaskStatus] = {}
@@ -251,6 +260,8 @@ class Engine:
             for status, table in self._execute(todo, fn, schema):
                 statuses[status.task_id] = status
                 outputs[status.task_id] = table
+                if meter is not None:
+                    meter.finished(by_id[status.task_id])
             current = [by_id[i] for i in sorted(by_id)]
             rerun, discard = check_chains(current, statuses)
             for tid in discard:
@@ -286,6 +297,38 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Meter:
+    """What ``Engine.run`` tells its ``progress``: the bytes of the tasks done, and of the one
+    being walked (a task run again counts again, the total never passed)."""
+
+    def __init__(self, progress, tasks: Sequence[Task]):
+        self.progress = progress
+        self.total = sum(t.hi - t.lo for t in tasks)
+        self.done = 0
+
+    def walking(self, task: Task, position: int) -> None:
+        self.progress(min(self.done + max(min(position, task.hi) - task.lo, 0), self.total), self.total)
+
+    def finished(self, task: Task) -> None:
+        self.done += task.hi - task.lo
+        self.progress(min(self.done, self.total), self.total)
+
+
+class _Watched:
+    """A stage whose record batches report where the walk is (in this process only)."""
+
+    def __init__(self, fn, meter: _Meter):
+        self.fn, self.meter = fn, meter
+
+    def __call__(self, task: Task, batches):
+        return self.fn(task, self._watch(task, batches))
+
+    def _watch(self, task: Task, batches):
+        for b in batches:
+            yield b
+            self.meter.walking(task, b.buf_base + len(b.buf))
 
 
 def run_one(task: Task, fn, check_crc: bool | None = None):

@@ -30,6 +30,9 @@ class LocalEngine(Engine):
         self.jobs = max(1, jobs or 1)
         self._pool: ProcessPoolExecutor | None = None
 
+    def in_this_process(self) -> bool:
+        return self.jobs == 1
+
     def _execute(self, tasks: Sequence[Task], fn, schema) -> Iterable[tuple[TaskStatus, pa.Table]]:
         return self._each(_run, tasks, fn, schema)
 

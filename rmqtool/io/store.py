@@ -19,6 +19,7 @@ from rmqtool.io.liveness import LockOwner, lock_owner
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue, entry_size
 from rmqtool.io import storage
 from rmqtool.io.topicpath import queue_dirs
+from rmqtool.wording import counted
 
 INDEX_NAME = re.compile(r"^\d{17}$")
 #: the most of one ``config/*.json`` file rmqtool reads (topics, subscriptions, consumer offsets:
@@ -177,7 +178,7 @@ class Store:
             folded = [t for t in topics if t.lower() == topic.lower()]
             near = folded or difflib.get_close_matches(topic, topics, n=3, cutoff=0.6)
             hint = f" (did you mean {' or '.join(repr(t) for t in near)}?)" if near else \
-                f" ({len(topics)} topics: {', '.join(topics[:8])}{', ...' if len(topics) > 8 else ''})"
+                f" ({counted(len(topics), 'topic')}: {', '.join(topics[:8])}{', ...' if len(topics) > 8 else ''})"
             raise UsageError(f"no topic {topic!r}{hint}", self.consumequeue_dir)
         if queue_id is not None:
             ids = sorted(r.queue_id for r in refs if r.topic == topic)

@@ -212,9 +212,12 @@ def ext_fields(ext, tags_code: int) -> dict:
     return out
 
 
-def consumequeue_ext_rows(store, topic: str | None, queue: int | None) -> Iterator[dict]:
+def consumequeue_ext_rows(store, topic: str | None, queue: int | None,
+                          problems: list | None = None) -> Iterator[dict]:
     """Every ConsumeQueueExt unit, file by file up to each file's data end, then an END row per
-    file (where the data ends: a size <= 0, the -1 mark when the next unit did not fit)."""
+    file (where the data ends: a size <= 0, the -1 mark when the next unit did not fit). A unit
+    that cannot be read raises, or with ``problems`` (a list) is appended to it and the walk goes
+    on with the next file (no END row for the damaged one)."""
     from formats.consumequeue_ext import ext_address
     from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues
     size = ext_file_size(store.root)
@@ -230,8 +233,12 @@ def consumequeue_ext_rows(store, topic: str | None, queue: int | None) -> Iterat
                            **u.as_dict()}
                     end = u.position + u.size
             except ExtProblem as exc:
-                raise CorruptDataError(f"ConsumeQueueExt unit: {exc.message}; the units before it were printed",
-                                       exc.path, exc.position) from None
+                error = CorruptDataError(f"ConsumeQueueExt unit: {exc.message}; the units before it were printed",
+                                         exc.path, exc.position)
+                if problems is None:
+                    raise error from None
+                problems.append(error)
+                continue
             yield {"topic": t, "queue_id": qid, "kind": "END", "file": str(seg.path), "position": end,
                    "ext_offset": seg.start + end}
 
@@ -257,12 +264,21 @@ def _queue_rows(topic, queue_id, queue: SegmentQueue, ext=None) -> Iterator[dict
 
 # --- index ------------------------------------------------------------------------------------
 def index_rows(files: list[Path], geometry, header_only: bool = False,
-               flt: RecordFilter | None = None) -> Iterator[dict]:
+               flt: RecordFilter | None = None, problems: list | None = None) -> Iterator[dict]:
+    """Every file's header and entries. A damaged file (shorter than its header, or not the
+    geometry's size) raises, or with ``problems`` (a list) is appended to it as an error naming the
+    file and offset, and the walk goes on with the next file (its rows up to the damage given)."""
+    def damaged(exc):
+        if problems is None:
+            raise exc
+        problems.append(exc)
+
     for path in files:
         with IndexFileReader(path, geometry) as reader:
             if reader.size < INDEX_HEADER_SIZE:
-                raise StoreLayoutError(f"index file is {reader.size} bytes, shorter than its header",
-                                       path, reader.size)
+                damaged(StoreLayoutError(f"index file is {reader.size} bytes, shorter than its header",
+                                         path, reader.size))
+                continue
             header = reader.header()
             row = {"file": str(path), "position": 0, "kind": "HEADER", **header.as_dict(),
                    "hash_slots": geometry.hash_slots, "index_entries": geometry.index_entries}
@@ -285,8 +301,8 @@ def index_rows(files: list[Path], geometry, header_only: bool = False,
                        "phy_offset": phy, "time_diff": diff, "prev_index": int(e["prev_index"]),
                        "time": header.begin_timestamp + diff * 1000}
             if reader.size != geometry.file_size:       # rows above are what the file holds; then fail
-                raise CorruptDataError(f"index file is {reader.size} bytes, its geometry needs "
-                                       f"{geometry.file_size} (truncated or wrong size)", path, reader.size)
+                damaged(CorruptDataError(f"index file is {reader.size} bytes, its geometry needs "
+                                         f"{geometry.file_size} (truncated or wrong size)", path, reader.size))
 
 
 def index_target(path: str, store_factory, slots, entries):

@@ -241,13 +241,14 @@ def prepare_destination(out, stores: Sequence, force: bool) -> None:
 
 def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engine | None = None,
            fmt: str = "parquet", body: str = "none", flt: RecordFilter | None = None,
-           split_size: int | None = None, force: bool = False) -> dict:
+           split_size: int | None = None, force: bool = False, progress=None) -> dict:
     """Export every record of ``stores`` (``(name, Store)`` pairs) to ``dest``; returns a summary.
-    ``engine``: where the tasks run (None: in this process)."""
+    ``engine``: where the tasks run (None: in this process); ``progress(done, total)``: CommitLog
+    bytes walked (``Engine.run``)."""
     if engine is None:
         from rmqtool.engines import get_engine
         with get_engine("local") as local:
-            return export(stores, dest, local, fmt, body, flt, split_size, force)
+            return export(stores, dest, local, fmt, body, flt, split_size, force, progress)
     from rmqtool.engines import DEFAULT_SPLIT_SIZE
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}")
@@ -263,7 +264,7 @@ def export(stores: Sequence[tuple[str, object]], dest: str | Path, engine: Engin
     tasks = plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE, (flt.from_offset, flt.to_offset))
     stage = ExportStage(dest, fmt, body, flt)
     try:
-        table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_outputs_remover(out))
+        table = engine.run(tasks, stage, SUMMARY_SCHEMA, on_discard=_outputs_remover(out), progress=progress)
     except BaseException:
         _remove_partial_export(out, existed)
         raise

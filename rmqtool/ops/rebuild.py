@@ -36,6 +36,7 @@ from rmqtool.io.fileio import CACHE_WINDOW
 from rmqtool.records.scan import END_EOF, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
+from rmqtool.wording import counted
 
 Progress = Callable[[int, int], None]      # (bytes done, bytes total)
 
@@ -272,7 +273,7 @@ def check_queue_kinds(store, topics: list[str] | None, config: DispatchConfig) -
     lmq = sorted({r.topic for r in store.queues() if r.topic.startswith(cl.LMQ_TOPIC_PREFIX)})
     lost = [t for t in lmq if topics is None or t in topics]
     if lost:
-        raise RefusedError(f"the store holds {len(lost)} light queue topic(s) ({', '.join(lost[:3])}"
+        raise RefusedError(f"the store holds {counted(len(lost), 'light queue topic')} ({', '.join(lost[:3])}"
                            f"{', …' if len(lost) > 3 else ''}) filled by multi-dispatch, which is off for this "
                            "rebuild: it would drop them; drop --no-multi-dispatch, or rebuild the other topics "
                            "with --topic (these are kept)", store.consumequeue_dir)

@@ -29,6 +29,7 @@ from rmqtool.io.consumequeue import is_pre_blank, logical_end, read_unit_file
 from rmqtool.io.consumequeue_ext import EXT_DIR, ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.topicpath import queue_dir
+from rmqtool.wording import agree, counted
 
 _CQ_UNIT = struct_of(ConsumeQueueUnit)
 _SYS_FLAG_AT = cl.MESSAGE_HEAD_OFFSETS["sys_flag"]
@@ -61,7 +62,7 @@ def check_cq_ext(store, whole: bool, drop_filter_bitmaps: bool) -> bool:
     files = bitmap_files(store)
     if files and not drop_filter_bitmaps:
         names = ", ".join(str(p) for p in files[:3]) + (f" (and {len(files) - 3} more)" if len(files) > 3 else "")
-        raise RefusedError(f"{len(files)} ConsumeQueueExt file(s) hold consumer filter bitmaps, computed by the "
+        raise RefusedError(f"{counted(len(files), 'ConsumeQueueExt file')} {agree(len(files), 'holds', 'hold')} consumer filter bitmaps, computed by the "
                            f"broker when each message was dispatched and recorded nowhere else: {names}; they are "
                            "kept. --drop-filter-bitmaps rebuilds them without (the broker then filters those "
                            "messages by evaluating each one)", files[0])

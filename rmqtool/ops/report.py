@@ -15,6 +15,7 @@ from rmqtool.io.topicpath import printable
 from rmqtool.ops.info import store_info
 from rmqtool.ops.stats import stats
 from rmqtool.ops.verify import VerifyOptions, verify
+from rmqtool.wording import counted
 
 LISTED = 200          # rows of each message list shown in the page (the JSON block keeps what verify listed)
 
@@ -113,17 +114,35 @@ font-size:1.15em;border-bottom:1px solid #ccc}table{border-collapse:collapse;fon
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}svg{max-width:100%;height:auto}"""
 
 
-def build_report(store, name: str, level: str = "deep", engine=None, split_size: int | None = None) -> str:
-    """The page's HTML; ``engine`` (None: this process) runs the verify and the stats walks."""
+def _two_walks(progress, store):
+    """``progress(done, total)`` over the report's two CommitLog walks (verify's, then stats'):
+    (verify's callable, told each file's size as it is done; stats' callable)."""
+    if progress is None:
+        return None, None
+    size = sum(seg.size for seg in store.commitlog.files)
+    verified = [0]
+
+    def on_verify(n: int) -> None:
+        verified[0] += n
+        progress(min(verified[0], size), 2 * size)
+    on_verify.restart = lambda: verified.__setitem__(0, 0)      # verify reads a replaced store again
+    return on_verify, lambda done, total: progress(size + min(done, size), 2 * size)
+
+
+def build_report(store, name: str, level: str = "deep", engine=None, split_size: int | None = None,
+                 progress=None) -> str:
+    """The page's HTML; ``engine`` (None: this process) runs the verify and the stats walks;
+    ``progress(done, total)``: CommitLog bytes of both walks."""
+    on_verify, on_stats = _two_walks(progress, store)
     info = store_info(store)
-    rep = verify(store, VerifyOptions(level=level), engine=engine, split_size=split_size)
-    st, = stats([(name, store)], "minute", engine=engine, split_size=split_size)
+    rep = verify(store, VerifyOptions(level=level), engine=engine, split_size=split_size, progress=on_verify)
+    st, = stats([(name, store)], "minute", engine=engine, split_size=split_size, progress=on_stats)
     fc = rep.forecast
     d = rep.as_dict()
     findings = d["findings"]
     code = rep.exit_code("error")
     verdict = (f'<p class="ok">verify ({level}): clean, exit 0</p>' if code == 0 else
-               f'<p class="bad">verify ({level}): exit {code}; {len(findings)} finding(s) listed</p>')
+               f'<p class="bad">verify ({level}): exit {code}; {counted(len(findings), "finding")} listed</p>')
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>rmqtool report: {html.escape(name)}</title>"
         f"<style>{CSS}</style></head><body>",
@@ -158,7 +177,12 @@ def build_report(store, name: str, level: str = "deep", engine=None, split_size:
 
 
 def write_report(store, name: str, output: Path, level: str = "deep", engine=None,
-                 split_size: int | None = None) -> int:
-    text = printable(build_report(store, name, level, engine, split_size))       # a name that is not UTF-8: as \xNN
-    Path(output).write_text(text, encoding="utf-8")
+                 split_size: int | None = None, progress=None) -> int:
+    """Build the page, then write it whole or not at all (a temporary file, fsynced, renamed over
+    ``output``: an existing report is replaced only by a complete one); returns its length."""
+    from rmqtool.io.install import fsync_path, write_synced
+    text = printable(build_report(store, name, level, engine, split_size, progress))       # a name that is not UTF-8: as \xNN
+    output = Path(output)
+    write_synced(output, text)
+    fsync_path(output.absolute().parent)
     return len(text)

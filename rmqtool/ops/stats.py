@@ -127,13 +127,16 @@ def _merge_acc(into: _Acc, acc: _Acc) -> None:
         into.add(acc.messages, acc.bytes, acc.first, acc.last)
 
 
-def store_stats(store, name: str, by: str | None = None) -> StoreStats:
-    """One sequential walk of the store's CommitLog."""
+def store_stats(store, name: str, by: str | None = None, walked=None) -> StoreStats:
+    """One sequential walk of the store's CommitLog. ``walked(path, position)``: called after
+    each record batch with where the walk is."""
     st = StoreStats(name, bucket_ms=BUCKETS[by] if by else None)
     topics = TopicTable()
     for item in walk_store(store):
         if isinstance(item, RecordBatch):
             st.add_batch(item, topics)
+            if walked is not None:
+                walked(item.path, item.buf_base + len(item.buf))
         elif isinstance(item, FileEnd):
             st.end_file(item.path, item.file_size, item.position, item.kind)
     return st
@@ -160,7 +163,8 @@ def _part_schema():
     return pa.schema([("task", pa.int64()), ("part", pa.binary())])
 
 
-def stats_with_engine(engine, stores, by: str | None = None, split_size: int | None = None) -> list[StoreStats]:
+def stats_with_engine(engine, stores, by: str | None = None, split_size: int | None = None,
+                      progress=None) -> list[StoreStats]:
     """``store_stats`` of every ``(name, Store)`` with the walks of all stores as the tasks of one
     engine run; each file's tasks form one sequential walk (``engines.check_chains``), so the
     counts are those of ``store_stats``. A file no task covers (an empty one) is walked here."""
@@ -169,7 +173,7 @@ def stats_with_engine(engine, stores, by: str | None = None, split_size: int | N
     bucket_ms = BUCKETS[by] if by else None
     stores = list(stores)
     tasks = [t for t in plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE) if t.hi > t.lo]
-    table = engine.run(tasks, StatsStage(bucket_ms), _part_schema()) if tasks else None
+    table = engine.run(tasks, StatsStage(bucket_ms), _part_schema(), progress=progress) if tasks else None
     ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
     parts: dict[int, list] = {}
     if table is not None:
@@ -200,13 +204,25 @@ def stats_with_engine(engine, stores, by: str | None = None, split_size: int | N
     return out
 
 
-def stats(stores, by: str | None = None, engine=None, split_size: int | None = None) -> list[StoreStats]:
+def stats(stores, by: str | None = None, engine=None, split_size: int | None = None,
+          progress=None) -> list[StoreStats]:
     """``store_stats`` of every ``(name, Store)``: walked here one after the other (``engine`` None),
-    else as the tasks of one run of ``engine`` (``stats_with_engine``); the counts are the same."""
+    else as the tasks of one run of ``engine`` (``stats_with_engine``); the counts are the same.
+    ``progress(done, total)``: CommitLog bytes walked, of all the stores'."""
     stores = list(stores)
-    if engine is None:
-        return [store_stats(s, name, by) for name, s in stores]
-    return stats_with_engine(engine, stores, by, split_size)
+    if engine is not None:
+        return stats_with_engine(engine, stores, by, split_size, progress)
+    walked = None
+    if progress is not None:
+        before, total = {}, 0                   # each file: the bytes of the files walked before it
+        for _, s in stores:
+            for seg in s.commitlog.files:
+                before[str(seg.path)] = total
+                total += seg.size
+
+        def walked(path, position):
+            progress(min(before.get(str(path), 0) + position, total), total)
+    return [store_stats(s, name, by, walked) for name, s in stores]
 
 
 def sparkline(values: list[int]) -> str:

@@ -414,8 +414,8 @@ def _bodies(out: dict, raw_body: pa.Array, sys_flag: np.ndarray, body: str) -> N
             codec[i], note[i] = name, why
             if data is not None:
                 inflated_len[i], inflated_ok[i] = len(data), True
-                if shown_list is not None:
-                    shown_list[i] = data
+            if shown_list is not None:      # text: the inflated body, never the compressed bytes
+                shown_list[i] = data
         if shown_list is not None:
             shown = pa.array(shown_list, pa.binary())
     out["compression"] = pa.array(codec, pa.string())

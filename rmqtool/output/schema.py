@@ -158,6 +158,8 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
     raw_body = batch.body(i)
     inflated, codec, note = decompress(raw_body, sys_flag)
     shown = inflated if (inflated is not None and body in ("text", "hex", "base64")) else raw_body
+    if body == "text" and inflated is None and sys_flag & cl.COMPRESSED_FLAG:
+        shown = None                    # compressed bytes are never passed off as text: ``note`` says why
     uniq = props.get(cl.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     return {
         "store": None,
@@ -194,7 +196,7 @@ def record_to_dict(batch, i: int, body: str = "none") -> dict:
         "compression": codec,
         "inflated_body_length": None if inflated is None else len(inflated),
         "body_encoding": body,
-        "body": render_body(shown, body),
+        "body": None if shown is None else render_body(shown, body),
         **kind_fields(props),
         **system_fields(topic, props, raw_body),
         "note": note,

@@ -9,6 +9,7 @@ from rmqtool.io.fileio import regular_file_present
 from rmqtool.errors import RmqError
 from rmqtool.ops.verify.findings import FindingSink
 from rmqtool.ops.verify.records import RecordTable
+from rmqtool.wording import agree, counted
 
 
 def read_checkpoint_first(store) -> CheckpointValues | RmqError | None:
@@ -74,7 +75,7 @@ def check_checkpoint(store, cp: CheckpointValues | RmqError | None, times: Recor
                  f"checkpoint is {cp.file_size} bytes, expected {CHECKPOINT_FILE_SIZE}", excerpt=False)
     if cp.nonzero_bytes_after_fields:
         sink.add("checkpoint.trailing", path, None,
-                 f"{cp.nonzero_bytes_after_fields} non-zero byte(s) after the five checkpoint fields", excerpt=False)
+                 f"{counted(cp.nonzero_bytes_after_fields, 'non-zero byte')} after the five checkpoint fields", excerpt=False)
     if times is not None and times.records:
         max_ts = times.newest
         for name, value in (("physic_msg_timestamp", cp.physic_msg_timestamp),
@@ -86,7 +87,7 @@ def check_checkpoint(store, cp: CheckpointValues | RmqError | None, times: Recor
                          f"({max_ts}): the checkpoint claims data the CommitLog does not hold", excerpt_len=8)
         if cp.physic_msg_timestamp and max_ts > cp.physic_msg_timestamp:
             sink.add("checkpoint.behind", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],
-                     f"{times.newer} record(s) are newer than physicMsgTimestamp {cp.physic_msg_timestamp} "
+                     f"{counted(times.newer, 'record')} {agree(times.newer, 'is', 'are')} newer than physicMsgTimestamp {cp.physic_msg_timestamp} "
                      "(flush not yet recorded)", excerpt=False)
     elif times is not None and (cp.physic_msg_timestamp or cp.logics_msg_timestamp):
         sink.add("checkpoint.ahead", path, CHECKPOINT_OFFSETS["physic_msg_timestamp"],

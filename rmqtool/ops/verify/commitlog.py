@@ -21,6 +21,7 @@ from rmqtool.records.scan import (END_BLANK, END_CORRUPT, END_EOF, END_TORN, END
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
 from rmqtool.ops.verify.chunks import RecordChunks, SpillDir, StagedPart, adopt_columns
 from rmqtool.ops.verify.records import RecordTable, TopicTable, batch_columns, check_batch
+from rmqtool.wording import counted
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 class CommitLogVerifier:
@@ -182,7 +183,7 @@ class CommitLogVerifier:
             if carved and first_carved is not None:
                 n = self.records - count_before
                 self.add("commitlog.carved", seg.path, first_carved,
-                         f"{n} record(s) carved at [{first_carved}, {end.position}) after resync; "
+                         f"{counted(n, 'record')} carved at [{first_carved}, {end.position}) after resync; "
                          "the broker would not reach them")
             self.bytes += end.position - lo
             if self.dledger is not None and not end.clean:

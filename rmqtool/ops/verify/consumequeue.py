@@ -18,6 +18,7 @@ from rmqtool.broker.dispatch import goes_to_consumequeue
 from rmqtool.io.consumequeue import read_unit_file, valid_units
 from rmqtool.ops.verify.findings import FindingSink
 from rmqtool.ops.verify.records import RecordTable
+from rmqtool.wording import agree, counted
 
 _MIN_MESSAGE = cl.message_length(cl.MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 
@@ -77,7 +78,7 @@ def read_queue(store, ref, sink: FindingSink) -> QueueUnits:
         n_later = int(valid[end:].sum())
         sink.add("cq.gap", paths[fidx[end]], int(pos[end]),
                  f"{ref.topic}/{ref.queue_id}: unit at queue offset {int(qoff[end])} is invalid (offset "
-                 f"{int(offs[end])}, size {int(sizes[end])}) but {n_later} valid unit(s) follow, the next at "
+                 f"{int(offs[end])}, size {int(sizes[end])}) but {counted(n_later, 'valid unit')} {agree(n_later, 'follows', 'follow')}, the next at "
                  f"queue offset {int(qoff[later])}; the broker stops reading at the hole", excerpt_len=CQ_UNIT_SIZE)
     sentinel = ((offs == PRE_BLANK_COMMITLOG_OFFSET) & (sizes == PRE_BLANK_SIZE) & (tags == PRE_BLANK_TAGS_CODE))
     sentinel[end:] = False
@@ -124,14 +125,14 @@ def shallow_unit_checks(qu: QueueUnits, store, valid_end: int, sink: FindingSink
     if n_expired:
         j = int(np.flatnonzero(expired)[-1])
         path, pos = qu.where(j)
-        sink.add("cq.expired", path, pos, f"{name}: {n_expired} unit(s) point below the CommitLog min "
+        sink.add("cq.expired", path, pos, f"{name}: {counted(n_expired, 'unit')} {agree(n_expired, 'points', 'point')} below the CommitLog min "
                  f"offset {cl_min} (expired data)", excerpt=False)
     beyond = np.flatnonzero(qu.offset + qu.size > valid_end)
     if len(beyond):
         j = int(beyond[0])
         path, pos = qu.where(j)
         sink.add("cq.beyond-end", path, pos,
-                 f"{name}: {len(beyond)} unit(s) from queue offset {int(qu.qoff[j])} point at or past the "
+                 f"{name}: {counted(len(beyond), 'unit')} from queue offset {int(qu.qoff[j])} {agree(len(beyond), 'points', 'point')} at or past the "
                  f"CommitLog's valid end {valid_end} (first: {int(qu.offset[j])})",
                  "info" if live else None, excerpt_len=CQ_UNIT_SIZE)
     # records never straddle files
@@ -254,7 +255,7 @@ def not_dispatched_finding(pending, dispatch_from: int, sink: FindingSink) -> No
     if pending.count:
         path, pos, phy = pending.first
         sink.add("cq.not-dispatched", path, pos,
-                 f"{pending.count} record(s) from commitlog offset {phy} are past the dispatch "
+                 f"{counted(pending.count, 'record')} from commitlog offset {phy} {agree(pending.count, 'is', 'are')} past the dispatch "
                  f"frontier {dispatch_from}: not dispatched yet (the broker dispatches them at restart)",
                  excerpt=False)
 

@@ -16,6 +16,7 @@ import numpy as np
 from formats.consumequeue import CQ_UNIT_OFFSETS
 from formats.consumequeue_ext import EXT_HEADER_OFFSETS, ext_offset, is_ext_address
 from rmqtool.io.consumequeue_ext import ExtProblem, ExtQueue, ext_file_size, ext_queues, has_ext
+from rmqtool.wording import agree, counted
 
 _TAGS_AT = CQ_UNIT_OFFSETS["tags_code"]
 #: the store's ext file size, found once per ``Store`` of a run (``ext_unit_checks`` is called per
@@ -86,7 +87,7 @@ def ext_unit_checks(qu, store, sink) -> ExtResolved | None:
     if ext is None or not ext.segments.files:
         j = int(idx[0])
         path, pos = qu.where(j)
-        sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: {len(idx)} unit(s) hold ext addresses (the first at "
+        sink.add("cqext.address", path, pos + _TAGS_AT, f"{name}: {counted(len(idx), 'unit')} {agree(len(idx), 'holds', 'hold')} ext addresses (the first at "
                  f"queue offset {int(qu.qoff[j])}) but the queue has no consumequeue_ext/ file", excerpt_len=8)
         return ExtResolved([], *(np.zeros(0, np.int64) for _ in range(5)))
     offsets = ext_offset(qu.tags[idx])

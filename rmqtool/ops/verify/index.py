@@ -25,6 +25,7 @@ from rmqtool.io.indexfile import IndexHeaderValues, parse_header
 from rmqtool.ops.verify.findings import INFO, WARNING, FindingSink
 from rmqtool.kernels.search import is_member
 from rmqtool.ops.verify.records import RecordTable
+from rmqtool.wording import agree, counted
 
 _ENTRY_FIELD = field_offsets(IndexEntry)
 INT_MAX = JAVA_INT_MAX
@@ -98,7 +99,7 @@ def check_index_file(path, geometry, sink: FindingSink, live: bool, on_entries=N
         have = max(0, (size - e0) // INDEX_ENTRY_SIZE)
         if have < count:
             sink.add("index.file-size", path, size, f"indexCount {header.index_count} but the file holds only "
-                     f"{have} entries", excerpt=False)
+                     f"{counted(have, 'entry')}", excerpt=False)
         stop = min(count, have)
         n = max(stop - 1, 0)
         chains = _Chains(path, S, n, slots, sink)
@@ -157,7 +158,7 @@ def _check_slots(path, S: int, header: IndexHeaderValues, count: int, slots: np.
     used = int(np.count_nonzero((slots > 0) & (slots <= count)))
     if header.index_count > 1 and header.hash_slot_count != used:
         sink.add("index.header-count", path, INDEX_HEADER_OFFSETS["hash_slot_count"],
-                 f"hashSlotCount {header.hash_slot_count} != {used} slots in use", excerpt_len=4)
+                 f"hashSlotCount {header.hash_slot_count} != {counted(used, 'slot')} in use", excerpt_len=4)
 
 
 def _buckets(h: np.ndarray, S: int) -> np.ndarray:
@@ -380,7 +381,7 @@ def missing_keys(table: RecordTable, indexed_pairs: np.ndarray, lo: int, frontie
             i = int(recs[j])
             path, pos = table.where(i)
             sink.add("index.missing", path, pos, f"record at {pos} ({table.topics.names[int(c['topic_id'][i])]}) "
-                     f"lies inside the indexed range but {int(counts[j])} of its key(s) are in no index file")
+                     f"lies inside the indexed range but {int(counts[j])} of its {agree(int(counts[j]), 'keys is', 'keys are')} in no index file")
     pending = np.unique(kr[miss & (phy >= frontier)[kr]])
     return [int(i) for i in pending]
 
@@ -390,6 +391,6 @@ def not_indexed_finding(pending, frontier: int, sink: FindingSink) -> None:
     if pending.count:
         path, pos, phy = pending.first
         sink.add("index.not-indexed", path, pos,
-                 f"{pending.count} record(s) with keys from commitlog offset {phy} are at or "
+                 f"{counted(pending.count, 'record')} with keys from commitlog offset {phy} {agree(pending.count, 'is', 'are')} at or "
                  f"past the index frontier {frontier}: not (fully) indexed yet (the broker indexes them at restart)",
                  excerpt=False)
