@@ -23,7 +23,7 @@ def info_command(
     index_slots: int = IndexSlotsOpt,
     index_entries: int = IndexEntriesOpt,
     count: bool = typer.Option(False, "--count", help="count every message of the store (walks every CommitLog file)"),
-    kind: Optional[str] = typer.Option(None, "--kind", help="print only this kind of row: store (one row: files, "
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="print only this kind of row: store (one row: files, "
                                        "geometry, checkpoint, liveness, recovery) | queue (one per consume queue); "
                                        "default: both, one CSV section or table each"),
 ):

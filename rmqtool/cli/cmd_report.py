@@ -8,7 +8,7 @@ import typer
 
 from rmqtool.cli.common import (FormatOpt, IdleIoOpt, MaxReadRateOpt, app, emit, gentle, open_store, stdout,
                                 EngineOptions, with_engine_options)
-from rmqtool.cli.options import Level, option
+from rmqtool.cli.options import Format, Level, option
 from rmqtool.errors import RefusedError
 
 
@@ -21,7 +21,7 @@ def report_command(
     level: Level = typer.Option(Level.deep, "--level", "-l", help="the verify the report runs"),
     max_read_rate: Optional[float] = MaxReadRateOpt,
     idle_io: bool = IdleIoOpt,
-    fmt: str = FormatOpt,
+    fmt: Format = FormatOpt,
     engine_options: EngineOptions = EngineOptions(),
 ):
     """Write one self-contained HTML report (no network): info, the verify summary and findings, the recovery

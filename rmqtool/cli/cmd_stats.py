@@ -19,7 +19,7 @@ from rmqtool.wording import counted
 def stats_command(
     stores: List[str] = typer.Argument(..., metavar="STORE...", help="store roots (or quoted globs)"),
     by: Optional[Bucket] = typer.Option(None, "--by", help="also count per time bucket"),
-    kind: Optional[str] = typer.Option(None, "--kind", help="print only this kind of row: topic | queue | file | "
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="print only this kind of row: topic | queue | file | "
                                        "bucket (with --by) | total (default: every kind, one table or CSV "
                                        "section each)"),
     max_read_rate: Optional[float] = MaxReadRateOpt,

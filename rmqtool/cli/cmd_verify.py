@@ -44,7 +44,7 @@ def verify_command(
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="which severity makes exit code 1"),
     limit: int = typer.Option(1000, "--limit-per-check", metavar="N",
                               help="list at most N findings per check (all are counted)"),
-    kind: Optional[str] = typer.Option(None, "--kind", help="print only this kind of row: finding | summary | "
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="print only this kind of row: finding | summary | "
                                        "forecast | lost | not_dispatched | not_indexed | fleet (default: every "
                                        "kind; CSV/TSV one section each; JSON then the report object, with "
                                        "--kind an array of those rows)"),
