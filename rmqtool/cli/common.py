@@ -21,20 +21,10 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
-#: optional extras and the module each one brings (``--version`` says which are installed)
-EXTRAS = {"parquet/spark/storage": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
-          "rocksdb": "rocksdict", "report": "matplotlib"}
-
-
 def _print_version(value: bool) -> None:
     if value:
-        import importlib.util
-        import rmqtool
-        from rmqtool.kernels import native
-        have = [name for name, module in EXTRAS.items() if importlib.util.find_spec(module) is not None]
-        missing = [name for name in EXTRAS if name not in have]
-        print(f"rmqtool {rmqtool.__version__} ({native.path})")
-        print(f"extras: {', '.join(have) or 'none'}" + (f"; not installed: {', '.join(missing)}" if missing else ""))
+        from rmqtool.cli.startup import version_text
+        sys.stdout.write(version_text())
         raise typer.Exit()
 
 
