@@ -3,7 +3,6 @@ from __future__ import annotations
 
 
 import typer
-from rich.markup import escape
 
 from rmqtool.cli.common import (FORMATS, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 check_choice, emit, escape_control, format_time, open_store, stdout)
@@ -98,6 +97,7 @@ def info_command(
 
 def _dledger_lines(d: dict) -> None:
     """The DLedger member's view: entries, terms, checkpoint, currterm, files, where the data ends."""
+    from rich.markup import escape
     cp, ct = d["checkpoint"] or {}, d["currterm"] or {}
     span = "no entries" if d["first_index"] is None else f"entries {d['first_index']} - {d['last_index']}"
     stdout.print("[bold]dledger[/bold] " + escape(escape_control(
@@ -127,6 +127,7 @@ def dledger_recovery_text(r: dict) -> str:
 
 
 def _controller_lines(ctl: dict) -> None:
+    from rich.markup import escape
     ident = ctl["broker_identity"]
     if ident:
         state = (f"registering ({ident['path']}, check code {ident['register_check_code']})" if ident["pending"]

@@ -10,7 +10,6 @@ afresh; a cache that cannot be read or written is skipped (the help is rendered 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 
@@ -93,6 +92,7 @@ def help_cache_path(argv: list[str]) -> str | None:
     None when the help is not the plain top-level one (or a source cannot be found)."""
     if argv != ["--help"] or any(name.endswith("_COMPLETE") for name in os.environ):
         return None
+    import hashlib
     import rmqtool
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
