@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from rmqtool.cli.startup import outputs_hold_any_text
+
 # command name -> the module that registers it on ``app``
 COMMAND_MODULES = {
     "info": "rmqtool.cli.cmd_info",
@@ -55,19 +57,6 @@ def __getattr__(name: str):
 
 #: commands that stream GBs through numpy temporaries: they keep freed pages (fileio.tune_allocator)
 BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info", "convert"}
-
-
-def outputs_hold_any_text() -> None:
-    """A name read from the file system that is not UTF-8 (a topic directory named with bytes
-    ``\\xff\\xfe``) reaches the output as lone surrogates, which a strict UTF-8 stdout cannot
-    encode: they are written as ``\\udcff`` escapes (in JSON the same string again), never an error."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
-            try:
-                reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):
-                pass
 
 
 def main() -> None:

@@ -42,6 +42,19 @@ HELP_SOURCES = ("rmqtool", "formats", "typer", "rich", "click")
 HELP_CACHE_FILES = 16
 
 
+def outputs_hold_any_text() -> None:
+    """A name read from the file system that is not UTF-8 (a topic directory named with bytes
+    ``\\xff\\xfe``) reaches the output as lone surrogates, which a strict UTF-8 stdout cannot
+    encode: they are written as ``\\udcff`` escapes (in JSON the same string again), never an error."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
 def _cache_dir() -> str:
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rmqtool")
 
@@ -208,7 +221,6 @@ def answer(argv: list[str]) -> bool:
         text = cached_help(argv)
         if text is None:
             return False
-        from rmqtool.cli import outputs_hold_any_text
         outputs_hold_any_text()
     sys.stdout.write(text)
     sys.stdout.flush()
