@@ -159,3 +159,19 @@ def test_small_index_geometry_inference_equals_numpy():
             assert _infer_geometry_python(v, len(v)) == expected, path
             inferred += expected is not None
     assert inferred >= len(files)                   # the intact files give a geometry
+
+
+def test_answers_to_a_reader_that_went_away(tmp_path):
+    """``rmqtool --version | head -0``: exit 0 and no traceback, as the CLI's own commands."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-m", "rmqtool", "--help"], capture_output=True, env=env, cwd=ROOT)
+    for args in (["--version"], ["--help"]):             # --help: the kept one
+        read, write = os.pipe()
+        os.close(read)                                   # every write fails with EPIPE
+        try:
+            proc = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=write, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=ROOT, timeout=60)
+        finally:
+            os.close(write)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr

@@ -14,6 +14,7 @@ from typing import Iterable, List, Optional
 
 import typer
 
+from rmqtool.cli.startup import quiet_closed_stdout as _quiet_closed_stdout
 from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
                             missing_extra)
 
@@ -489,17 +490,6 @@ def fail(exc: RmqError) -> None:
     say_followed_links()
     stderr.print(f"error: {escape_control(str(exc))}", markup=False)
     raise SystemExit(exc.exit_code)
-
-
-def _quiet_closed_stdout() -> None:
-    """The reader went away (``| head``): point stdout at /dev/null, so that the interpreter's
-    flush at exit does not fail a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):      # no real file descriptor (tests' StringIO)
-        pass
 
 
 def _path_argument() -> str:

@@ -55,6 +55,17 @@ def outputs_hold_any_text() -> None:
                 pass
 
 
+def quiet_closed_stdout() -> None:
+    """The reader went away (``| head``): point stdout at /dev/null, so that the interpreter's
+    flush at exit does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):      # no real file descriptor (tests' StringIO)
+        pass
+
+
 def _cache_dir() -> str:
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rmqtool")
 
@@ -222,6 +233,9 @@ def answer(argv: list[str]) -> bool:
         if text is None:
             return False
         outputs_hold_any_text()
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:             # the reader went away (``| head``): as the CLI does, exit 0
+        quiet_closed_stdout()
     return True
