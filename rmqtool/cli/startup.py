@@ -218,7 +218,7 @@ class recording_help:
             return False
         sys.stdout = self.tee._stream
         done = kind is None or (kind is SystemExit and exc.code in (0, None))
-        if done and not self.tee.failed:
+        if done and not self.tee.failed and self.tee.parts:
             keep_help(self.path, "".join(self.tee.parts))
         return False
 
