@@ -35,8 +35,12 @@ def run() -> None:
         os.environ.setdefault(name, value)
     try:
         try:
+            from rmqtool.cli import startup
+            if startup.answer(sys.argv[1:]):        # --version, or a --help typer rendered before
+                _decided(0)
             from rmqtool.cli import main
-            main()
+            with startup.recording_help(sys.argv[1:]):
+                main()
         except SystemExit as exc:
             _decided(exc.code)
     except KeyboardInterrupt:

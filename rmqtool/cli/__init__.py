@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from rmqtool.cli import common
+from rmqtool.cli.startup import outputs_hold_any_text
 
 # command name -> the module that registers it on ``app``
 COMMAND_MODULES = {
@@ -36,6 +36,7 @@ def load_commands(argv: list[str] | None = None) -> None:
     Importing only what one command needs keeps short commands (query-key on a live
     store) from paying for every other command's imports.
     """
+    from rmqtool.cli import common
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("-")]
     wanted = COMMAND_MODULES.get(args[0]) if args else None
     for name in sorted(set(COMMAND_MODULES.values())) if wanted is None else [wanted]:
@@ -48,6 +49,7 @@ def load_commands(argv: list[str] | None = None) -> None:
 def __getattr__(name: str):
     """``from rmqtool.cli import app`` gives the app with every command registered."""
     if name == "app":
+        from rmqtool.cli import common
         load_commands([])
         return common.app
     raise AttributeError(name)
@@ -57,21 +59,9 @@ def __getattr__(name: str):
 BULK_COMMANDS = {"verify", "rebuild", "export", "dump", "write", "info", "convert"}
 
 
-def _outputs_hold_any_text() -> None:
-    """A name read from the file system that is not UTF-8 (a topic directory named with bytes
-    ``\\xff\\xfe``) reaches the output as lone surrogates, which a strict UTF-8 stdout cannot
-    encode: they are written as ``\\udcff`` escapes (in JSON the same string again), never an error."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
-            try:
-                reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):
-                pass
-
-
 def main() -> None:
-    _outputs_hold_any_text()
+    from rmqtool.cli import common
+    outputs_hold_any_text()
     load_commands()
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
     if args and args[0] in BULK_COMMANDS:

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt, IndexSlotsOpt, app,
                                 emit, escape_control, format_time, open_store)
@@ -135,6 +134,7 @@ def _store_lines(info: dict) -> None:
 
 def _dledger_lines(d: dict) -> None:
     """The DLedger member's view: entries, terms, checkpoint, currterm, files, where the data ends."""
+    from rich.markup import escape
     out = prose()
     cp, ct = d["checkpoint"] or {}, d["currterm"] or {}
     span = "no entries" if d["first_index"] is None else f"entries {d['first_index']} - {d['last_index']}"
@@ -165,6 +165,7 @@ def dledger_recovery_text(r: dict) -> str:
 
 
 def _controller_lines(ctl: dict) -> None:
+    from rich.markup import escape
     out = prose()
     ident = ctl["broker_identity"]
     if ident:

@@ -17,6 +17,7 @@ import typer
 from rmqtool.cli.options import (App, BodyOpt, Color, CommitlogDirsOpt, Engine, EngineOpt, Format,  # noqa: F401 (re-exported)
                                  FormatOpt, IdleIoOpt, IndexEntriesOpt, IndexSlotsOpt, JobsOpt, MasterOpt,
                                  MaxReadRateOpt, RemoteOpt, SparkConfOpt, SplitOpt, StagingOpt)
+from rmqtool.cli.startup import quiet_closed_stdout as _quiet_closed_stdout
 from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
                             missing_extra)
 
@@ -24,20 +25,10 @@ app = App(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=Fa
           help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
 
 
-#: optional extras and the module each one brings (``--version`` says which are installed)
-EXTRAS = {"parquet/spark/storage": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
-          "rocksdb": "rocksdict", "report": "matplotlib"}
-
-
 def _print_version(value: bool) -> None:
     if value:
-        import importlib.util
-        import rmqtool
-        from rmqtool.kernels import native
-        have = [name for name, module in EXTRAS.items() if importlib.util.find_spec(module) is not None]
-        missing = [name for name in EXTRAS if name not in have]
-        print(f"rmqtool {rmqtool.__version__} ({native.path})")
-        print(f"extras: {', '.join(have) or 'none'}" + (f"; not installed: {', '.join(missing)}" if missing else ""))
+        from rmqtool.cli.startup import version_text
+        sys.stdout.write(version_text())
         raise typer.Exit()
 
 
@@ -455,17 +446,6 @@ def fail(exc: RmqError) -> None:
     say_followed_links()
     stderr.print(f"error: {escape_control(str(exc))}", markup=False)
     raise SystemExit(exc.exit_code)
-
-
-def _quiet_closed_stdout() -> None:
-    """The reader went away (``| head``): point stdout at /dev/null, so that the interpreter's
-    flush at exit does not fail a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):      # no real file descriptor (tests' StringIO)
-        pass
 
 
 def _path_argument() -> str:

@@ -47,20 +47,33 @@ def parse_header(raw: bytes) -> IndexHeaderValues:
     return IndexHeaderValues(*_HEADER.unpack_from(raw))
 
 
+#: files up to this size have their geometry inferred by the same steps in plain Python (no numpy
+#: import: a few ms for a small store's index; ``tests/test_startup.py`` proves the two equal)
+SMALL_INFER_SIZE = 1 << 20
+
+
 def infer_geometry(path: Path, size: int, data=None) -> IndexGeometry | None:
     """Find (slots, entries) from a file's content when its size is not the expected one.
 
     The header says how many buckets are used (h) and entries written; the slot area holds
     exactly h non-zero ints, so the slot/entry boundary lies between the h-th non-zero int
     and the first non-zero int of entry 1. Candidates must satisfy the size equation and
-    every sampled bucket must hold an entry whose hash lands in it.
+    every sampled bucket must hold an entry whose hash lands in it. ``data``: the file's
+    bytes (read here when not given).
     """
-    import numpy as np
     if size < INDEX_HEADER_SIZE or (size - INDEX_HEADER_SIZE) % INDEX_SLOT_SIZE or size > MAX_INDEX_FILE_SIZE:
         return None                  # no geometry gives it (the largest file is read whole, no more)
     if data is None:
         with ReadOnlyFile(path) as fh:
-            data = fh.read_array(0, size)
+            data = fh.read(0, size)
+    if size <= SMALL_INFER_SIZE:
+        return _infer_geometry_python(data, size)
+    return _infer_geometry_numpy(data, size)
+
+
+def _infer_geometry_numpy(data, size: int) -> IndexGeometry | None:
+    import numpy as np
+    data = np.frombuffer(data, dtype=np.uint8)
     header = parse_header(data[:INDEX_HEADER_SIZE].tobytes())
     ints = data[INDEX_HEADER_SIZE:INDEX_HEADER_SIZE + (size - INDEX_HEADER_SIZE) // 4 * 4].view(">i4")
     nz = np.flatnonzero(ints)
@@ -87,6 +100,34 @@ def infer_geometry(path: Path, size: int, data=None) -> IndexGeometry | None:
     if len(cands) != 1:
         return None
     slots = int(cands[0])
+    return IndexGeometry(slots, (total_ints - slots) // 5)
+
+
+def _infer_geometry_python(data, size: int) -> IndexGeometry | None:
+    """``_infer_geometry_numpy``, step for step, on Python ints."""
+    import struct
+    header = parse_header(bytes(data[:INDEX_HEADER_SIZE]))
+    total_ints = (size - INDEX_HEADER_SIZE) // 4
+    ints = struct.unpack_from(f">{total_ints}i", data, INDEX_HEADER_SIZE)
+    nz = [i for i, v in enumerate(ints) if v]
+    h, count = header.hash_slot_count, header.index_count
+    if h <= 0 or count <= 1 or len(nz) <= h:
+        return None
+    lo, hi = nz[h - 1] + 1, nz[h] - 5             # entry 1 starts at S+5 ints
+    cands = [c for c in range(max(lo, 1), max(hi, 0) + 1) if (total_ints - c) % 5 == 0]
+    if not cands:
+        return None
+    for slot_idx in nz[:h][:16]:
+        value = ints[slot_idx]
+        if value <= 0 or value >= count:
+            continue
+        cands = [c for c in cands if c + 5 * value < total_ints
+                 and ints[c + 5 * value] >= 0 and ints[c + 5 * value] % c == slot_idx]
+        if len(cands) <= 1:
+            break
+    if len(cands) != 1:
+        return None
+    slots = cands[0]
     return IndexGeometry(slots, (total_ints - slots) // 5)
 
 

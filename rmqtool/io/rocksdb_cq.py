@@ -15,7 +15,6 @@ from pathlib import Path
 from formats import rocksdb_cq as rf
 from rmqtool.io import storage
 from rmqtool.io.fileio import regular_file_present
-from rmqtool.io.install import pwrite_all
 from rmqtool.errors import CorruptDataError, MissingDependencyError
 
 
@@ -158,6 +157,7 @@ def materialize(units: RocksUnits, file_size: int) -> Path:
             continue
         qdir = view / topic / str(qid)
         qdir.mkdir(parents=True)
+        from rmqtool.io.install import pwrite_all
         handles: dict[int, int] = {}
         try:
             for qoff, phy, size, tags, _ in rows:

@@ -1,16 +1,16 @@
 """Which file and position hold a commitlog offset or a queue offset, and the record there."""
 from __future__ import annotations
 
-from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
+from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.errors import UsageError
 from rmqtool.output.schema import record_to_dict
 from rmqtool.io.fileio import ReadOnlyFile
-from rmqtool.records.scan import END_BLANK, FileScan
-import numpy as np
 
 
 def locate_offset(store, offset: int) -> dict:
     """The commitlog file and position of ``offset`` and the record (or padding) containing it."""
+    import numpy as np
+    from rmqtool.records.scan import END_BLANK, FileScan
     if offset < 0:
         raise UsageError(f"offset {offset} is negative")
     hit = store.locate(offset)
@@ -49,6 +49,8 @@ def locate_offset(store, offset: int) -> dict:
 
 def locate_queue_offset(store, topic: str, queue_id: int, queue_offset: int) -> dict:
     """The CQ file and position of ``queue_offset``, the unit there, and the record it points at."""
+    import numpy as np
+    from formats.consumequeue import CQ_UNIT_DTYPE
     if queue_offset < 0:
         raise UsageError(f"queue offset {queue_offset} is negative")
     queue = store.queue(topic, queue_id)

@@ -1,0 +1,177 @@
+"""Start-up: what a short command imports, and the two things answered before the CLI is built.
+
+- the import graph (``python -X importtime``) of ``query-key``/``query-id`` on a reference store,
+  ``--version`` and a kept ``--help`` holds no numpy, pyarrow, rich or Spark (``--version`` and a
+  kept ``--help`` no typer either);
+- ``--help`` from the cache (rmqtool/cli/startup.py) is byte for byte typer's rendering; a changed
+  source renders it afresh; a cache directory that cannot be written changes nothing;
+- the help cache's key names every environment variable the installed typer and rich read;
+- the numpy-free geometry inference of a small index file equals the numpy one on every reference
+  store's index files and damaged copies of them.
+No timing here: bench/bench_startup.py measures.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REFERENCE
+
+ROOT = Path(__file__).resolve().parent.parent
+BASIC = REFERENCE / "basic"
+#: modules a short command must not load
+HEAVY = {"numpy", "pyarrow", "rich", "pyspark", "pandas"}
+
+
+def _run(args, env=None, pythonpath=ROOT, cwd=ROOT):
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR", "FORCE_COLOR")}
+    environment.update(PYTHONPATH=str(pythonpath), **(env or {}))
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "rmqtool", *map(str, args)],
+                          capture_output=True, text=True, env=environment, cwd=cwd, timeout=120)
+
+
+def _imported(proc) -> set[str]:
+    """Top-level names of every module the process imported (``-X importtime`` lines on stderr)."""
+    names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)", proc.stderr, re.M)
+    return {n.split(".")[0] for n in names}
+
+
+@pytest.mark.parametrize("args", [
+    ["query-key", BASIC, "key-0001", "-f", "json"],
+    ["query-key", BASIC, "key-0001", "-f", "jsonl"],
+    ["query-key", BASIC, "key-0011", "--topic", "OrderTopic", "-f", "csv"],
+    ["query-key", BASIC, "key-0001"],                              # table format, piped: tab-separated
+    ["query-id", BASIC, "C0A8010A00002A9F00000000000005C2", "-f", "json"],
+], ids=["query-key-json", "query-key-jsonl", "query-key-topic-csv", "query-key-piped", "query-id-json"])
+def test_query_commands_import_no_numpy_rich_pyarrow_spark(args):
+    proc = _run(args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()
+    assert not (_imported(proc) & HEAVY), sorted(_imported(proc) & HEAVY)
+
+
+def test_version_builds_no_cli(tmp_path):
+    fast = _run(["--version"])
+    assert fast.returncode == 0
+    assert fast.stdout.startswith("rmqtool ")
+    assert not (_imported(fast) & (HEAVY | {"typer", "click", "construct"})), _imported(fast)
+    through_typer = _run(["--color", "auto", "--version"])      # the root option's callback
+    assert through_typer.returncode == 0 and "typer" in _imported(through_typer)
+    assert through_typer.stdout == fast.stdout
+
+
+def _help(cache: Path, **kw):
+    return _run(["--help"], env={"XDG_CACHE_HOME": str(cache), "COLUMNS": "100"}, **kw)
+
+
+def test_help_from_the_cache_is_typers_rendering(tmp_path):
+    """Kept and fresh are the same bytes; another width is another key; no cache, no harm."""
+    fresh = _help(tmp_path / "cache")
+    assert fresh.returncode == 0 and "typer" in _imported(fresh)
+    assert "query-key" in fresh.stdout
+    assert len(list((tmp_path / "cache" / "rmqtool").glob("help-*.txt"))) == 1
+    kept = _help(tmp_path / "cache")
+    assert kept.returncode == 0
+    assert kept.stdout == fresh.stdout
+    assert not (_imported(kept) & (HEAVY | {"typer", "click", "construct"})), _imported(kept)
+    narrower = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "COLUMNS": "70"}
+    narrow = _run(["--help"], env=narrower)
+    assert "typer" in _imported(narrow) and narrow.stdout != fresh.stdout      # another width, another key
+    assert _run(["--help"], env=narrower).stdout == narrow.stdout
+    blocker = tmp_path / "file"                     # a cache directory that cannot be made or written
+    blocker.write_text("not a directory")
+    for _ in range(2):
+        proc = _help(blocker / "below")
+        assert proc.returncode == 0 and proc.stdout == fresh.stdout
+        assert not [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert blocker.read_text() == "not a directory"
+
+
+def test_changed_source_renders_help_afresh(tmp_path):
+    copy = tmp_path / "src"
+    for package in ("rmqtool", "formats"):
+        shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    before = _help(cache, pythonpath=copy, cwd=copy)
+    assert before.returncode == 0 and "Offline forensic" in before.stdout
+    kept = _help(cache, pythonpath=copy, cwd=copy)
+    assert kept.stdout == before.stdout and "typer" not in _imported(kept)
+    common = copy / "rmqtool" / "cli" / "common.py"
+    common.write_text(common.read_text().replace("Offline forensic and repair tool",
+                                                 "Offline (changed) forensic and repair tool"))
+    after = _help(cache, pythonpath=copy, cwd=copy)
+    assert after.returncode == 0 and "typer" in _imported(after)
+    assert "Offline (changed) forensic" in after.stdout
+    assert after.stdout == _help(tmp_path / "empty", pythonpath=copy, cwd=copy).stdout
+    assert _help(cache, pythonpath=copy, cwd=copy).stdout == after.stdout
+
+
+def test_help_cache_key_names_every_variable_typer_and_rich_read():
+    """A variable typer or rich reads could change the help: it must be part of the key."""
+    from rmqtool.cli.startup import HELP_ENVIRONMENT
+    import rich
+    import typer
+    #: read for completion (the cache is skipped then), for config paths, or by click's option
+    #: ``envvar`` machinery (values of options, never the help text)
+    not_help = {"XDG_CONFIG_HOME", "COMP_WORDS", "COMP_CWORD"}
+    read = set()
+    for package in (typer, rich):
+        for path in Path(package.__file__).parent.rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            read |= set(re.findall(r"(?:environ(?:\.get)?\(?\s*\[?|getenv\()\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']",
+                                   text))
+    assert read, "no environment reads found: the pattern no longer matches typer/rich"
+    missing = {name for name in read - not_help - set(HELP_ENVIRONMENT) if not name.startswith("_TYPER_COMPLETE")}
+    assert not missing, f"typer/rich read {sorted(missing)}: add them to startup.HELP_ENVIRONMENT"
+
+
+def _index_files() -> list[Path]:
+    return sorted(p for p in REFERENCE.glob("*/index/*") if p.is_file())
+
+
+def test_small_index_geometry_inference_equals_numpy():
+    from rmqtool.io.indexfile import _infer_geometry_numpy, _infer_geometry_python
+    files = _index_files()
+    assert len({p.parent.parent.name for p in files}) >= 3
+    rng = random.Random(35)
+    inferred = 0
+    for path in files:
+        data = path.read_bytes()
+        variants = [data]
+        for _ in range(6):                          # damaged copies: bytes flipped, counts changed
+            damaged = bytearray(data)
+            for _ in range(rng.randint(1, 8)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            variants.append(bytes(damaged))
+        header = bytearray(data)
+        header[32:40] = bytes(8)                    # hash slot count and index count zero
+        variants.append(bytes(header))
+        variants.append(bytes(len(data)))           # all zero
+        for v in variants:
+            expected = _infer_geometry_numpy(v, len(v))
+            assert _infer_geometry_python(v, len(v)) == expected, path
+            inferred += expected is not None
+    assert inferred >= len(files)                   # the intact files give a geometry
+
+
+def test_answers_to_a_reader_that_went_away(tmp_path):
+    """``rmqtool --version | head -0``: exit 0 and no traceback, as the CLI's own commands."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-m", "rmqtool", "--help"], capture_output=True, env=env, cwd=ROOT)
+    for args in (["--version"], ["--help"]):             # --help: the kept one
+        read, write = os.pipe()
+        os.close(read)                                   # every write fails with EPIPE
+        try:
+            proc = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=write, stderr=subprocess.PIPE,
+                                  text=True, env=env, cwd=ROOT, timeout=60)
+        finally:
+            os.close(write)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
