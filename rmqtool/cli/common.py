@@ -299,14 +299,14 @@ def _json_format_asked(argv: list[str]) -> bool:
 
 
 def report_error(message: str, code: int, path=None, offset: int | None = None) -> None:
-    """An error as the user sees it: ``error: [path[@offset]: ]message`` on stderr (even under
-    --quiet) and, under ``-f json|jsonl``, one JSON object after it:
+    """An error as the user sees it: ``error: [path[@offset]: ]message``, the last line on stderr
+    (even under --quiet), and before it, under ``-f json|jsonl``, one JSON object:
     ``{"error": message, "file": path or null, "offset": n or null, "exit": code}``."""
-    where = "" if path is None else (f"{path}: " if offset is None else f"{path}@{offset}: ")
-    say_error(f"error: {escape_control(where + message)}")
     if _json_format_asked(sys.argv[1:]):
         say_error(json.dumps({"error": message, "file": None if path is None else str(path), "offset": offset,
                               "exit": code}, ensure_ascii=False))
+    where = "" if path is None else (f"{path}: " if offset is None else f"{path}@{offset}: ")
+    say_error(f"error: {escape_control(where + message)}")
 
 
 def fail(exc: RmqError) -> None:

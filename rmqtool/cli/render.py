@@ -151,8 +151,8 @@ def with_iso(obj):
 _EPOCH_MS = re.compile(r"^-?\d+$")
 _RELATIVE = re.compile(r"^(?:(?P<base>now|today|yesterday|tomorrow)\s*(?:(?P<sign>[+-])\s*(?P<span1>.+))?"
                        r"|(?P<span2>.+?)\s+ago)$")
-_SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?"
-                        r"|d|days?|w|weeks?)\s*")
+_SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h"
+                        r"|days?|d|weeks?|w)(?![a-z])\s*")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 TIME_FORMS = ("epoch ms, ISO-8601 (UTC unless it names a zone), or relative: now, today, yesterday, "
               "1h ago, now-15m, now+1d")
