@@ -6,7 +6,7 @@ import io
 import json
 
 from conftest import reference_store, run_cli
-from rmqtool.cli import common
+from rmqtool.cli import common, render
 
 
 def _render(rows, cols, width, wide=False, monkeypatch=None):
@@ -14,7 +14,7 @@ def _render(rows, cols, width, wide=False, monkeypatch=None):
     buf = io.StringIO()
     monkeypatch.setattr(common.stdout, "_console", Console(file=buf, width=width, no_color=True, soft_wrap=True))
     monkeypatch.setenv("RMQTOOL_WIDE", "1" if wide else "0")
-    common._emit_tables(iter(rows), cols, None)
+    render._emit_tables(iter(rows), cols, None)
     return buf.getvalue().splitlines()
 
 

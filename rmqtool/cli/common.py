@@ -15,9 +15,9 @@ import typer
 from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
                             missing_extra)
 # the renderer (cli/render.py), importable from here as the command modules always did
-from rmqtool.cli.render import (TABLE_CHUNK, LazyConsole, _cell, _emit_tables, emit, emit_csv,  # noqa: F401
-                                emit_json, emit_jsonl, emit_tsv, escape_control, fit_columns, format_time,
-                                human_size, parse_time, real_console, say_error, stderr, stdout, with_iso)
+from rmqtool.cli.render import (TABLE_CHUNK, LazyConsole, emit, emit_csv, emit_json, emit_jsonl,  # noqa: F401
+                                emit_tsv, escape_control, fit_columns, format_time, human_size, parse_time,
+                                real_console, say_error, stderr, stdout, with_iso)
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Offline forensic and repair tool for Apache RocketMQ broker stores.")

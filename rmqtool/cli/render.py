@@ -19,10 +19,12 @@ The rules, each in one place here:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
 import sys
+import time
 from typing import Iterable, Optional
 
 from rmqtool.errors import UsageError
@@ -124,9 +126,16 @@ def format_time(ms: Optional[int]) -> str:
     if ms is None:
         return ""
     try:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        ms = int(ms)
+        return f"{_utc_second(ms // 1000)}.{ms % 1000:03d}Z"
     except (OverflowError, OSError, ValueError, TypeError):
         return str(ms)
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_second(seconds: int) -> str:
+    """The seconds part of ``format_time`` (cached: a store's times come in runs)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def with_iso(obj):
