@@ -325,7 +325,7 @@ def _usage_error(exc) -> None:
 
 
 def _interrupted() -> None:
-    report_error("interrupted", EXIT_INTERRUPTED)
+    say_error("interrupted")                # Ctrl-C: not an error of the input, so no error line or object
     raise SystemExit(EXIT_INTERRUPTED)
 
 
@@ -396,7 +396,7 @@ def run_app(application: typer.Typer) -> None:
                      EXIT_BAD_INPUT)
         raise SystemExit(EXIT_BAD_INPUT)
     if result == EXIT_INTERRUPTED:          # typer turns Ctrl-C into Exit(130), returned here
-        report_error("interrupted", EXIT_INTERRUPTED)
+        say_error("interrupted")
     else:
         say_followed_links()
     raise SystemExit(result if isinstance(result, int) else 0)
