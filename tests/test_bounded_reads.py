@@ -85,7 +85,7 @@ def check(res: subprocess.CompletedProcess, code: int, target: Path, needle: str
         assert bad not in res.stderr, said
     assert res.returncode == code, said
     if code == 2:                       # one line naming the file and its size
-        lines = res.stderr.strip().splitlines()
+        lines = [x for x in res.stderr.strip().splitlines() if not x.startswith('{"error"')]   # -f json: twin
         assert len(lines) == 1 and lines[0].startswith("error: "), said
         assert str(target) in lines[0] and SIZE in lines[0], said
     if needle is not None:

@@ -299,4 +299,6 @@ def test_an_os_error_naming_no_file_names_the_commands_path(monkeypatch, capsys,
     with pytest.raises(SystemExit) as ended:
         run_app(failing)
     assert ended.value.code == 2
-    assert capsys.readouterr().err == f"error: {tmp_path}: Input/output error\n"
+    assert capsys.readouterr().err == (json.dumps({"error": "Input/output error", "file": str(tmp_path),
+                                                   "offset": None, "exit": 2}) + "\n"     # -f json: also JSON
+                                       + f"error: {tmp_path}: Input/output error\n")

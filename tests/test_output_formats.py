@@ -1,5 +1,5 @@
-"""Every command speaks csv and tsv (issue 18): a header line and rows that parse back, from the
-one shared renderer; the exit code is the same as with a table."""
+"""Every command speaks csv and tsv (issue 18): a header line (one per row kind, issue 35) and rows
+that parse back, from the one shared renderer; the exit code is the same as with a table."""
 from __future__ import annotations
 
 import csv

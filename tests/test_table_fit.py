@@ -1,12 +1,12 @@
-"""Tables fit the terminal (issue 18): at 80 columns no cell wraps (long ones end in an ellipsis),
-every row is one line; --wide keeps whole cells."""
+"""Tables fit the terminal (issue 18): at 80 columns every row is one line and no cell is cut (the
+columns that do not fit are left out; issue 35); --wide keeps every column, wrapping."""
 from __future__ import annotations
 
 import io
 import json
 
 from conftest import reference_store, run_cli
-from rmqtool.cli import common
+from rmqtool.cli import common, render
 
 
 def _render(rows, cols, width, wide=False, monkeypatch=None):
@@ -14,7 +14,7 @@ def _render(rows, cols, width, wide=False, monkeypatch=None):
     buf = io.StringIO()
     monkeypatch.setattr(common.stdout, "_console", Console(file=buf, width=width, no_color=True, soft_wrap=True))
     monkeypatch.setenv("RMQTOOL_WIDE", "1" if wide else "0")
-    common._emit_tables(iter(rows), cols, None)
+    render._emit_tables(iter(rows), cols, None)
     return buf.getvalue().splitlines()
 
 
@@ -26,14 +26,14 @@ def test_records_fit_80_columns_one_line_per_row(monkeypatch):
     lines = _render(rows, cols, 80, monkeypatch=monkeypatch)
     assert all(len(line) <= 80 for line in lines)
     assert len(lines) == len(rows) + 4                    # top rule, header, header rule, rows, bottom rule
-    assert any("…" in line for line in lines)
+    assert not any("…" in line for line in lines)
     wide = _render(rows, cols, 80, wide=True, monkeypatch=monkeypatch)
     assert len(wide) > len(lines)                         # whole cells: some wrap over several lines
 
 
-def test_fit_widths_keeps_short_columns_and_narrows_the_widest():
-    w = common.fit_widths(["a", "long_header", "text"], [["1", "x", "y" * 200]], 60)
-    assert w[0] == 1 and sum(w) + 3 * 3 + 1 <= 60 and w[2] < 200 and w[1] >= 6
+def test_fit_columns_keeps_whole_columns_and_narrows_free_text():
+    kept, w = common.fit_columns(["a", "long_header", "body"], [["1", "x", "y " * 100]], 60)
+    assert kept == [0, 1, 2] and w[:2] == [1, len("long_header")] and sum(w) + 3 * 3 + 1 <= 60 and w[2] < 200
 
 
 def test_binary_bodies_show_as_hex_in_tables_and_text_stays_text():

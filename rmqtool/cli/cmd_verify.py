@@ -91,7 +91,8 @@ def verify_command(
     if fmt == "json" and kind is None:
         docs = [{**r.as_dict(), "exit_code": c} for _, r, c in results]
         doc = {"reports": docs, "fleet": fleet_summary, "exit_code": code} if fleet else docs[0]
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+        from rmqtool.cli.render import with_iso          # epoch ms beside their ISO twins
+        sys.stdout.write(json.dumps(with_iso(doc), ensure_ascii=False, indent=2) + "\n")
     elif fmt != "table" or kind is not None:
         lines = []
         for name, report, c in results:

@@ -1,12 +1,10 @@
-"""Shared CLI pieces: the app, common options, time parsing, output rendering, error boundary."""
+"""Shared CLI pieces: the app, common options, the error boundary (output rendering and times: cli/render.py)."""
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import inspect
 import json
 import os
-import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +18,10 @@ from rmqtool.cli.options import (App, BodyOpt, Color, CommitlogDirsOpt, Engine, 
 from rmqtool.cli.startup import quiet_closed_stdout as _quiet_closed_stdout
 from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyError, RmqError, UsageError,
                             missing_extra)
+# the renderer (cli/render.py), importable from here as the command modules always did
+from rmqtool.cli.render import (TABLE_CHUNK, LazyConsole, emit, emit_csv, emit_json, emit_jsonl,  # noqa: F401
+                                emit_tsv, escape_control, fit_columns, format_time, human_size, parse_time,
+                                real_console, say_error, stderr, stdout, with_iso)
 
 app = App(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
           help="Offline forensic and repair tool for Apache RocketMQ broker stores.")
@@ -35,6 +37,11 @@ def _print_version(value: bool) -> None:
 def _set_wide(value: bool) -> None:
     if value:
         os.environ["RMQTOOL_WIDE"] = "1"             # read by the table renderer
+
+
+def _set_quiet(value: bool) -> None:
+    if value:
+        os.environ["RMQTOOL_QUIET"] = "1"            # read by the stderr console (render.LazyConsole)
 
 
 def _set_color(value: Color) -> Color:
@@ -57,8 +64,11 @@ def _set_storage_options(values: Optional[List[str]]) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version, which kernel path runs (native C or numpy) and the installed extras, then exit"),
           wide: bool = typer.Option(False, "--wide", callback=_set_wide, is_eager=True,
-                                    help="tables show every column and whole cells (they wrap); without it a "
-                                         "table fits the terminal, long cells cut with an ellipsis"),
+                                    help="tables show every column, long cells wrapping; without it a table "
+                                         "fits the terminal: columns that do not fit are left out (a note names "
+                                         "them), or each row becomes a field: value record"),
+          quiet: bool = typer.Option(False, "--quiet", callback=_set_quiet, is_eager=True,
+                                     help="no notes, progress or summaries on stderr (errors still print)"),
           color: Color = typer.Option(Color.auto, "--color", callback=_set_color, is_eager=True,
                                       help="colour in tables and messages (NO_COLOR in the environment also "
                                            "turns it off)"),
@@ -73,42 +83,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
           ) -> None:
     """Offline forensic and repair tool for Apache RocketMQ broker stores."""
 
-
-def _width() -> int | None:
-    """Full width on a terminal; wide tables (not 80 columns) when piped."""
-    if sys.stdout.isatty():
-        return None
-    return int(os.environ.get("COLUMNS", "200"))
-
-
-class LazyConsole:
-    """A rich Console made on first use, so a command that prints only JSON never imports rich
-    (~20-40 ms of start-up). Attribute access goes to the Console; ``get()`` returns it."""
-
-    def __init__(self, stderr: bool = False):
-        self._stderr = stderr
-        self._console = None
-
-    def get(self):
-        if self._console is None:
-            from rich.console import Console
-            color = os.environ.get("RMQTOOL_COLOR", "auto")       # --color; rich honours NO_COLOR itself
-            style = {"always": dict(force_terminal=True), "never": dict(no_color=True)}.get(color, {})
-            self._console = (Console(stderr=True, soft_wrap=True, highlight=False, **style) if self._stderr
-                             else Console(soft_wrap=True, highlight=False, width=_width(), **style))
-        return self._console
-
-    def __getattr__(self, name):
-        return getattr(self.get(), name)
-
-
-def real_console(console):
-    """The rich Console behind a LazyConsole (or the console itself), for rich's own widgets."""
-    return console.get() if isinstance(console, LazyConsole) else console
-
-
-stdout = LazyConsole()
-stderr = LazyConsole(stderr=True)
 
 FORMATS = tuple(f.value for f in Format)
 BODY_MODES = ("raw", "text", "hex", "base64", "none")
@@ -247,194 +221,6 @@ def check_choice(value: str, choices: Iterable[str], option: str) -> str:
     return value
 
 
-_EPOCH_MS = re.compile(r"^-?\d+$")
-
-
-def parse_time(text: Optional[str], option: str) -> Optional[int]:
-    """Epoch milliseconds or ISO-8601 (UTC unless a zone is given) -> epoch ms."""
-    if text is None:
-        return None
-    text = text.strip()
-    if _EPOCH_MS.match(text):
-        return int(text)
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{option}: {text!r} is neither epoch milliseconds nor ISO-8601") from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return int(value.timestamp() * 1000)
-
-
-def format_time(ms: Optional[int]) -> str:
-    if ms is None:
-        return ""
-    try:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def human_size(n: int | None) -> str:
-    """Bytes for people: 1023 B, 1.5 KB, 3.7 MB, 2.1 GB (10^3 steps; machine formats keep the exact count)."""
-    if n is None:
-        return ""
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(size) < 1000 or unit == "TB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return str(n)
-
-
-def escape_control(text: str) -> str:
-    """Terminal control characters shown as \\xNN, so bodies never drive the terminal; bytes of a
-    name that were not UTF-8 as \\xNN too (``topicpath.printable``)."""
-    from rmqtool.io.topicpath import printable
-    return printable(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
-
-
-def emit_jsonl(rows: Iterable[dict]) -> int:
-    n = 0
-    write = sys.stdout.write
-    for row in rows:
-        write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-        n += 1
-    sys.stdout.flush()
-    return n
-
-
-#: rows per rich table on a terminal: a person sees the first rows at once, whatever follows
-TABLE_CHUNK = 100
-
-
-def emit(rows: Iterable[dict], fmt: str, columns: list[str] | None = None, title: str | None = None) -> int:
-    """Render rows as they come: a JSON array, JSON lines, rich tables (on a terminal, in chunks of
-    ``TABLE_CHUNK`` rows) or tab-separated lines with a header (table format, stdout not a terminal).
-    Memory stays flat whatever the row count. Returns the row count."""
-    if fmt == "jsonl":
-        return emit_jsonl(rows)
-    if fmt == "json":
-        return emit_json(rows)
-    if fmt == "csv":
-        return emit_csv(rows, columns)
-    if fmt == "tsv" or not sys.stdout.isatty():
-        return emit_tsv(rows, columns, title)
-    return _emit_tables(rows, columns, title)
-
-
-def emit_json(rows: Iterable[dict]) -> int:
-    """A JSON array streamed row by row, the same text as ``json.dumps(rows, indent=2)``."""
-    import textwrap
-    write = sys.stdout.write
-    n = 0
-    for row in rows:
-        write("[\n" if n == 0 else ",\n")
-        write(textwrap.indent(json.dumps(row, ensure_ascii=False, indent=2), "  "))
-        n += 1
-    write("[]\n" if n == 0 else "\n]\n")
-    sys.stdout.flush()
-    return n
-
-
-def emit_tsv(rows: Iterable[dict], columns: list[str] | None = None, title: str | None = None) -> int:
-    """Tab-separated lines with a header line: what scripts read when a table is piped."""
-    write = sys.stdout.write
-    n, cols = 0, columns
-    for row in rows:
-        if cols is None:
-            cols = list(row.keys())
-        if n == 0:
-            write("\t".join(cols) + "\n")
-        write("\t".join(_tsv_cell(row.get(c)) for c in cols) + "\n")
-        n += 1
-    if n == 0 and cols:
-        write("\t".join(cols) + "\n")
-    sys.stdout.flush()
-    return n
-
-
-def emit_csv(rows: Iterable[dict], columns: list[str] | None = None) -> int:
-    """RFC 4180 CSV with a header line (every column of the first row unless ``columns``); nested
-    values as JSON, text exactly as it is (quoted as needed)."""
-    import csv
-    out = csv.writer(sys.stdout, lineterminator="\n")
-    n, cols = 0, columns
-    for row in rows:
-        if cols is None:
-            cols = list(row.keys())
-        if n == 0:
-            out.writerow(cols)
-        out.writerow([_cell(row.get(c)) for c in cols])
-        n += 1
-    if n == 0 and cols:
-        out.writerow(cols)
-    sys.stdout.flush()
-    return n
-
-
-def _tsv_cell(value) -> str:
-    return escape_control(_cell(value))            # tabs and newlines come out as \x09, \x0a
-
-
-def _emit_tables(rows: Iterable[dict], columns: list[str] | None, title: str | None) -> int:
-    from itertools import islice
-    from rich.table import Table
-    it = iter(rows)
-    n, cols = 0, columns
-    while True:
-        chunk = list(islice(it, TABLE_CHUNK))
-        if not chunk and n:
-            return n
-        cols = cols or (list(chunk[0].keys()) if chunk else [])
-        wide = os.environ.get("RMQTOOL_WIDE") == "1"
-        cells = [[escape_control(_cell(row.get(c))) for c in cols] for row in chunk]
-        table = Table(title=title if n == 0 else None, show_lines=False)
-        widths = None if wide else fit_widths(cols, cells, real_console(stdout).width)
-        for k, c in enumerate(cols):     # fitted: one line per cell, cut with an ellipsis; --wide: whole cells
-            if widths is None:
-                table.add_column(c, overflow="fold")
-            else:
-                table.add_column(_cut(c, widths[k]), width=widths[k], no_wrap=True, overflow="ellipsis")
-        for row in cells:
-            table.add_row(*(row if widths is None else [_cut(v, w) for v, w in zip(row, widths)]))
-        stdout.print(table)
-        n += len(chunk)
-        if len(chunk) < TABLE_CHUNK:
-            return n
-
-
-def fit_widths(cols: list[str], cells: list[list[str]], width: int) -> list[int]:
-    """Column widths that fit a table in ``width`` terminal columns: each column as wide as its widest
-    cell, then the widest ones narrowed in turn (never below its header's first 6 characters, 1 at
-    least) until the table fits (3 columns of frame and padding per column, plus one)."""
-    natural = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(cols)]
-    floor = [max(1, min(len(c), 6)) for c in cols]
-    room = max(width - (3 * len(cols) + 1), sum(floor))
-    w = list(natural)
-    while sum(w) > room:
-        k = max(range(len(w)), key=lambda i: (w[i] - floor[i], w[i]))
-        if w[k] <= floor[k]:
-            break
-        w[k] -= max(1, min(w[k] - floor[k], (sum(w) - room + len(w) - 1) // len(w)))
-    return w
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
 def say_followed_links() -> None:
     """One note per store file this run read through a symbolic link (``fileio.followed_links``)."""
     from rmqtool.io.fileio import followed_links, link_note
@@ -442,10 +228,52 @@ def say_followed_links() -> None:
         stderr.print(f"note: {escape_control(path)} {escape_control(link_note(path, target))}", markup=False)
 
 
+def _json_format_asked(argv: list[str]) -> bool:
+    """Whether the command line asks for ``-f json`` or ``-f jsonl`` (``--format json``, ``-fjson``,
+    ``--format=jsonl``): its errors are then also one JSON object on stderr."""
+    for k, arg in enumerate(argv):
+        if arg in ("-f", "--format"):
+            value = argv[k + 1] if k + 1 < len(argv) else ""
+        elif arg.startswith("--format="):
+            value = arg[len("--format="):]
+        elif arg.startswith("-f") and not arg.startswith("--"):
+            value = arg[2:].lstrip("=")
+        else:
+            continue
+        if value in ("json", "jsonl"):
+            return True
+    return False
+
+
+def report_error(message: str, code: int, path=None, offset: int | None = None) -> None:
+    """An error as the user sees it: ``error: [path[@offset]: ]message``, the last line on stderr
+    (even under --quiet), and before it, under ``-f json|jsonl``, one JSON object:
+    ``{"error": message, "file": path or null, "offset": n or null, "exit": code}``."""
+    if _json_format_asked(sys.argv[1:]):
+        say_error(json.dumps({"error": message, "file": None if path is None else str(path), "offset": offset,
+                              "exit": code}, ensure_ascii=False))
+    where = "" if path is None else (f"{path}: " if offset is None else f"{path}@{offset}: ")
+    say_error(f"error: {escape_control(where + message)}")
+
+
 def fail(exc: RmqError) -> None:
     say_followed_links()
-    stderr.print(f"error: {escape_control(str(exc))}", markup=False)
+    report_error(exc.message, exc.exit_code, exc.path, exc.offset)
     raise SystemExit(exc.exit_code)
+
+
+def _usage_error(exc) -> None:
+    """A click/typer usage error as one line naming the command's help, exit 2."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "rmqtool"
+    message = " ".join(exc.format_message().split())
+    report_error(f"{message} ({where} --help)", EXIT_BAD_INPUT)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _interrupted() -> None:
+    say_error("interrupted")                # Ctrl-C: not an error of the input, so no error line or object
+    raise SystemExit(EXIT_INTERRUPTED)
 
 
 def _path_argument() -> str:
@@ -461,6 +289,8 @@ def run_app(application: typer.Typer) -> None:
     """Run typer; RmqError becomes one line and its exit code; nothing else leaks a traceback."""
     from rmqtool.io.fileio import forget_followed_links
     forget_followed_links()                 # notes are per command (the tests run many in one process)
+    stdout.reset()                          # --color, --quiet and the width are per command too
+    stderr.reset()
     try:
         result = application(standalone_mode=False)
     except RmqError as exc:
@@ -471,19 +301,19 @@ def run_app(application: typer.Typer) -> None:
             raise SystemExit(0) from None
         raise
     except KeyboardInterrupt:
-        stderr.print("interrupted", markup=False)
-        raise SystemExit(EXIT_INTERRUPTED)
+        _interrupted()
     except BrokenPipeError:
         _quiet_closed_stdout()
         raise SystemExit(0)
     except Exception as exc:   # click usage errors and anything unforeseen
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):      # click/typer usage error
-            exc.show()
-            raise SystemExit(EXIT_BAD_INPUT)
+            if exc.__class__.__name__ == "NoArgsIsHelpError":        # a group without a command: its help
+                exc.show()
+                raise SystemExit(EXIT_BAD_INPUT)
+            _usage_error(exc)
         if exc.__class__.__name__ == "Abort":
             if isinstance(exc.__cause__, KeyboardInterrupt):         # click turns Ctrl-C into Abort
-                stderr.print("interrupted", markup=False)
-                raise SystemExit(EXIT_INTERRUPTED)
+                _interrupted()
             raise SystemExit(EXIT_BAD_INPUT)
         if os.environ.get("RMQTOOL_TRACEBACK"):       # --traceback: for a bug report, then the one line
             import traceback
@@ -493,16 +323,16 @@ def run_app(application: typer.Typer) -> None:
             fail(missing)
         if isinstance(exc, OSError):
             where = exc.filename if exc.filename is not None else _path_argument()
-            stderr.print(f"error: {escape_control(str(where))}: {exc.strerror or exc}", markup=False)
+            report_error(str(exc.strerror or exc), EXIT_BAD_INPUT, where)
             raise SystemExit(EXIT_BAD_INPUT)
         if isinstance(exc, RecursionError):
-            stderr.print("error: input nested too deeply to read", markup=False)
+            report_error("input nested too deeply to read", EXIT_BAD_INPUT)
             raise SystemExit(EXIT_BAD_INPUT)
-        stderr.print(f"error: internal error {exc.__class__.__name__}: {escape_control(str(exc))} "
-                     f"(please report it with the command line)", markup=False)
+        report_error(f"internal error {exc.__class__.__name__}: {exc} (please report it with the command line)",
+                     EXIT_BAD_INPUT)
         raise SystemExit(EXIT_BAD_INPUT)
     if result == EXIT_INTERRUPTED:          # typer turns Ctrl-C into Exit(130), returned here
-        stderr.print("interrupted", markup=False)
+        say_error("interrupted")
     else:
         say_followed_links()
     raise SystemExit(result if isinstance(result, int) else 0)

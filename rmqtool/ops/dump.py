@@ -57,6 +57,12 @@ class RecordFilter:
         return ((self.from_offset is None or offset >= self.from_offset)
                 and (self.to_offset is None or offset < self.to_offset))
 
+    def wants_end(self, offset: int) -> bool:
+        """A BLANK or end-of-data row at ``offset``: it has no topic, queue or store time, so any
+        of those filters leaves it out, like a record that does not match."""
+        return (self.wants_offset(offset) and self.topic is None and self.queue is None
+                and self.begin is None and self.end is None)
+
 
 def commitlog_target(path: str, store_factory, base_offset: int | None = None) -> tuple[object, list[Segment] | None]:
     """A store, a commitlog directory, or one commitlog file -> (store-like, files).
@@ -113,7 +119,7 @@ def commitlog_rows(store, flt: RecordFilter, body: str = "none", files=None,
                 yield record_to_dict(item, int(i), body=body)
         elif show_ends:
             row = end_row(item)
-            if row and flt.wants_offset(row["phy_offset"]) and flt.topic is None and flt.queue is None:
+            if row and flt.wants_end(row["phy_offset"]):
                 yield row
 
 
