@@ -6,13 +6,14 @@ import sys
 from typing import Iterable, Optional
 
 from rmqtool.cli.common import check_choice, emit, stderr, stdout
+from rmqtool.cli.render import stdout_is_terminal
 
 
 def prose():
     """Where a command's sentences for people go in table mode (summaries, forecasts, the line
     before a table): the terminal when stdout is one, else stderr, so that stdout piped or
     redirected (table mode there prints tab-separated rows) holds only rows."""
-    return stdout if sys.stdout.isatty() else stderr
+    return stdout if stdout_is_terminal() else stderr
 
 
 def field_rows(obj: dict, prefix: str = "") -> list[dict]:
