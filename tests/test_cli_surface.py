@@ -315,17 +315,25 @@ def _on_terminal(argv: list[str], columns: int = 80) -> tuple[int, str]:
 
 
 def _table_problems(text: str) -> list[str]:
-    problems = []
+    """Cut headers, cut number-like cells, and number-like cells on a continuation line (a row's
+    later line: its first cell empty), except in a path column, which wraps after a ``/`` and so
+    shows a whole file name there (``render.column_kind``)."""
+    from rmqtool.cli.render import column_kind
+    problems, header = [], []
     for line in text.splitlines():
         sep = "┃" if "┃" in line else "│"
         if line.count(sep) < 2:
             continue
         cells = [c.strip() for c in line.split(sep)[1:-1]]
+        if sep == "┃":
+            header = cells
         for c in cells:
             if c.endswith("…") and (sep == "┃" or _NUMBER_LIKE.fullmatch(c[:-1] or "0")):
                 problems.append(f"cut: {c!r} in {line!r}")
         if sep == "│" and cells and cells[0] == "" and any(
-                _NUMBER_LIKE.fullmatch(c) and re.search(r"\d", c) for c in cells[1:]):
+                _NUMBER_LIKE.fullmatch(c) and re.search(r"\d", c)
+                and not (k < len(header) and column_kind(header[k]) == "path")
+                for k, c in enumerate(cells) if k):
             problems.append(f"wrapped: {line!r}")
     return problems
 

@@ -39,7 +39,7 @@ def test_rebuild_all_output_writes_the_timer_wheel_beside_the_others(tmp_path):
     r = run_cli("rebuild", "all", root, "--output", tmp_path / "out", "-f", "json")
     assert r.code == 0, r.err
     rows = json.loads(r.out)
-    assert [x.get("kind") for x in rows] == ["consumequeue", "index", None]
+    assert [x.get("kind") for x in rows] == ["consumequeue", "index", "timerwheel"]
     assert rows[2]["differing_slots"] == 0 and rows[2]["output"] == str(tmp_path / "out" / "timerwheel")
     assert (tmp_path / "out" / "timerwheel").read_bytes() == (root / "timerwheel").read_bytes()
     _same_trees(tmp_path / "out", root, ("consumequeue",))

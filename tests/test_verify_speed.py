@@ -384,7 +384,7 @@ def test_deep_index_checks_equal_reference(store_copy, mutation):
         i = int(kr[k])
         if i not in seen:
             seen.append(i)
-            ref.add("index.missing", "x", int(c["position"][i]), f"{int(np.count_nonzero(kr[hole] == i))} of its key(s)")
+            ref.add("index.missing", "x", int(c["position"][i]), f"{int(np.count_nonzero(kr[hole] == i))} of its keys")
     want_pending = np.unique(kr[usable & ~present & (phy >= frontier)]).tolist()
     assert pending == want_pending
     got = [(f.offset, f.message) for f in sink.findings if f.check == "index.missing"]

@@ -230,8 +230,11 @@ def say_followed_links() -> None:
 
 def _json_format_asked(argv: list[str]) -> bool:
     """Whether the command line asks for ``-f json`` or ``-f jsonl`` (``--format json``, ``-fjson``,
-    ``--format=jsonl``): its errors are then also one JSON object on stderr."""
+    ``--format=jsonl``): its errors are then also one JSON object on stderr. ``export``'s --format is
+    the format of the files it writes, not of what it prints."""
     for k, arg in enumerate(argv):
+        if arg == "export":
+            return False
         if arg in ("-f", "--format"):
             value = argv[k + 1] if k + 1 < len(argv) else ""
         elif arg.startswith("--format="):
