@@ -27,10 +27,13 @@ _UNCONFIRMED = ("refusing to replace files without confirmation (no terminal to 
                 "(or --dry-run to see the plan)")
 
 
-def _confirm_factory(yes: bool, dry_run: bool = False, output=None):
+def _confirm_factory(store, yes: bool, dry_run: bool = False, output=None):
     """The prompt before an in-place install (after the build, with the whole plan). Where
     nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work;
-    answered no, nothing is written (``_declined``). Both exit 3, as every refusal."""
+    answered no, nothing is written (``_declined``). Both exit 3, as every refusal. A store that
+    cannot be changed in place at all (object storage) is said first, as the usage error it is."""
+    from rmqtool.io.storelock import refuse_in_place_on_object_storage
+    refuse_in_place_on_object_storage(store, output, dry_run)
     if not (yes or dry_run or output is not None or sys.stdin.isatty()):
         raise RefusedError(_UNCONFIRMED)
 
@@ -230,7 +233,7 @@ def rebuild_consumequeue_command(
     """Rebuild ConsumeQueue files from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_consumequeue
     s = _open(store, commitlog_dirs)
-    confirm = _confirm_factory(yes, dry_run, output)
+    confirm = _confirm_factory(s, yes, dry_run, output)
     return _run("rebuild consumequeue", s, fmt, dry_run, output,
                 engine_options, lambda bar, eng: rebuild_consumequeue(
                     s, topic or None, queue or None, cq_file_size, to_offset, output, dry_run, not no_crc,
@@ -259,7 +262,7 @@ def rebuild_batchconsumequeue_command(
     """Rebuild the BatchConsumeQueue files of BatchCQ topics (5.x) from the CommitLog, byte-identical to the broker's."""
     from rmqtool.ops.rebuild import rebuild_batchconsumequeue
     s = _open(store, commitlog_dirs)
-    confirm = _confirm_factory(yes, dry_run, output)
+    confirm = _confirm_factory(s, yes, dry_run, output)
     return _run("rebuild batchconsumequeue", s, fmt, dry_run, output,
                 engine_options, lambda bar, eng: rebuild_batchconsumequeue(
                     s, topic or None, bcq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
@@ -326,7 +329,7 @@ def rebuild_index_command(
     from rmqtool.ops.rebuild import rebuild_index
     s = _open(store, commitlog_dirs)
     geometry = _index_geometry(s, index_slots, index_entries)
-    confirm = _confirm_factory(yes, dry_run, output)
+    confirm = _confirm_factory(s, yes, dry_run, output)
     return _run("rebuild index", s, fmt, dry_run, output,
                 engine_options, lambda bar, eng: rebuild_index(
                     s, geometry, from_offset, to_offset, output, dry_run, not no_crc, progress=bar, confirm=confirm,
@@ -366,6 +369,6 @@ def rebuild_all_command(
     return _run("rebuild", s, fmt, dry_run, output,
                 engine_options, lambda bar, eng: rebuild_all(
                     s, geometry, cq_file_size, to_offset, output, dry_run, not no_crc, progress=bar,
-                    confirm=_confirm_factory(yes, dry_run, output), skip_corrupt=skip_corrupt,
+                    confirm=_confirm_factory(s, yes, dry_run, output), skip_corrupt=skip_corrupt,
                     allow_truncate=allow_truncate, drop_filter_bitmaps=drop_filter_bitmaps, engine=eng,
                     workers=engine_options.jobs, split_size=engine_options.split_size))

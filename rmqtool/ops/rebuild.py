@@ -30,7 +30,7 @@ from rmqtool.engines import ordered
 from rmqtool.errors import RefusedError, UsageError
 from rmqtool.io.topicpath import queue_selected
 from rmqtool.io.indexfile import IndexFileReader, IndexGeometry
-from rmqtool.io.storelock import rebuild_lock
+from rmqtool.io.storelock import rebuild_lock, refuse_in_place_on_object_storage
 from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
 from rmqtool.records.scan import END_EOF, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
@@ -225,9 +225,7 @@ def check_rebuild_target(store, output: Path | None, dry_run: bool = False) -> N
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
                          "--commitlog-dirs?)", store.commitlog_dirs[0])
-    if output is None and store.remote and not dry_run:
-        raise UsageError("the store is on object storage, which rmqtool only reads; build the files "
-                         "into a local directory with --output DIR", store.root)
+    refuse_in_place_on_object_storage(store, output, dry_run)
     if output is not None and (is_uri(output) or mangled_uri(output)):
         raise UsageError("--output must be a local directory (the rebuilt files are installed from it)",
                          output)

@@ -162,9 +162,8 @@ def build_timerwheel(store, output: Path | None = None, dry_run: bool = False, p
     from rmqtool.broker.timerwheel import wheel_slots
     from rmqtool.io import install as inst, ownership
     ts = timer_store(store, precision_ms)
-    if output is None and not dry_run and getattr(store, "remote", False):
-        raise UsageError("the store is on object storage, which rmqtool only reads; build the wheel "
-                         "into a local file with --output FILE", store.root)
+    from rmqtool.io.storelock import refuse_in_place_on_object_storage
+    refuse_in_place_on_object_storage(store, output, dry_run, "the wheel into a local file with --output FILE")
     if output is None and not dry_run and store.is_live():
         raise RefusedError("a running broker holds the store lock; stop it, or build elsewhere with --output",
                            store.lock_path)
