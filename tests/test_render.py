@@ -354,3 +354,25 @@ def test_quiet_silences_notes_but_not_errors(terminal):
     assert quiet.code == loud.code and quiet.out == loud.out and quiet.err == ""
     failed = run_cli("--quiet", "dump", "commitlog", "/nonexistent/store")
     assert failed.code == 2 and failed.err.startswith("error: ")
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_plain_line_is_printed_as_rich_prints_it_without_rich(stream, monkeypatch, capsys):
+    """LazyConsole prints a plain line (markup=False) itself, without making a rich Console: the
+    text is the one rich writes for it (emoji codes, brackets, wide and combining characters kept)."""
+    import io
+    from rich.console import Console
+    from rmqtool.cli import render
+    lines = ["note: :smile: [bold]x[/bold] 标签 e\u0301 \\x07", "plain", "", "a tab\tis laid out by rich"]
+    console = render.LazyConsole(stderr=stream == "stderr")
+    monkeypatch.delenv("RMQTOOL_QUIET", raising=False)
+    for line in lines[:-1]:
+        console.print(line, markup=False)
+    assert console._console is None
+    console.print(lines[-1], markup=False)
+    out = getattr(capsys.readouterr(), "err" if stream == "stderr" else "out")
+    ref = io.StringIO()
+    rich_console = Console(file=ref, soft_wrap=True, highlight=False, emoji=False, width=80)
+    for line in lines:
+        rich_console.print(line, markup=False)
+    assert out == ref.getvalue()

@@ -49,7 +49,9 @@ def _imported(proc) -> set[str]:
     ["query-key", BASIC, "key-0011", "--topic", "OrderTopic", "-f", "csv"],
     ["query-key", BASIC, "key-0001"],                              # table format, piped: tab-separated
     ["query-id", BASIC, "C0A8010A00002A9F00000000000005C2", "-f", "json"],
-], ids=["query-key-json", "query-key-jsonl", "query-key-topic-csv", "query-key-piped", "query-id-json"])
+    ["query-id", BASIC, "FD0000000000000000000000000000027A145FFD2B2769A65271000B", "-f", "json"],  # a note
+], ids=["query-key-json", "query-key-jsonl", "query-key-topic-csv", "query-key-piped", "query-id-json",
+        "query-id-uniq-key-note"])
 def test_query_commands_import_no_numpy_rich_pyarrow_spark(args):
     proc = _run(args)
     assert proc.returncode == 0, proc.stderr[-2000:]

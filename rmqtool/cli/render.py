@@ -66,9 +66,9 @@ class LazyConsole:
             from rich.console import Console
             color = os.environ.get("RMQTOOL_COLOR", "auto")       # --color; rich honours NO_COLOR itself
             style = {"always": dict(force_terminal=True), "never": dict(no_color=True)}.get(color, {})
-            self._console = (Console(stderr=True, soft_wrap=True, highlight=False, quiet=quiet(), **style)
+            self._console = (Console(stderr=True, soft_wrap=True, highlight=False, emoji=False, quiet=quiet(), **style)
                              if self._stderr
-                             else Console(soft_wrap=True, highlight=False, width=_width(), **style))
+                             else Console(soft_wrap=True, highlight=False, emoji=False, width=_width(), **style))
         return self._console
 
     def reset(self) -> None:
@@ -80,7 +80,21 @@ class LazyConsole:
                 and objects[0].startswith("error"):
             say_error(objects[0])
             return
+        if self._console is None and kwargs == {"markup": False} and len(objects) == 1 \
+                and isinstance(objects[0], str) and "\t" not in objects[0]:    # tabs: rich lays them out
+            self._plain(objects[0])            # a plain line: rich would print it as it is
+            return
         return self.get().print(*objects, **kwargs)
+
+    def _plain(self, line: str) -> None:
+        """One line of plain text, as rich prints it unstyled (no markup, no highlighting, soft
+        wrap), without making a Console: a short command that prints a note never imports rich."""
+        if self._stderr and quiet():
+            return
+        stream = sys.stderr if self._stderr else sys.stdout
+        stream.write(line + "\n")
+        if self._stderr:
+            stream.flush()
 
     def __getattr__(self, name):
         return getattr(self.get(), name)
