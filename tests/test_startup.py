@@ -57,6 +57,16 @@ def test_query_commands_import_no_numpy_rich_pyarrow_spark(args):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()
     assert not (_imported(proc) & HEAVY), sorted(_imported(proc) & HEAVY)
+    modules = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)", proc.stderr, re.M))
+    assert "rmqtool.engines" not in modules          # the executor loads only when a scan runs on one
+
+
+def test_the_engine_choices_are_the_executors_engines():
+    """--engine's choices (cli/options, loaded without the executor) name exactly the engines
+    ``engines.get_engine`` knows."""
+    from rmqtool.cli.options import Engine
+    from rmqtool.engines import ENGINES
+    assert tuple(e.value for e in Engine) == ENGINES
 
 
 def test_version_builds_no_cli(tmp_path):

@@ -128,9 +128,9 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
     was not (False) given; an engine asked for without it is a usage error (before Spark starts).
     ``own_pool``: the operation runs ``--jobs`` local processes itself (rebuild's ordered pool, which
     the operation is given as ``workers=``), so the local engine is always None."""
-    from rmqtool.engines import default_jobs, get_engine
     check_engine_options(engine, jobs, split_size)
     if engine == "local" and jobs is not None:
+        from rmqtool.engines import default_jobs
         jobs = jobs or default_jobs()
     if engine == "local" and (jobs in (None, 1) or own_pool):
         if staging is not None:
@@ -147,6 +147,7 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
         asked = "--engine spark" if engine == "spark" else "--jobs"
         extra = "spark" if engine == "spark" else "parquet"
         raise MissingDependencyError(f"{asked} needs pyarrow: pip install 'rmqtool[{extra}]'") from None
+    from rmqtool.engines import get_engine
     with get_engine(engine, jobs=jobs, master=master, remote=remote, spark_conf=spark_conf or (),
                     staging=staging) as eng:
         yield eng
@@ -207,8 +208,7 @@ def with_engine_options(command):
 
 def check_engine_options(engine: str, jobs: Optional[int], split_size: Optional[int]) -> None:
     """The engine options' own checks (usage errors, exit 2), for every command that takes them."""
-    from rmqtool.engines import ENGINES
-    check_choice(engine, ENGINES, "--engine")
+    check_choice(engine, tuple(e.value for e in Engine), "--engine")
     if jobs is not None and jobs < 0:
         raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
     if split_size is not None and split_size <= 0:

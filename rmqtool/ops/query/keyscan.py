@@ -7,7 +7,10 @@ is the operation `query-key` runs: with or without an engine.
 """
 from __future__ import annotations
 
-from rmqtool.engines import DEFAULT_SPLIT_SIZE, Engine, plan_tasks
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                   # the executor loads only when a scan runs on one (start-up of a query)
+    from rmqtool.engines import Engine
 
 
 def matches_schema():
@@ -73,6 +76,7 @@ def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = 
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
         raise UsageError(f"--limit must be positive, not {max_num}")
+    from rmqtool.engines import DEFAULT_SPLIT_SIZE, plan_tasks
     tasks = plan_tasks(list(stores), split_size or DEFAULT_SPLIT_SIZE)
     table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), matches_schema())
     names = table.column("store").to_pylist()
