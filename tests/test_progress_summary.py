@@ -188,3 +188,13 @@ def test_engine_progress_counts_every_task_of_a_pool(tmp_path):
                progress=lambda done, of: seen.append((done, of)))
     assert seen[-1] == (total, total) and len(seen) > 10
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+
+
+def test_info_count_shows_the_files_it_walked_on_a_terminal(terminal):
+    """info --count walks every CommitLog file: the bar counts them (stdout stays clean JSON)."""
+    buf = terminal(step=0.7)
+    res = run_cli("info", reference_store("basic"), "--count", "-f", "json")
+    assert res.code == 0, res.err
+    files = len(list((reference_store("basic") / "commitlog").iterdir()))
+    assert f"info --count" in buf.getvalue() and f"{files}/{files} files" in buf.getvalue(), buf.getvalue()[-300:]
+    assert json.loads(res.out)[0]["commitlog"]["messages"] == 3000

@@ -34,7 +34,12 @@ def info_command(
     shows the store as text (on stderr when stdout is not a terminal), then the queues."""
     check_kind(kind, ROW_KINDS)
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    info = store_info(s, count_all=count)
+    if count:                                      # a walk of every CommitLog file: a bar on a terminal
+        from rmqtool.cli.progress import Progress
+        with Progress("info --count", unit="files") as bar:
+            info = store_info(s, count_all=True, progress=bar)
+    else:
+        info = store_info(s)
     if fmt == "json" and kind is None:
         emit([info], fmt)
         return

@@ -1,5 +1,5 @@
 """The one progress bar of every long command (rebuild, write, convert, verify, export, stats,
-report): on stderr, only when stderr is a terminal, only once the work has taken more than
+report, info --count): on stderr, only when stderr is a terminal, only once the work has taken more than
 ``DELAY_S``, and gone when it ends, so piped output and logs never hold it. It counts bytes
 ("35.8/60.0 MB") or things ("36,000/60,000 records"), whichever the work is measured in."""
 from __future__ import annotations

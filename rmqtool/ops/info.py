@@ -47,11 +47,19 @@ def ext_summary(store) -> dict | None:
             "files": sum(q["files"] for q in queues), "queue_ends": queues}
 
 
-def count_messages(store) -> int:
+def count_messages(store, progress=None) -> int:
     """MESSAGE records in every CommitLog file, each walked from its start to where its data ends
-    (a file that stops early is counted up to the stop, as the broker's walk reads it)."""
+    (a file that stops early is counted up to the stop, as the broker's walk reads it).
+    ``progress(files_done, files)`` after each file."""
     from rmqtool.records.scan import RecordBatch, walk_store
-    return sum(len(item) for item in walk_store(store) if isinstance(item, RecordBatch))
+    files, done, messages = len(store.commitlog.files), 0, 0
+    for item in walk_store(store):
+        if isinstance(item, RecordBatch):
+            messages += len(item)
+        elif progress is not None:                  # a FileEnd: that file is walked
+            done += 1
+            progress(done, files)
+    return messages
 
 
 def controller_info(store, max_offset: int) -> dict | None:
@@ -68,9 +76,9 @@ def controller_info(store, max_offset: int) -> dict | None:
     }
 
 
-def store_info(store, count_all: bool = False) -> dict:
-    """``count_all``: count every message (a walk of every file); otherwise only the recovery
-    walk's own count, from its start file (fast on a store of hundreds of GB)."""
+def store_info(store, count_all: bool = False, progress=None) -> dict:
+    """``count_all``: count every message (a walk of every file, ``progress`` told the files walked);
+    otherwise only the recovery walk's own count, from its start file (fast on a store of hundreds of GB)."""
     cl = store.commitlog
     start, (end, stop, messages), dledger_rec = start_and_end(store)
     cp = store.checkpoint()
@@ -92,7 +100,7 @@ def store_info(store, count_all: bool = False) -> dict:
             "valid_end": end,
             "end_kind": stop.kind if stop else None,
             "end_detail": stop.detail if stop else None,
-            "messages": count_messages(store) if count_all else None,
+            "messages": count_messages(store, progress) if count_all else None,
             "messages_from_recovery_start": messages,
             "records_past_valid_end": records_past(store, end, stop.kind) if stop is not None else 0,
             "messages_counted_from": start.offset,
