@@ -101,3 +101,17 @@ def test_rebuild_timerwheel_declined_writes_nothing_and_exits_3(tmp_path, monkey
     assert "rebuild: nothing written (declined)" in res.err and "error" not in res.err
     assert "rebuilt" not in res.out
     assert _tree(root) == before
+
+
+def test_rebuild_timerwheel_with_nobody_to_ask_is_refused_before_any_work(tmp_path):
+    """The timer wheel is confirmed as every rebuild's install (``_confirm_factory``): no terminal
+    and no --yes is refused at once, exit 3, the store untouched."""
+    import subprocess
+    from conftest import ROOT
+    subprocess.run(["tar", "--sparse", "-xzf", str(ROOT / "fixtures" / "reference" / "timer.tar.gz"), "-C",
+                    str(tmp_path)], check=True)
+    root = tmp_path / "timer"
+    before = _tree(root)
+    res = run_cli("rebuild", "timerwheel", root)
+    assert res.code == 3 and "pass --yes" in res.err, res.err
+    assert _tree(root) == before

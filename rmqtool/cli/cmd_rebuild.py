@@ -288,16 +288,7 @@ def rebuild_timerwheel_command(
     from rmqtool.ops.timer import rebuild_timerwheel
     engine_options.check()
     s = _open(store, None)
-
-    def confirm(r):
-        if yes:
-            return True
-        if not sys.stdin.isatty():
-            raise RefusedError("replacing the timer wheel needs --yes (no terminal to ask on)", s.root / "timerwheel")
-        if not typer.confirm(f"replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})?"):
-            raise DeclinedError("nothing written (declined)")
-        return True
-
+    confirm = _confirm_factory(s, yes, dry_run, output)         # the prompt of rebuild all's timer wheel
     with _declined(), writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
     if fmt != "table":
