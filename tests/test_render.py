@@ -249,6 +249,16 @@ def test_errors_under_json_formats_are_also_one_json_object(monkeypatch, capsys)
     assert capsys.readouterr().err == "error: /store/commitlog/00000000000000000000@1474: bad magic\n"
 
 
+def test_only_the_export_command_s_format_is_not_the_output_format():
+    from rmqtool.cli import load_commands
+    load_commands([])
+    asked = common._json_format_asked
+    assert not asked(["export", "/store", "-o", "/out", "-f", "jsonl"])
+    assert not asked(["--quiet", "export", "info", "-o", "/out", "-f", "jsonl"])
+    assert asked(["query-key", "/store", "export", "-f", "json"])          # a key named export
+    assert asked(["dump", "commitlog", "export", "--topic", "export", "-fjsonl"])
+
+
 def test_a_missing_store_under_json_says_so_in_json():
     r = run_cli("dump", "commitlog", "/nonexistent/store", "-f", "json")
     objs = [json.loads(line) for line in r.err.splitlines() if line.startswith("{")]

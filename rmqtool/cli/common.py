@@ -231,10 +231,12 @@ def say_followed_links() -> None:
 def _json_format_asked(argv: list[str]) -> bool:
     """Whether the command line asks for ``-f json`` or ``-f jsonl`` (``--format json``, ``-fjson``,
     ``--format=jsonl``): its errors are then also one JSON object on stderr. ``export``'s --format is
-    the format of the files it writes, not of what it prints."""
+    the format of the files it writes, not of what it prints (a key, topic or path named export is
+    not that command: the command is the first argument naming one registered on ``app``)."""
+    commands = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    if next((arg for arg in argv if arg in commands), None) == "export":
+        return False
     for k, arg in enumerate(argv):
-        if arg == "export":
-            return False
         if arg in ("-f", "--format"):
             value = argv[k + 1] if k + 1 < len(argv) else ""
         elif arg.startswith("--format="):
