@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, emit, escape_control, format_time, open_store, parse_time, stderr)
+                                IndexSlotsOpt, app, emit, escape_control, format_time, note, open_store, parse_time,
+                                stderr)
 from rmqtool.cli.options import App, Body, Format, Layout, LayoutOpt, option
 from rmqtool.ops.dump import (RecordFilter, check_range, checkpoint_rows, commitlog_rows, commitlog_target,
                           consumequeue_ext_rows, consumequeue_file_rows, consumequeue_rows, index_rows, index_target)
@@ -117,8 +118,8 @@ def _codec_hints(rows):
             missing[r["compression"]] = missing.get(r["compression"], 0) + 1
         yield r
     for codec, n in missing.items():
-        stderr.print(f"note: {counted(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
-                     "codec is not installed (pip install 'rmqtool[codecs]')", markup=False)
+        note(f"{counted(n, 'body', 'bodies')} compressed with {codec} not shown as text: the {codec} "
+             "codec is not installed (pip install 'rmqtool[codecs]')")
 
 
 class _Damage:

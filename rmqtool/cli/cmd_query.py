@@ -6,8 +6,8 @@ from typing import List, Optional
 import typer
 
 from rmqtool.cli.common import (BodyOpt, CommitlogDirsOpt, FormatOpt, IndexEntriesOpt,
-                                IndexSlotsOpt, app, emit, format_time, open_store, open_stores,
-                                parse_time, stderr, EngineOptions, with_engine_options)
+                                IndexSlotsOpt, app, emit, format_time, note, open_store, open_stores,
+                                parse_time, EngineOptions, with_engine_options)
 from rmqtool.cli.options import Body, Boundary, Format, Layout, LayoutOpt, option
 from rmqtool.cli.rows import prose
 from rmqtool.output.schema import record_to_dict
@@ -19,7 +19,7 @@ TABLE_COLUMNS = ["phy_offset", "topic", "queue_id", "queue_offset", "store_time"
 
 def _notes(notes) -> None:
     for n in dict.fromkeys(notes):
-        stderr.print(f"note: {n}", markup=False)
+        note(n)
 
 
 def _table_rows(records: list[dict], extra: list[str]) -> list[dict]:
@@ -106,8 +106,8 @@ def query_key_command(
         else:
             _render(records, fmt, ["matched_by", "indexed"], title)
         if unconfirmed:
-            stderr.print(f"note: {counted(unconfirmed, 'index hash hit')} {'was another key' if unconfirmed == 1 else 'were other keys'} or outside the "
-                         f"window (not reported; see --raw)", markup=False)
+            note(f"{counted(unconfirmed, 'index hash hit')} {'was another key' if unconfirmed == 1 else 'were other keys'} "
+                 "or outside the window (not reported; see --raw)")
         found = bool(records)
     if not found:
         raise typer.Exit(EXIT_FINDINGS)
@@ -209,7 +209,7 @@ def query_queue_command(
             if count is None:
                 emit([row], fmt, list(row), title="offset by time")
                 return
-            stderr.print(f"note: {boundary} queue offset for {ts} is {result}", markup=False)
+            note(f"{boundary} queue offset for {ts} is {result}")
             offset = result
         reader = RecordReader(s)
         records = []
@@ -221,8 +221,7 @@ def query_queue_command(
             records.append(rec)
         reader.close()
         if not records:
-            stderr.print(f"note: {topic}/{queue} holds queue offsets [{view.min_offset}, "
-                         f"{view.max_offset})", markup=False)
+            note(f"{topic}/{queue} holds queue offsets [{view.min_offset}, {view.max_offset})")
         if fmt == "table":
             emit(_table_rows(records, []), "table", ["cq_queue_offset"] + TABLE_COLUMNS + ["tags"],
                  title=f"{topic}/{queue}")

@@ -20,7 +20,7 @@ from rmqtool.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, MissingDependencyE
                             missing_extra)
 # the renderer (cli/render.py), importable from here as the command modules always did
 from rmqtool.cli.render import (TABLE_CHUNK, LazyConsole, emit, emit_csv, emit_json, emit_jsonl,  # noqa: F401
-                                emit_tsv, escape_control, fit_columns, format_time, human_size, parse_time,
+                                emit_tsv, escape_control, fit_columns, format_time, human_size, note, parse_time,
                                 real_console, say_error, stderr, stdout, with_iso)
 
 app = App(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -95,8 +95,7 @@ def gentle(max_read_rate: Optional[float], idle_io: bool) -> None:
             raise UsageError(f"--max-read-rate {max_read_rate}: expected MB/s > 0")
         throttle.set_max_read_rate(max_read_rate)
     if idle_io and not throttle.use_idle_io():
-        stderr.print("note: --idle-io: this system offers no idle I/O class; reading at normal priority",
-                     markup=False)
+        note("--idle-io: this system offers no idle I/O class; reading at normal priority")
 
 
 def open_store(path: str, commitlog_dirs: str | None = None, index_slots: int | None = None,
@@ -225,7 +224,7 @@ def say_followed_links() -> None:
     """One note per store file this run read through a symbolic link (``fileio.followed_links``)."""
     from rmqtool.io.fileio import followed_links, link_note
     for path, target in followed_links():
-        stderr.print(f"note: {escape_control(path)} {escape_control(link_note(path, target))}", markup=False)
+        note(f"{path} {link_note(path, target)}")
 
 
 def _json_format_asked(argv: list[str]) -> bool:

@@ -5,7 +5,7 @@ import json
 import sys
 from typing import Iterable
 
-from rmqtool.cli.common import emit, escape_control, stderr
+from rmqtool.cli.common import emit, escape_control, note
 from rmqtool.cli.rows import emit_kinds, prose
 from rmqtool.errors import EXIT_FINDINGS, EXIT_OK
 from rmqtool.wording import counted
@@ -16,7 +16,7 @@ def query_key(store, key: str, fmt: str, body: str) -> int:
     from rmqtool.simplified.ops import QUERY_COLUMNS, query_msg_id
     rows, notes = query_msg_id(store, key, "text" if body == "none" and fmt == "table" else body)
     for n in dict.fromkeys(notes):
-        stderr.print(f"note: {n}", markup=False)
+        note(n)
     emit(rows, fmt, QUERY_COLUMNS if fmt == "table" else None, title=f"messages with msgId {key!r}")
     return EXIT_OK if rows else EXIT_FINDINGS
 
