@@ -6,7 +6,7 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, open_store, stdout
 from rmqtool.cli.options import Format
 from rmqtool.errors import EXIT_FINDINGS
-from rmqtool.wording import counted
+from rmqtool.wording import agree, counted
 
 
 def _side(label: str, side) -> str:
@@ -53,7 +53,7 @@ def compare_command(
     else:
         head = {"identical": "identical", "prefix": "one log is a prefix of the other",
                 "diverged": "diverged"}[c.status]
-        stdout.print(f"compare: {head}; {counted(c.agreed, 'record')} agree{'s' if c.agreed == 1 else ''} from the start"
+        stdout.print(f"compare: {head}; {counted(c.agreed, 'record')} {agree(c.agreed, 'agrees', 'agree')} from the start"
                      + (f" (to offset {c.agreed_end})" if c.agreed_end is not None else ""), markup=False)
         if c.status == "diverged":
             stdout.print(f"  first difference: {', '.join(c.differs_by)}", markup=False)
@@ -83,7 +83,7 @@ def _compare_queues(a: str, b: str, fmt: str, commitlog_dirs) -> int:
         emit([c.as_dict()], fmt)
     else:
         stdout.print(f"compare queues: {'identical' if c.identical else 'differ'}; "
-                     f"{counted(c.same_queues, 'queue')} the same, {c.differing} differ{'s' if c.differing == 1 else ''} "
+                     f"{counted(c.same_queues, 'queue')} the same, {c.differing} {agree(c.differing, 'differs', 'differ')} "
                      f"(a: {counted(c.queues_a, 'queue')}, {counted(c.units_a, 'unit')}; "
                      f"b: {counted(c.queues_b, 'queue')}, {counted(c.units_b, 'unit')})",
                      markup=False)

@@ -12,7 +12,7 @@ from rmqtool.cli.options import Body, Boundary, Format, Layout, LayoutOpt, optio
 from rmqtool.cli.rows import prose
 from rmqtool.output.schema import record_to_dict
 from rmqtool.errors import EXIT_FINDINGS, UsageError
-from rmqtool.wording import counted
+from rmqtool.wording import agree, counted
 
 TABLE_COLUMNS = ["phy_offset", "topic", "queue_id", "queue_offset", "store_time", "keys", "uniq_key"]
 
@@ -106,7 +106,7 @@ def query_key_command(
         else:
             _render(records, fmt, ["matched_by", "indexed"], title)
         if unconfirmed:
-            note(f"{counted(unconfirmed, 'index hash hit')} {'was another key' if unconfirmed == 1 else 'were other keys'} "
+            note(f"{counted(unconfirmed, 'index hash hit')} {agree(unconfirmed, 'was another key', 'were other keys')} "
                  "or outside the window (not reported; see --raw)")
         found = bool(records)
     if not found:

@@ -17,7 +17,7 @@ from rmqtool.cli.progress import Progress
 from rmqtool.cli.rows import emit_kinds
 from rmqtool.errors import EXIT_REFUSED, DeclinedError, RefusedError, UsageError
 from rmqtool.errors import writing_to
-from rmqtool.wording import counted
+from rmqtool.wording import agree, counted
 
 rebuild_app = App(no_args_is_help=True, help="Rebuild ConsumeQueue or IndexFiles from the CommitLog.")
 app.add_typer(rebuild_app, name="rebuild")
@@ -62,7 +62,7 @@ AllowTruncateOpt = typer.Option(False, "--allow-truncate",
 
 def _print_plan(r) -> None:
     if hasattr(r, "differing_slots"):           # rebuild all's timer wheel
-        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({counted(r.differing_slots, 'slot')} differ{'s' if r.differing_slots == 1 else ''})"),
+        stderr.print(escape_control(f"rebuild timerwheel: replace {r.target} ({counted(r.differing_slots, 'slot')} {agree(r.differing_slots, 'differs', 'differ')})"),
                      markup=False)
         return
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
@@ -207,7 +207,7 @@ def _emit_results(rows: list[dict], fmt: str) -> None:
 def _render_wheel(r) -> None:
     stdout.print(escape_control(
         f"{'would rebuild' if r.dry_run else 'rebuilt'}: {r.target}{' -> ' + r.output if r.output else ''}: "
-        f"{counted(r.units, 'timer log unit')}, {counted(r.slots, 'slot')}, {r.differing_slots} differ{'s' if r.differing_slots == 1 else ''} from the current wheel "
+        f"{counted(r.units, 'timer log unit')}, {counted(r.slots, 'slot')}, {r.differing_slots} {agree(r.differing_slots, 'differs', 'differ')} from the current wheel "
         f"(precision {r.precision_ms} ms)" + (f"; the old wheel is {r.backup}" if r.backup else "")), markup=False)
 
 

@@ -28,6 +28,7 @@ import time
 from typing import Iterable, Optional
 
 from rmqtool.errors import UsageError
+from rmqtool.wording import agree, counted
 
 # --- consoles -----------------------------------------------------------------------------------
 
@@ -513,9 +514,8 @@ def _print_table(cols: list[str], cells: list[list[str]], title: str | None, wid
         dropped = [c for k, c in enumerate(cols) if k not in set(kept) and c not in noted]
         if dropped:
             noted.update(dropped)
-            s = "" if len(dropped) == 1 else "s"
-            note(f"{len(dropped)} column{s} not shown at {width} columns: {', '.join(dropped)} "
-                 f"(--wide or -f json shows {'it' if len(dropped) == 1 else 'them'})")
+            note(f"{counted(len(dropped), 'column')} not shown at {width} columns: {', '.join(dropped)} "
+                 f"(--wide or -f json shows {agree(len(dropped), 'it', 'them')})")
     for k, w in zip(kept, widths):
         kind = column_kind(cols[k])
         if wide:
