@@ -127,7 +127,7 @@ def engine_from_options(engine: str, jobs: Optional[int], master: Optional[str],
     was not (False) given; an engine asked for without it is a usage error (before Spark starts).
     ``own_pool``: the operation runs ``--jobs`` local processes itself (rebuild's ordered pool, which
     the operation is given as ``workers=``), so the local engine is always None."""
-    check_engine_options(engine, jobs, split_size)
+    check_engine_options(jobs, split_size)
     if engine == "local" and jobs is not None:
         from rmqtool.engines import default_jobs
         jobs = jobs or default_jobs()
@@ -164,7 +164,7 @@ class EngineOptions:
     staging: Optional[str] = None
 
     def check(self) -> None:
-        check_engine_options(self.engine, self.jobs, self.split_size)
+        check_engine_options(self.jobs, self.split_size)
 
     def open(self, scan_option: Optional[bool] = None, own_pool: bool = False):
         """``engine_from_options`` for these options: the operation's ``engine=``."""
@@ -205,9 +205,9 @@ def with_engine_options(command):
     return run
 
 
-def check_engine_options(engine: str, jobs: Optional[int], split_size: Optional[int]) -> None:
-    """The engine options' own checks (usage errors, exit 2), for every command that takes them."""
-    check_choice(engine, tuple(e.value for e in Engine), "--engine")
+def check_engine_options(jobs: Optional[int], split_size: Optional[int]) -> None:
+    """The engine options' own checks (usage errors, exit 2), for every command that takes them
+    (--engine is a choice click checks; ``engines.get_engine`` names the engines it knows)."""
     if jobs is not None and jobs < 0:
         raise UsageError(f"--jobs must be 0 (one per CPU) or positive, not {jobs}")
     if split_size is not None and split_size <= 0:
