@@ -262,6 +262,15 @@ def test_rebuild_all_in_place_repairs_a_flipped_address(ext_store):
     assert run_cli("verify", ext_store, "--level", "deep").code == 0
 
 
+def test_rebuild_all_reports_and_leaves_no_ext_build(ext_store):
+    """What a crash left beside consumequeue_ext/ is recovered and said, as beside consumequeue/."""
+    (ext_store / "consumequeue_ext.rmqtool-tmp-20260101T000000Z").mkdir()
+    r = run_cli("rebuild", "all", ext_store, "--yes", "-f", "json")
+    assert r.code == 0, r.err
+    assert any("consumequeue_ext.rmqtool-tmp-20260101T000000Z" in note
+               for note in json.loads(r.out)[0]["recovered"]), r.out
+
+
 def test_rebuild_consumequeue_refuses_ext_store(ext_store):
     snapshot = _tree(ext_store / "consumequeue")
     r = run_cli("rebuild", "consumequeue", ext_store, "--yes")

@@ -480,13 +480,8 @@ class _Job:
     build: Path | None = None
 
     def _open_build(self, dry_run: bool) -> None:
-        if dry_run:
-            return
-        if self.output is None:
-            self.result.recovered = inst.recover_leftovers(self.target)
-            self.build = inst.new_build_dir(self.target)
-        else:
-            self.build = inst.prepare_output(self.output)
+        if not dry_run:
+            self.build, self.result.recovered = inst.open_build(self.target, self.output)
 
     def on_damage(self, damage, skip_corrupt: bool) -> None:
         pass
@@ -868,6 +863,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         if ext is not None:                                # addresses into the new ext files (rebuild_ext)
             ext.run(cq.build, cq.builder.queue_keys())
             cq.result.warnings += ext.warnings
+            cq.result.recovered += ext.recovered
     except BaseException:
         if ext is not None:
             ext.discard()
