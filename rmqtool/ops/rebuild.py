@@ -853,6 +853,8 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     except BaseException:
         for job in jobs:
             job.discard()
+        if ext is not None:
+            ext.discard()
         raise
     # finished in this order: the index's slot table is written (its writeback started) while the
     # ConsumeQueue's last units are placed
