@@ -262,6 +262,22 @@ def test_rebuild_all_in_place_repairs_a_flipped_address(ext_store):
     assert run_cli("verify", ext_store, "--level", "deep").code == 0
 
 
+def test_rebuild_all_reports_and_leaves_no_ext_build(ext_store):
+    """What a crash left beside consumequeue_ext/ is recovered and said, as beside consumequeue/; a
+    rebuild refused after the ext build was made leaves none behind."""
+    (ext_store / "consumequeue_ext.rmqtool-tmp-20260101T000000Z").mkdir()
+    r = run_cli("rebuild", "all", ext_store, "--dry-run", "--cq-file-size", "7")
+    assert r.code == 2 and "--cq-file-size 7" in r.err, r.err
+    r = run_cli("rebuild", "all", ext_store, "--yes", "--cq-file-size", "7")
+    assert r.code == 2, r.err
+    assert [p.name for p in ext_store.iterdir() if ".rmqtool-tmp-" in p.name] == []
+    (ext_store / "consumequeue_ext.rmqtool-tmp-20260101T000000Z").mkdir()
+    r = run_cli("rebuild", "all", ext_store, "--yes", "-f", "json")
+    assert r.code == 0, r.err
+    assert any("consumequeue_ext.rmqtool-tmp-20260101T000000Z" in note
+               for note in json.loads(r.out)[0]["recovered"]), r.out
+
+
 def test_rebuild_consumequeue_refuses_ext_store(ext_store):
     snapshot = _tree(ext_store / "consumequeue")
     r = run_cli("rebuild", "consumequeue", ext_store, "--yes")

@@ -154,6 +154,9 @@ def test_remote_stores_are_read_only(s3, tmp_path):
                  ["rebuild", "index", "s3://fleet/basic", "--output", "s3://fleet/out"]):
         r = run_cli(*args)
         assert r.code == 2 and len(r.err.strip().splitlines()) == 1, (args, r.err)
+    # each says what its own --output takes: the timer wheel is one file
+    assert "--output DIR" in _one_line_exit_2("rebuild", "all", "s3://fleet/basic", "--yes")
+    assert "--output FILE" in _one_line_exit_2("rebuild", "timerwheel", "s3://fleet/basic", "--yes")
     r = run_cli("rebuild", "consumequeue", "s3://fleet/basic", "--output", str(tmp_path / "cq"), "-f", "json",
                 "--allow-truncate")
     assert r.code == 0, r.err

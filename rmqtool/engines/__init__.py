@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rmqtool.engines.base import (DEFAULT_SPLIT_SIZE, ENGINES, STATUS_FIELDS, Engine, Task, TaskStatus,
+from rmqtool.engines.base import (DEFAULT_SPLIT_SIZE, ENGINES, Engine, Task, TaskStatus,
                                   check_chains, default_jobs, file_ends, plan_tasks, run_one, scan_task)
 from rmqtool.errors import UsageError
 
@@ -34,14 +34,5 @@ def get_engine(name: str = "local", *, jobs: int | None = None, master: str | No
     return engine
 
 
-def run_tasks(tasks: Sequence[Task], fn, schema, engine: Engine | str = "local", **options):
-    """Convenience: run a stage on a named engine (or an Engine) and return its Table."""
-    if isinstance(engine, Engine):
-        return engine.run(tasks, fn, schema)
-    with get_engine(engine, **options) as eng:
-        return eng.run(tasks, fn, schema)
-
-
 __all__ = ["Task", "TaskStatus", "Engine", "plan_tasks", "scan_task", "check_chains", "file_ends", "run_one",
-           "get_engine", "run_tasks", "default_jobs", "DEFAULT_SPLIT_SIZE", "ENGINES",
-           "STATUS_FIELDS"]
+           "get_engine", "default_jobs", "DEFAULT_SPLIT_SIZE", "ENGINES"]

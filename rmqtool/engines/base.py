@@ -24,8 +24,6 @@ from rmqtool.errors import FileChangedError, RmqError, UsageError
 #: default byte-range size of one task (a 1 GiB CommitLog file becomes 8 tasks)
 DEFAULT_SPLIT_SIZE = 128 << 20
 ENGINES = ("local", "spark")
-#: status columns appended to every stage's output while it travels through an engine
-STATUS_FIELDS = ("_task", "_seq", "_start", "_end_kind", "_end_pos")
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,16 @@ def write_synced(path: Path, text) -> None:
         raise
 
 
+def open_build(target: Path, output: Path | None) -> tuple[Path, list[str]]:
+    """Where a rebuild of ``target`` writes: a new build beside it, after finishing or undoing what
+    a crashed install left there (the notes of ``recover_leftovers``); or the ``--output``
+    directory (``prepare_output``), the store untouched."""
+    if output is not None:
+        return prepare_output(output), []
+    notes = recover_leftovers(target)
+    return new_build_dir(target), notes
+
+
 def prepare_output(output: Path) -> Path:
     """``--output DIR``: must not exist, or be an empty directory."""
     if output.exists():

@@ -271,8 +271,11 @@ def refuse_if_in_use(root: Path) -> None:
         raise RefusedError(f"{owner.describe()}; stop it before changing the store", root)
 
 
-def refuse_in_place_on_object_storage(store, output, dry_run: bool,
-                                      build: str = "the files into a local directory with --output DIR") -> None:
+#: what a rebuild of a store on object storage is told to do instead (``--output`` names a directory)
+BUILD_ELSEWHERE = "the files into a local directory with --output DIR"
+
+
+def refuse_in_place_on_object_storage(store, output, dry_run: bool, build: str = BUILD_ELSEWHERE) -> None:
     """A store on object storage is a snapshot rmqtool only reads: changing it in place (no
     ``output``, not a dry run) is a usage error saying to ``build`` the result elsewhere."""
     if getattr(store, "remote", False) and output is None and not dry_run:
@@ -280,13 +283,14 @@ def refuse_in_place_on_object_storage(store, output, dry_run: bool,
         raise UsageError(f"the store is on object storage, which rmqtool only reads; build {build}", store.root)
 
 
-def rebuild_lock(store, command: str, dry_run: bool, output):
+def rebuild_lock(store, command: str, dry_run: bool, output, build: str = BUILD_ELSEWHERE):
     """What a ``rebuild`` holds: nothing for ``--output`` (the store is only read); for
     ``--dry-run`` nothing either, but a held store is refused naming its holder (as the
     rebuild would refuse a live store); otherwise the writer lock. A store on object storage
-    (a snapshot nobody writes) holds no lock, and is never rebuilt in place."""
+    (a snapshot nobody writes) holds no lock, and is never rebuilt in place (the refusal says
+    to ``build`` the result elsewhere)."""
     if getattr(store, "remote", False):
-        refuse_in_place_on_object_storage(store, output, dry_run)
+        refuse_in_place_on_object_storage(store, output, dry_run, build)
         return nullcontext()
     if output is not None:
         return nullcontext()

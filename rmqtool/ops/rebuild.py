@@ -165,10 +165,8 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     order, so later files' results are discarded after a break.
     Returns (records, end offset, end kind)."""
     size = store.commitlog.file_size
-    segs = [s for s in store.commitlog.files if s.start + size > start
-            and (to_offset is None or s.start < to_offset)]
-    total_end = min(segs[-1].start + size, to_offset or 1 << 62) if segs else start
-    total = max(total_end - start, 1)
+    segs = _segments_in_range(store, start, to_offset)
+    total = _walk_total(store, segs, start, to_offset)
     files = [(s.path, s.start, max(start - s.start, 0),
               None if to_offset is None or to_offset >= s.start + size else to_offset - s.start, s.size)
              for s in segs]
@@ -345,7 +343,6 @@ def engine_walker(engine, store, check_crc: bool, config, split_size: int | None
                 staging.close()
 
     def _adopt(engine, store, tasks, staging, start, to_offset, on_dispatch):
-        size = store.commitlog.file_size
         table = engine.run(tasks, DispatchStage(config, start, to_offset, staging), _dispatch_schema(),
                            on_discard=None if staging is None else staging.discard_rows)
         ends = file_ends(engine.tasks, engine.statuses)
@@ -357,8 +354,7 @@ def engine_walker(engine, store, check_crc: bool, config, split_size: int | None
             payload.setdefault(tid, []).append((n, item))
         del table
         records = 0
-        segs = _segments_in_range(store, start, to_offset)
-        total = max(min(segs[-1].start + size, to_offset or 1 << 62) - start, 1) if segs else 1
+        total = _walk_total(store, _segments_in_range(store, start, to_offset), start, to_offset)
         reached, outcome = files_reached(store, ends, start, to_offset)
         for seg, end in reached:
             for t in sorted((t for t in task_file.values() if t.path == str(seg.path)), key=lambda t: t.lo):
@@ -375,9 +371,17 @@ def engine_walker(engine, store, check_crc: bool, config, split_size: int | None
 
 
 def _segments_in_range(store, start: int, to_offset: int | None) -> list:
+    """The CommitLog files a walk of [start, to_offset) reads."""
     size = store.commitlog.file_size
     return [s for s in store.commitlog.files if s.start + size > start
             and (to_offset is None or s.start < to_offset)]
+
+
+def _walk_total(store, segs: list, start: int, to_offset: int | None) -> int:
+    """The bytes a walk of ``segs`` from ``start`` covers at most (its progress total, at least 1)."""
+    if not segs:
+        return 1
+    return max(min(segs[-1].start + store.commitlog.file_size, to_offset or 1 << 62) - start, 1)
 
 
 def files_reached(store, ends: dict, start: int, to_offset: int | None) -> tuple[list, tuple[int, str]]:
@@ -476,13 +480,8 @@ class _Job:
     build: Path | None = None
 
     def _open_build(self, dry_run: bool) -> None:
-        if dry_run:
-            return
-        if self.output is None:
-            self.result.recovered = inst.recover_leftovers(self.target)
-            self.build = inst.new_build_dir(self.target)
-        else:
-            self.build = inst.prepare_output(self.output)
+        if not dry_run:
+            self.build, self.result.recovered = inst.open_build(self.target, self.output)
 
     def on_damage(self, damage, skip_corrupt: bool) -> None:
         pass
@@ -854,6 +853,8 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
     except BaseException:
         for job in jobs:
             job.discard()
+        if ext is not None:
+            ext.discard()
         raise
     # finished in this order: the index's slot table is written (its writeback started) while the
     # ConsumeQueue's last units are placed
@@ -864,6 +865,7 @@ def rebuild_all(store, geometry: IndexGeometry, cq_file_size: int | None = None,
         if ext is not None:                                # addresses into the new ext files (rebuild_ext)
             ext.run(cq.build, cq.builder.queue_keys())
             cq.result.warnings += ext.warnings
+            cq.result.recovered += ext.recovered
     except BaseException:
         if ext is not None:
             ext.discard()

@@ -80,13 +80,10 @@ class ExtRebuild:
         self.build = None
         self.units = 0
         self.warnings: list[str] = []
+        self.recovered: list[str] = []          # what a crashed install left beside the ext files
         if dry_run:
             return
-        if output is None:
-            self.recovered = inst.recover_leftovers(self.target)
-            self.build = inst.new_build_dir(self.target)
-        else:
-            self.build = inst.prepare_output(output)
+        self.build, self.recovered = inst.open_build(self.target, output)
         self.builder = ExtBuilder(self.file_size, self.build)
         self._ts_file = None
 
@@ -214,8 +211,7 @@ class ExtRebuild:
 
     def discard(self) -> None:
         if self.build is not None:
-            from rmqtool.io.install import discard_build
-            discard_build(self.build, keep_dir=self.output is not None)
+            inst.discard_build(self.build, keep_dir=self.output is not None)
             self.build = None
 
     def install(self, queues_rebuilt: set) -> dict:
