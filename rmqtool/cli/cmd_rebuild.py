@@ -27,13 +27,14 @@ _UNCONFIRMED = ("refusing to replace files without confirmation (no terminal to 
                 "(or --dry-run to see the plan)")
 
 
-def _confirm_factory(store, yes: bool, dry_run: bool = False, output=None):
+def _confirm_factory(store, yes: bool, dry_run: bool = False, output=None, build: str | None = None):
     """The prompt before an in-place install (after the build, with the whole plan). Where
     nobody can answer it (stdin not a terminal, no --yes) the run is refused before any work;
     answered no, nothing is written (``_declined``). Both exit 3, as every refusal. A store that
-    cannot be changed in place at all (object storage) is said first, as the usage error it is."""
+    cannot be changed in place at all (object storage) is said first, as the usage error it is,
+    saying what to ``build`` elsewhere (the storelock default: files into a directory)."""
     from rmqtool.io.storelock import refuse_in_place_on_object_storage
-    refuse_in_place_on_object_storage(store, output, dry_run)
+    refuse_in_place_on_object_storage(store, output, dry_run, *([build] if build else []))
     if not (yes or dry_run or output is not None or sys.stdin.isatty()):
         raise RefusedError(_UNCONFIRMED)
 
@@ -285,10 +286,10 @@ def rebuild_timerwheel_command(
     """Regenerate the timer wheel (timerwheel) from the timer log, as the broker's enqueue built it.
 
     The timer log is read by this process whichever --engine is named (it walks no CommitLog)."""
-    from rmqtool.ops.timer import rebuild_timerwheel
+    from rmqtool.ops.timer import WHEEL_BUILT_ELSEWHERE, rebuild_timerwheel
     engine_options.check()
     s = _open(store, None)
-    confirm = _confirm_factory(s, yes, dry_run, output)         # the prompt of rebuild all's timer wheel
+    confirm = _confirm_factory(s, yes, dry_run, output, WHEEL_BUILT_ELSEWHERE)   # rebuild all's timer wheel prompt
     with _declined(), writing_to(output or s.root):
         r = rebuild_timerwheel(s, output, dry_run, precision_ms, None if output else confirm)
     if fmt != "table":

@@ -146,14 +146,14 @@ class WheelRebuild:
 
 
 #: ``rebuild timerwheel``'s ``--output`` names a file
-_BUILD_ELSEWHERE = "the wheel into a local file with --output FILE"
+WHEEL_BUILT_ELSEWHERE = "the wheel into a local file with --output FILE"
 
 
 def rebuild_timerwheel(store, output: Path | None = None, dry_run: bool = False, precision_ms: int | None = None,
                        confirm=None) -> WheelRebuild:
     """``build_timerwheel`` under the store's writer lock (``storelock.rebuild_lock``)."""
     from rmqtool.io.storelock import rebuild_lock
-    with rebuild_lock(store, "rmqtool rebuild timerwheel", dry_run, output, _BUILD_ELSEWHERE):
+    with rebuild_lock(store, "rmqtool rebuild timerwheel", dry_run, output, WHEEL_BUILT_ELSEWHERE):
         return build_timerwheel(store, output, dry_run, precision_ms, confirm)
 
 
@@ -167,7 +167,7 @@ def build_timerwheel(store, output: Path | None = None, dry_run: bool = False, p
     from rmqtool.io import install as inst, ownership
     ts = timer_store(store, precision_ms)
     from rmqtool.io.storelock import refuse_in_place_on_object_storage
-    refuse_in_place_on_object_storage(store, output, dry_run, _BUILD_ELSEWHERE)
+    refuse_in_place_on_object_storage(store, output, dry_run, WHEEL_BUILT_ELSEWHERE)
     if output is None and not dry_run and store.is_live():
         raise RefusedError("a running broker holds the store lock; stop it, or build elsewhere with --output",
                            store.lock_path)
