@@ -4,7 +4,6 @@ prompt says it wrote nothing (no ``error:``), and the same run with nobody to as
 from __future__ import annotations
 
 import io
-import shutil
 
 import pytest
 
@@ -18,19 +17,13 @@ class _Terminal(io.StringIO):
         return True
 
 
-def _store(tmp_path, name="basic"):
-    root = tmp_path / name
-    shutil.copytree(reference_store(name), root)
-    return root
-
-
 def _tree(root):
     return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
 
 
 @pytest.mark.parametrize("kind", ["consumequeue", "index", "all"])
-def test_rebuild_declined_at_the_prompt_exits_3_without_error(tmp_path, monkeypatch, kind):
-    root = _store(tmp_path)
+def test_rebuild_declined_at_the_prompt_exits_3_without_error(store_copy, monkeypatch, kind):
+    root = store_copy("basic")
     before = _tree(root)
     monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
     res = run_cli("rebuild", kind, root, "--workers", "1")
@@ -40,8 +33,8 @@ def test_rebuild_declined_at_the_prompt_exits_3_without_error(tmp_path, monkeypa
     assert _tree(root) == before
 
 
-def test_rebuild_without_a_terminal_is_refused_with_exit_3(tmp_path, monkeypatch):
-    root = _store(tmp_path)
+def test_rebuild_without_a_terminal_is_refused_with_exit_3(store_copy, monkeypatch):
+    root = store_copy("basic")
     before = _tree(root)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     res = run_cli("rebuild", "consumequeue", root)
@@ -51,8 +44,8 @@ def test_rebuild_without_a_terminal_is_refused_with_exit_3(tmp_path, monkeypatch
     assert _tree(root) == before
 
 
-def test_rebuild_confirmed_at_the_prompt_installs(tmp_path, monkeypatch):
-    root = _store(tmp_path)
+def test_rebuild_confirmed_at_the_prompt_installs(store_copy, monkeypatch):
+    root = store_copy("basic")
     monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
     res = run_cli("rebuild", "consumequeue", root, "--workers", "1")
     assert res.code == 0, res.err
