@@ -1,4 +1,4 @@
-"""Byte layouts of an Apache RocketMQ broker store, declared once with construct.
+"""Byte layouts of an Apache RocketMQ broker store, declared once in construct's spelling (``formats.declare``).
 
 Each module declares one file kind. Nothing here does I/O. Bulk readers derive
 numpy dtypes and field offsets from these declarations (see ``formats.derive``)

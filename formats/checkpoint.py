@@ -1,5 +1,5 @@
 """StoreCheckpoint: the 4096-byte ``checkpoint`` file (format.md §6)."""
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, lazy_dtypes
 

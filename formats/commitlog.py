@@ -5,7 +5,7 @@ MESSAGE shares; after it come the born host (8 or 20 bytes by sysFlag), the stor
 timestamp, the store host, ``MessageTail`` and the variable parts. ``Message``
 strings these pieces together; bulk readers compute positions from the same pieces.
 """
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, lazy_dtypes
 

@@ -1,5 +1,5 @@
 """ConsumeQueue (20-byte unit) and 5.x BatchConsumeQueue (46-byte unit), format.md §4."""
-import construct as cs
+from formats import declare as cs
 
 from formats import JAVA_INT_MAX
 from formats.derive import lazy_dtypes, field_offsets

@@ -5,7 +5,7 @@ docs/format-cq-ext.md explains the rules; each constant names the upstream line 
 (apache/rocketmq tag rocketmq-all-4.9.7, ``S/`` = store/src/main/java/org/apache/rocketmq/store/;
 the layout is the same in rocketmq-all-4.2.0).
 """
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, lazy_dtypes
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct as _struct
 
-import construct as cs
+from formats import declare as cs
 
 _STRUCT_CODE_TO_NUMPY = {
     "b": "i1", "B": "u1", "h": "i2", "H": "u2", "i": "i4", "I": "u4",

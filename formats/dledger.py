@@ -6,7 +6,7 @@ body, which in RocketMQ is one MESSAGE record whose PHYSICALOFFSET is ``pos + EN
 ``dledger-<selfId>/index/`` (one fixed-size unit per entry index) and two small Java
 properties files, ``checkpoint`` and ``currterm``.
 """
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, lazy_dtypes
 

@@ -1,5 +1,5 @@
 """IndexFile: 40-byte header, 4-byte hash slots, 20-byte entries (format.md §5)."""
-import construct as cs
+from formats import declare as cs
 
 from formats import JAVA_INT_MAX
 from formats.derive import lazy_dtypes, field_offsets

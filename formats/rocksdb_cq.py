@@ -3,7 +3,7 @@ database whose ``default`` column family holds one entry per unit and whose ``of
 family holds each queue's min/max offsets. Keys and values with upstream citations:
 docs/format-rocksdb-cq.md. Keys hold the topic's bytes, so they are variable-length structs.
 """
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, struct_of
 

@@ -28,7 +28,7 @@ index.txt — RocketMQ's 40-byte header, then 100 slots of 4 bytes, then 20-byte
 
 Declarations only; no I/O, no logic beyond position arithmetic.
 """
-import construct as cs
+from formats import declare as cs
 
 from formats.derive import field_offsets, lazy_dtypes
 from formats.indexfile import IndexHeader as _RocketMQIndexHeader

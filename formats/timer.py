@@ -7,7 +7,7 @@ service appends one ``TimerLogUnit`` per message to ``timerlog/`` (files of
 wheel slot (one per ``timerPrecisionMs``), the first and last unit of the slot's chain (units
 link back through ``prev_pos``) in ``timerwheel``.
 """
-import construct as cs
+from formats import declare as cs
 
 from formats import JAVA_INT_MAX
 from formats.derive import field_offsets, lazy_dtypes, struct_of

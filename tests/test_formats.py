@@ -93,3 +93,75 @@ _prop_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", bla
 @given(st.dictionaries(_prop_text, _prop_text, max_size=10))
 def test_properties_round_trip(props):
     assert cl.decode_properties(cl.encode_properties(props)) == props
+
+
+def _declared():
+    """Every layout declared at module level in formats/ (formats.declare objects)."""
+    import importlib
+    import pkgutil
+    import formats
+    from formats import declare
+    out = []
+    for info in pkgutil.iter_modules(formats.__path__):
+        module = importlib.import_module(f"formats.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, declare.Struct):
+                out.append(pytest.param(value, id=f"{info.name}.{name}"))
+    return out
+
+
+def _fixed_size(struct) -> int | None:
+    try:
+        return struct.construct.sizeof()
+    except Exception:           # variable length: construct's SizeofError
+        return None
+
+
+@pytest.mark.parametrize("struct", _declared())
+def test_declaration_equals_the_construct_built_from_it(struct):
+    """formats/declare.py records the declaration and builds construct from it on first use: the
+    sizes and offsets worked out without construct equal construct's own, field by field."""
+    import construct as cs
+    built = struct.construct
+    assert isinstance(built, cs.Struct)
+    assert [getattr(sc, "name", None) for sc in struct.subcons] == [sc.name for sc in built.subcons]
+    size = _fixed_size(struct)
+    if size is None:
+        return
+    assert struct.sizeof() == size
+    assert field_offsets(struct) == field_offsets(built)
+    for mine, theirs in zip(struct.subcons, built.subcons):
+        assert mine.sizeof() == theirs.sizeof()
+
+
+def _integer_fields_only(struct) -> bool:
+    from formats.declare import FormatField
+    from formats.derive import leaf_field
+    return all(isinstance(leaf_field(sc), FormatField) for sc in struct.subcons)
+
+
+@pytest.mark.parametrize("struct", [p for p in _declared() if _integer_fields_only(p.values[0])])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_struct_formats_pack_what_construct_builds(struct, data):
+    """``derive.struct_of`` (the ``struct`` path the readers use) reads and writes the bytes that
+    construct parses and builds, for any field values."""
+    from formats.derive import struct_of
+    fmt = struct_of(struct)
+    raw = data.draw(st.binary(min_size=fmt.size, max_size=fmt.size))
+    parsed = struct.parse(raw)
+    values = tuple(parsed[sc.name] for sc in struct.subcons)
+    assert fmt.unpack(raw) == values
+    assert struct.build(dict(zip([sc.name for sc in struct.subcons], values))) == fmt.pack(*values) == raw
+
+
+def test_reading_a_record_does_not_import_construct():
+    """A command that reads records with ``struct`` never imports construct: the layouts it
+    uses are derived from the declarations alone."""
+    import subprocess
+    import sys
+    code = ("import sys, formats.commitlog, formats.consumequeue, formats.indexfile, formats.checkpoint, "
+            "formats.dledger, formats.timer, formats.rocksdb_cq, formats.simplified, formats.consumequeue_ext; "
+            "import rmqtool.records.single, rmqtool.ops.query.bykey; print('construct' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

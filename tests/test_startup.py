@@ -27,7 +27,7 @@ from tests.conftest import REFERENCE
 ROOT = Path(__file__).resolve().parent.parent
 BASIC = REFERENCE / "basic"
 #: modules a short command must not load
-HEAVY = {"numpy", "pyarrow", "rich", "pyspark", "pandas"}
+HEAVY = {"numpy", "pyarrow", "rich", "pyspark", "pandas", "construct"}
 
 
 def _run(args, env=None, pythonpath=ROOT, cwd=ROOT):
@@ -52,7 +52,8 @@ def _imported(proc) -> set[str]:
     ["query-id", BASIC, "FD0000000000000000000000000000027A145FFD2B2769A65271000B", "-f", "json"],  # a note
 ], ids=["query-key-json", "query-key-jsonl", "query-key-topic-csv", "query-key-piped", "query-id-json",
         "query-id-uniq-key-note"])
-def test_query_commands_import_no_numpy_rich_pyarrow_spark(args):
+def test_query_commands_import_nothing_heavy(args):
+    """query-key and query-id load no numpy, rich, pyarrow, Spark or construct."""
     proc = _run(args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()

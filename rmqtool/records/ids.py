@@ -1,7 +1,6 @@
 """Host addresses, offsetMsgId and UNIQ_KEY (format.md §2.7)."""
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import re
 import struct
@@ -75,7 +74,10 @@ def _anchor_time(diff: int, born_ms: int) -> int | None:
         return None
     best = None
     for year, month in _neighbour_months(day.year, day.month):
-        utc_start = calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
+        try:
+            utc_start = int(dt.datetime(year, month, 1, tzinfo=dt.timezone.utc).timestamp()) * 1000
+        except ValueError:          # year 0 or 10000: outside datetime's range, no such month start
+            continue
         tz = round((approx - utc_start) / _QUARTER_HOUR_MS) * _QUARTER_HOUR_MS
         if abs(tz) > _MAX_TZ_MS:
             continue
