@@ -209,6 +209,8 @@ def _check_no_field_dropped(name: str, fmt: str, tmp_path: Path) -> None:
     args, _ = CASES[name]
     stores = Stores(tmp_path)            # each call of ``args`` makes a fresh copy or output path
     want = [row for row in run_cli(*args(stores), "-f", "jsonl").jsonl() if set(row) != {"summary"}]
+    if name == "dump commitlog":         # CSV/TSV: the records, then the rows where files end
+        want = [r for r in want if "end" not in r] + [r for r in want if "end" in r]
     r = run_cli(*args(stores), "-f", fmt)
     writes = name in WRITERS             # paths in the rows differ run to run: only "there or not"
     sections = csv_sections(r.out, "," if fmt == "csv" else "\t")
@@ -231,12 +233,24 @@ def test_csv_and_tsv_carry_every_field_of_every_row(name, fmt, tmp_path):
     _check_no_field_dropped(name, fmt, tmp_path)
 
 
-# The streamed dumps interleave row kinds; no field is dropped once the renderer starts a new
-# section whenever the set of fields changes (rmqtool/cli/render.py, the renderer's part of issue 35,
-# merged beside this one). Until then these fail on this branch: they are not hidden.
+# The streamed dumps interleave row kinds; no field is dropped: the renderer starts a new section
+# whenever the set of fields changes (rmqtool/cli/render.py).
 @pytest.mark.parametrize("name,fmt", [c for c in ROW_CASES if c[1] in ("csv", "tsv") and c[0] in STREAMED_KINDS])
 def test_streamed_kinds_keep_every_field_in_csv_and_tsv(name, fmt, tmp_path):
     _check_no_field_dropped(name, fmt, tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_dump_commitlog_prints_one_section_per_row_kind(fmt):
+    """A store of many CommitLog files: the records under one header, then every file's end row
+    (its BLANK, the data end) under another, not a new section after each file."""
+    r = run_cli("dump", "commitlog", str(reference_store("basic")), "-f", fmt)
+    sections = csv_sections(r.out, "," if fmt == "csv" else "\t")
+    assert len(sections) == 2, [h[:5] for h, _ in sections]
+    (records_header, records), (ends_header, ends) = sections
+    assert "end" not in records_header and "end" in ends_header
+    assert len(ends) == len(list((reference_store("basic") / "commitlog").iterdir()))
+    assert {dict(zip(records_header, row))["kind"] for row in records} == {"MESSAGE"}
 
 
 def test_machine_formats_hold_only_data():

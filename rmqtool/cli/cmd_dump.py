@@ -86,8 +86,21 @@ def dump_commitlog(
                  "body": _table_body(r, as_text)} for r in rows)
         emit(rows, "table", COMMITLOG_TABLE)
     else:
-        emit(rows, fmt)
+        emit(_records_then_ends(rows) if fmt in ("csv", "tsv") else rows, fmt)
     return _damage_found(damage.problems)
+
+
+def _records_then_ends(rows):
+    """CSV/TSV: one section per row kind. The records stream as they come; the rows where a file's
+    data ends (its BLANK, the data end; at most one per file) follow them under their own header,
+    instead of a new section after every file."""
+    ends = []
+    for row in rows:
+        if "end" in row:
+            ends.append(row)
+        else:
+            yield row
+    yield from ends
 
 
 def _table_body(row: dict, as_text: bool):
