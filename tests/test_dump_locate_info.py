@@ -218,6 +218,14 @@ def test_dump_commitlog_prints_rows_before_damage_then_fails(tmp_path):
     assert len(rows) > answers["commitlog"]["messageCount"] * 0.9
     assert run_cli("dump", "commitlog", store, "-f", "jsonl", "--limit", "5").code == 0
     assert run_cli("dump", "commitlog", reference_store("crashed"), "-f", "jsonl").code == 0
+    # a filter on topic, queue or time still shows where a walk stopped on damage, and fails
+    first = answers["messages"][0]
+    for flt in (["--begin", str(first["storeTimestamp"])], ["--topic", first["topic"]], ["--queue", "0"]):
+        res = run_cli("dump", "commitlog", store, "-f", "jsonl", "--body", "none", *flt)
+        _assert_one_damage_line(res, f"{path.name}@{pos}")
+        ends = [r for r in res.jsonl() if r["kind"] == "END"]
+        assert [(r["end"], r["position"]) for r in ends if r["file"] == str(path)] == [("corrupt", pos)], flt
+        assert not [r for r in res.jsonl() if r["kind"] == "BLANK"], flt      # clean ends follow the filter
 
 
 def _copy(name, tmp_path):

@@ -59,7 +59,8 @@ class RecordFilter:
 
     def wants_end(self, offset: int) -> bool:
         """A BLANK or end-of-data row at ``offset``: it has no topic, queue or store time, so any
-        of those filters leaves it out, like a record that does not match."""
+        of those filters leaves it out, like a record that does not match. (Where a walk stopped on
+        damage is shown whatever those filters say: ``commitlog_rows``.)"""
         return (self.wants_offset(offset) and self.topic is None and self.queue is None
                 and self.begin is None and self.end is None)
 
@@ -119,7 +120,8 @@ def commitlog_rows(store, flt: RecordFilter, body: str = "none", files=None,
                 yield record_to_dict(item, int(i), body=body)
         elif show_ends:
             row = end_row(item)
-            if row and flt.wants_end(row["phy_offset"]):
+            if row and (flt.wants_end(row["phy_offset"])
+                        or (not item.clean and flt.wants_offset(row["phy_offset"]))):
                 yield row
 
 
