@@ -198,3 +198,30 @@ def test_info_count_shows_the_files_it_walked_on_a_terminal(terminal):
     files = len(list((reference_store("basic") / "commitlog").iterdir()))
     assert f"info --count" in buf.getvalue() and f"{files}/{files} files" in buf.getvalue(), buf.getvalue()[-300:]
     assert json.loads(res.out)[0]["commitlog"]["messages"] == 3000
+
+
+@pytest.mark.parametrize("args", [["query-key", "key-0001", "--scan"],
+                                  ["query-id", "FD0000000000000000000000000000027A145FFD2B2769A652740011", "--scan"]])
+def test_query_scans_show_a_byte_progress_bar_on_a_terminal(terminal, args):
+    """query-key/query-id --scan walk the whole CommitLog: the bar counts its bytes to the end."""
+    import re
+    buf = terminal(step=0.7)
+    command, *rest = args
+    res = run_cli(command, reference_store("basic"), *rest, "-f", "json")
+    assert res.code == 0, res.err
+    json.loads(res.out)
+    shown = re.findall(r"([\d.]+)/([\d.]+) MB", buf.getvalue())
+    assert f"{command}: scanning" in buf.getvalue() and shown and shown[-1][0] == shown[-1][1], buf.getvalue()[-300:]
+
+
+def test_query_key_progress_reaches_the_bytes_it_scanned():
+    """The in-process scan reports every byte it walks, in order, ending at the range it had to scan."""
+    from rmqtool.io.store import Store
+    from rmqtool.ops.query.bykey import query_key, uncovered_ranges
+    store = Store(reference_store("basic"))
+    seen = []
+    res = query_key(store, "key-0001", scan=True, progress=lambda done, of: seen.append((done, of)))
+    total = sum(hi - lo for lo, hi in uncovered_ranges(store, None))
+    assert res.hits and len(seen) > 5
+    assert all(of == total for _, of in seen) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert seen[-1][0] == res.scanned_bytes <= total

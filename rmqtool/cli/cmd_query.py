@@ -79,9 +79,10 @@ def query_key_command(
     hi = parse_time(end, "--end")
     lo, hi = 0 if lo is None else lo, LONG_MAX if hi is None else hi
     opened = open_stores(paths, commitlog_dirs, index_slots, index_entries)
-    with engine_options.open(scan_option=scan) as eng:
+    from rmqtool.cli.progress import Progress
+    with engine_options.open(scan_option=scan) as eng, Progress("query-key: scanning") as bar:
         results = query_key_stores(opened, key, topic, lo, hi, max_num=max_num, raw=raw, scan=scan, engine=eng,
-                                   split_size=engine_options.split_size)
+                                   split_size=engine_options.split_size, progress=bar)
     fleet = len(opened) > 1
     rows, records, unconfirmed = [], [], 0
     for name, res in results:
@@ -134,8 +135,9 @@ def query_id_command(
     ``kind`` and ``decoded``, the last JSONL line's ``summary``, and a line before the table."""
     from rmqtool.ops.query.byid import query_id
     s = open_store(store, commitlog_dirs, index_slots, index_entries)
-    with engine_options.open() as eng:
-        res = query_id(s, msg_id, scan=scan, engine=eng, split_size=engine_options.split_size)
+    from rmqtool.cli.progress import Progress
+    with engine_options.open() as eng, Progress("query-id: scanning") as bar:
+        res = query_id(s, msg_id, scan=scan, engine=eng, split_size=engine_options.split_size, progress=bar)
     _notes(res.notes)
     records = [h.record(body) for h in res.hits]
     for r in records:

@@ -21,9 +21,10 @@ class IdResult:
     decoded: dict | None = None     # offsetMsgId: host/port/offset; UNIQ_KEY: ip/pid/time
 
 
-def query_id(store, msg_id: str, scan: bool = False, engine=None, split_size: int | None = None) -> IdResult:
+def query_id(store, msg_id: str, scan: bool = False, engine=None, split_size: int | None = None,
+             progress=None) -> IdResult:
     """What ``msg_id`` names in ``store``; ``engine`` (None: this process) runs the CommitLog scans
-    of a UNIQ_KEY (``scan``, or after the index found nothing)."""
+    of a UNIQ_KEY (``scan``, or after the index found nothing); ``progress(done, total)``: their bytes."""
     msg_id = msg_id.strip()
     res = IdResult(None)
     decoded = decode_offset_msg_id(msg_id)
@@ -45,8 +46,9 @@ def query_id(store, msg_id: str, scan: bool = False, engine=None, split_size: in
 
     def by_key(scan: bool):
         if scan and engine is not None:
-            return query_key_scan(store, msg_id, engine, None, uniq_only=True, rollback=True, split_size=split_size)
-        return query_key(store, msg_id, None, uniq_only=True, scan=scan, rollback=True)
+            return query_key_scan(store, msg_id, engine, None, uniq_only=True, rollback=True, split_size=split_size,
+                                  progress=progress)
+        return query_key(store, msg_id, None, uniq_only=True, scan=scan, rollback=True, progress=progress)
     found = by_key(scan)
     if not found.hits and not scan:
         found.notes.append("not found through the index; scanning the whole CommitLog")

@@ -91,7 +91,9 @@ def open_index(store, notes: list[str]) -> IndexSet | None:
 
 def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: int = LONG_MAX,
               max_num: int | None = None, raw: bool = False, scan: bool = False,
-              uniq_only: bool = False, rollback: bool = False) -> KeyResult:
+              uniq_only: bool = False, rollback: bool = False, progress=None) -> KeyResult:
+    """The records ``key`` names, through the index and by a scan of what it does not cover (or of
+    everything: ``scan``). ``progress(done, total)``: CommitLog bytes of the scan walked so far."""
     if not key:
         raise UsageError("the key is empty")
     if max_num is not None and max_num <= 0:
@@ -120,9 +122,10 @@ def query_key(store, key: str, topic: str | None = None, begin: int = 0, end: in
                 if not scan:
                     res.notes.append("falling back to a CommitLog scan")
                 gaps = uncovered_ranges(store, None)
+            advance = _meter(progress, sum(hi - lo for lo, hi in gaps))
             for lo, hi in gaps:
                 res.scanned_bytes += _scan_range(store, lo, hi, key, topic, begin, end,
-                                                 (uniq_only, rollback), found, res)
+                                                 (uniq_only, rollback), found, res, advance)
         finally:
             reader.close()
     finally:
@@ -178,7 +181,19 @@ def uncovered_ranges(store, index: IndexSet | None) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in gaps if lo < hi]
 
 
-def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
+def _meter(progress, total: int):
+    """``advance(n)``: n more bytes walked, reported to ``progress(done, total)`` (None: nothing)."""
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(min(done, total), total)
+    return advance
+
+
+def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res, advance=_meter(None, 0)) -> int:
     scanned = 0
     cl = store.commitlog
     for seg in cl.files:
@@ -187,7 +202,7 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
         start = max(lo - seg.start, 0)
         stop = min(hi - seg.start, cl.file_size)
         try:
-            n, last = _walk(seg, start, stop, key, topic, begin, end, how, found)
+            n, last = _walk(seg, start, stop, key, topic, begin, end, how, found, advance)
             scanned += n
             if last is not None:                 # the bulk scan ran (it imported numpy already)
                 from rmqtool.records.scan import END_CORRUPT, find_record_start
@@ -195,7 +210,7 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
                 again = find_record_start(seg.path, seg.start, start + 1, stop)
                 if again is not None:
                     res.notes.append(f"{seg.path}@{start}: no record starts there; resumed at {again}")
-                    scanned += _walk(seg, again, stop, key, topic, begin, end, how, found)[0]
+                    scanned += _walk(seg, again, stop, key, topic, begin, end, how, found, advance)[0]
         except UnreadableError:
             raise                # a scan that skipped a file would be a partial answer
         except RmqError as exc:
@@ -203,7 +218,7 @@ def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res) -> int:
     return scanned
 
 
-def _walk(seg, start, stop, key, topic, begin, end, how, found):
+def _walk(seg, start, stop, key, topic, begin, end, how, found, advance):
     """Scan [start, stop) of one file: a small first window (gaps are usually a few
     records, and the live tail is followed by zeros), then large windows if it goes on.
 
@@ -211,6 +226,7 @@ def _walk(seg, start, stop, key, topic, begin, end, how, found):
     ``struct`` (``_chain_walk``), which needs no numpy; the bulk scan takes over wherever
     that walk stops short of a clean end (tests/test_query.py proves the two equal)."""
     scanned, pos, done = _chain_walk(seg, start, stop, key, topic, begin, end, how, found)
+    advance(scanned)
     if done:
         return scanned, None
     from rmqtool.records.scan import END_RANGE, FileScan
@@ -218,7 +234,7 @@ def _walk(seg, start, stop, key, topic, begin, end, how, found):
     while True:
         upto = stop if chunk == GAP_CHUNK_MAX else min(stop, pos + chunk)
         scan = FileScan(seg.path, seg.start, lo=pos, hi=upto, chunk_size=chunk)
-        scanned += _consume(scan, key, topic, begin, end, how, found)
+        scanned += _consume(scan, key, topic, begin, end, how, found, advance)
         last = scan.end
         if last is None or last.kind != END_RANGE or last.position >= stop or chunk == GAP_CHUNK_MAX:
             return scanned, last
@@ -259,7 +275,7 @@ def _chain_walk(seg, start, stop, key, topic, begin, end, how, found) -> tuple[i
     return scanned, start + p, start + p >= stop
 
 
-def _consume(scan, key, topic, begin, end, how, found) -> int:
+def _consume(scan, key, topic, begin, end, how, found, advance) -> int:
     scanned = 0
     for batch in scan:
         for row, kind in scan_batch(batch, key, topic, begin, end, *how):
@@ -267,5 +283,7 @@ def _consume(scan, key, topic, begin, end, how, found) -> int:
             if phy not in found:
                 found[phy] = Hit(batch, row, phy, kind, False)
         if len(batch):
-            scanned += int(batch.position[-1] + batch.size[-1] - batch.position[0])
+            n = int(batch.position[-1] + batch.size[-1] - batch.position[0])
+            scanned += n
+            advance(n)
     return scanned

@@ -41,32 +41,34 @@ class KeyScanStage:
 
 def query_key_stores(stores, key: str, topic: str | None = None, begin: int = 0, end: int = (1 << 63) - 1,
                      max_num: int | None = None, raw: bool = False, scan: bool = False, engine: Engine | None = None,
-                     split_size: int | None = None):
+                     split_size: int | None = None, progress=None):
     """``query_key`` of every ``(name, Store)``: ``[(name, KeyResult)]`` in the order given. With an
-    ``engine`` the CommitLog scan (``scan``) runs as its tasks, all stores in one run."""
+    ``engine`` the CommitLog scan (``scan``) runs as its tasks, all stores in one run.
+    ``progress(done, total)``: bytes scanned (in-process: of each store's scan in turn)."""
     from rmqtool.errors import UsageError
     from rmqtool.ops.query.bykey import query_key
     stores = list(stores)
     if engine is None:
-        return [(name, query_key(s, key, topic, begin, end, max_num=max_num, raw=raw, scan=scan))
+        return [(name, query_key(s, key, topic, begin, end, max_num=max_num, raw=raw, scan=scan, progress=progress))
                 for name, s in stores]
     if raw or not scan:
         raise UsageError(f"--engine {engine.name} / --jobs run the CommitLog scan: add --scan"
                          + (" (--raw reads the index only)" if raw else ""))
-    return query_key_scan_stores(stores, key, engine, topic, begin, end, max_num, split_size=split_size)
+    return query_key_scan_stores(stores, key, engine, topic, begin, end, max_num, split_size=split_size,
+                                 progress=progress)
 
 
 def query_key_scan(store, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
                    end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
-                   rollback: bool = False, split_size: int | None = None):
+                   rollback: bool = False, split_size: int | None = None, progress=None):
     """``query_key(..., scan=True)`` with the scan on ``engine``; returns a ``KeyResult``."""
     return query_key_scan_stores([("store", store)], key, engine, topic, begin, end, max_num, uniq_only,
-                                 rollback, split_size)[0][1]
+                                 rollback, split_size, progress)[0][1]
 
 
 def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = None, begin: int = 0,
                           end: int = (1 << 63) - 1, max_num: int | None = None, uniq_only: bool = False,
-                          rollback: bool = False, split_size: int | None = None):
+                          rollback: bool = False, split_size: int | None = None, progress=None):
     """The key scan over several ``(name, Store)`` in one engine job: ``[(name, KeyResult)]``
     in the order given; ``max_num`` applies to each store."""
     from rmqtool.errors import UsageError
@@ -78,7 +80,8 @@ def query_key_scan_stores(stores, key: str, engine: Engine, topic: str | None = 
         raise UsageError(f"--limit must be positive, not {max_num}")
     from rmqtool.engines import DEFAULT_SPLIT_SIZE, plan_tasks
     tasks = plan_tasks(list(stores), split_size or DEFAULT_SPLIT_SIZE)
-    table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), matches_schema())
+    table = engine.run(tasks, KeyScanStage(key, topic, begin, end, uniq_only, rollback), matches_schema(),
+                       progress=progress)
     names = table.column("store").to_pylist()
     scanned = table.column("scanned").to_pylist()
     phys = table.column("phy_offset").to_pylist()
