@@ -53,14 +53,14 @@ class _Parser:
             self.fail(f"nested deeper than {MAX_DEPTH} levels")
         self.ws()
         c = self.peek()
+        if c == "":
+            self.fail("unexpected end of text, expected a value")
         if c == "{":
             return self.obj(depth)
         if c == "[":
             return self.arr(depth)
         if c in "\"'":
             return self.string()
-        if c == "":
-            self.fail("unexpected end of text, expected a value")
         if c == "-" or c.isdigit():
             return self.number()
         word = self.word()
@@ -103,7 +103,10 @@ class _Parser:
                 self.fail("string not closed", start)
             if s[j] == quote:
                 self.i = j + 1
-                return "".join(out)
+                text = "".join(out)
+                if any("\ud800" <= ch <= "\udfff" for ch in text):    # UTF-16 pairs, as Java holds them
+                    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+                return text
             esc = s[j + 1] if j + 1 < n else ""
             if esc == "u":
                 hexes = s[j + 2:j + 6]
@@ -125,7 +128,7 @@ class _Parser:
 
     def key(self):
         c = self.peek()
-        if c in "\"'":
+        if c and c in "\"'":
             return self.string()
         start = self.i
         tok = self.word()

@@ -209,8 +209,8 @@ def restart_effect(committed: int, answer: dict) -> str:
     if status in ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL") or nxt == committed:
         return "waits"
     if nxt > committed:
-        return f"moved forward {nxt - committed}: skips them"
-    return f"moved back {committed - nxt}: consumes those offsets again"
+        return f"moved forward to {nxt}: skips {nxt - committed} deleted message(s)"
+    return f"moved back to {nxt}: the next {committed - nxt} message(s) stored get offsets it had passed"
 
 
 # --- retention -------------------------------------------------------------------------------------
