@@ -29,7 +29,7 @@ def _say_loads(name: str, loads, fleet: bool) -> None:
 @app.command("consumers")
 def consumers_command(
     stores: List[str] = typer.Argument(..., metavar="STORE...", help="store roots (or quoted globs)"),
-    group: Optional[str] = typer.Option(None, "--group", "-g", metavar="GROUP", help="only this consumer group"),
+    group: Optional[str] = option("group", help="only this consumer group"),
     topic: Optional[str] = option("topic", help="only this topic"),
     file_reserved_hours: int = typer.Option(72, "--file-reserved-hours", metavar="HOURS",
                                             help="the broker's fileReservedTime: CommitLog files older than this "
@@ -76,7 +76,7 @@ def consumers_command(
 @app.command("reset-offsets")
 def reset_offsets_command(
     store_path: str = typer.Argument(..., metavar="STORE", help="store root"),
-    group: str = typer.Option(..., "--group", "-g", metavar="GROUP", help="the consumer group to move"),
+    group: str = option("group", ..., help="the consumer group to move"),
     topic: Optional[str] = option("topic", help="only this topic of the group"),
     to_time: Optional[str] = typer.Option(None, "--to-time", metavar="TIME",
                                           help="the first offset stored at or after TIME (epoch ms or ISO-8601, "

@@ -117,6 +117,7 @@ SPELLINGS = {
     "limit": (("--limit", "-n"), "N"),
     "topic": (("--topic", "-t"), "TOPIC"),
     "queue": (("--queue", "-q"), "ID"),
+    "group": (("--group", "-g"), "GROUP"),
     "output": (("--output", "-o"), "DIR"),
     "begin": (("--begin",), "TIME"),
     "end": (("--end",), "TIME"),
