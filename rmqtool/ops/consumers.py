@@ -210,7 +210,7 @@ def restart_effect(committed: int, answer: dict) -> str:
         return "waits"
     if nxt > committed:
         return f"moved forward to {nxt}: skips {nxt - committed} deleted message(s)"
-    return f"moved back to {nxt}: the next {committed - nxt} message(s) stored get offsets it had passed"
+    return f"moved back to {nxt} ({committed - nxt} offsets back): consumes what is stored from there"
 
 
 # --- retention -------------------------------------------------------------------------------------
