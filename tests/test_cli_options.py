@@ -25,8 +25,8 @@ CONCEPTS = {
 CHOICE_OPTIONS = {"--format", "--body", "--engine", "--level", "--layout", "--color", "--fail-on", "--boundary",
                   "--by", "--into"}
 #: the top-level commands in the order of work (inspect, query, check, repair, export)
-ORDER = ["info", "stats", "dump", "locate", "query-key", "query-id", "query-queue", "query-timer", "verify",
-         "compare", "report", "rebuild", "write", "convert", "export"]
+ORDER = ["info", "stats", "consumers", "dump", "locate", "query-key", "query-id", "query-queue", "query-timer",
+         "verify", "compare", "report", "rebuild", "reset-offsets", "write", "convert", "export"]
 PLACEHOLDER = re.compile(r"<(str|int|float|text|integer|path|bool)>|\bTEXT\b|\bINTEGER\b|\bFLOAT\b|\{\w|\{STORE")
 
 

@@ -82,6 +82,8 @@ CASES = {
     "query-timer": (lambda s: ["query-timer", s.timer()], 0),
     "verify": (lambda s: ["verify", s.ref("crashed"), "--level", "deep"], 0),
     "stats": (lambda s: ["stats", s.ref("mixed"), "--by", "minute"], 0),
+    "consumers": (lambda s: ["consumers", s.ref("consumers")], 0),
+    "reset-offsets": (lambda s: ["reset-offsets", s.copy("consumers"), "--group", "cg-order-mid", "--to-earliest"], 0),
     "compare": (lambda s: ["compare", s.ref("basic"), s.ref("crashed")], 1),
     "write": (lambda s: ["write", s.copy("basic"), "--synthetic", "20"], 0),
     "rebuild consumequeue": (lambda s: ["rebuild", "consumequeue", s.copy("basic"), "--dry-run"], 0),

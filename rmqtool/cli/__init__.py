@@ -27,6 +27,8 @@ COMMAND_MODULES = {
     "query-timer": "rmqtool.cli.cmd_timer",
     "stats": "rmqtool.cli.cmd_stats",
     "report": "rmqtool.cli.cmd_report",
+    "consumers": "rmqtool.cli.cmd_consumers",
+    "reset-offsets": "rmqtool.cli.cmd_consumers",
 }
 
 

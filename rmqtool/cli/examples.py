@@ -7,6 +7,8 @@ EXAMPLES: dict[str, list[str]] = {
     "info": ["rmqtool info fixtures/reference/crashed"],
     "verify": ["rmqtool verify fixtures/reference/basic --level deep --limit-per-check 5"],
     "stats": ["rmqtool stats fixtures/reference/basic --by minute"],
+    "consumers": ["rmqtool consumers fixtures/reference/consumers --group cg-order-mid"],
+    "reset-offsets": ["rmqtool reset-offsets fixtures/reference/consumers --group cg-order-mid --to-earliest"],
     "report": ["rmqtool report fixtures/reference/crashed -o /tmp/crashed-report.html"],
     "query-key": ["rmqtool query-key fixtures/reference/basic key-0011 --topic OrderTopic -f jsonl"],
     "query-id": ["rmqtool query-id fixtures/reference/basic C0A8010A00002A9F00000000000005C2"],

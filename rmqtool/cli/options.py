@@ -117,6 +117,7 @@ SPELLINGS = {
     "limit": (("--limit", "-n"), "N"),
     "topic": (("--topic", "-t"), "TOPIC"),
     "queue": (("--queue", "-q"), "ID"),
+    "group": (("--group", "-g"), "GROUP"),
     "output": (("--output", "-o"), "DIR"),
     "begin": (("--begin",), "TIME"),
     "end": (("--end",), "TIME"),
@@ -190,8 +191,9 @@ StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
 # --- command classes -----------------------------------------------------------------------------
 
 #: the top-level commands in the order of work: inspect, query, check, repair, export
-COMMAND_ORDER = ("info", "stats", "dump", "locate", "query-key", "query-id", "query-queue", "query-timer",
-                 "verify", "compare", "report", "rebuild", "write", "convert", "export")
+COMMAND_ORDER = ("info", "stats", "consumers", "dump", "locate", "query-key", "query-id", "query-queue",
+                 "query-timer", "verify", "compare", "report", "rebuild", "reset-offsets", "write", "convert",
+                 "export")
 
 #: old spellings still accepted, hidden from --help: command path -> {old: (canonical, note or None)};
 #: ``*`` for every command that takes the canonical option

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from formats import fastjson
 from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from rmqtool.io.checkpoint import CheckpointValues, read_checkpoint
 from rmqtool.io.dledger_layout import DATA_DIR as DLEDGER_DATA_DIR, is_entry_file, members as dledger_members
@@ -318,7 +318,7 @@ class Store:
             try:
                 text = read_file(candidate, max_length=MAX_CONFIG_SIZE, what="config file").decode("utf-8")
                 if text.strip():
-                    return json.loads(text)
+                    return fastjson.parse(text)           # fastjson's files: unquoted integer keys
             except FileChangedError:                # gone since: the next candidate
                 continue
             except RmqError as exc:

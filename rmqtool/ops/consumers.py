@@ -1,0 +1,344 @@
+"""The consumers' side of a store: committed offsets, lag, and what a restart does to each group.
+
+``consumer_rows(store)`` gives one row per (group, topic, queue) the broker loads from
+``config/consumerOffset.json`` and ``lmqConsumerOffset.json`` (``io.brokerconfig``), with the
+queue's min and max offset as the broker serves them **after the restart the recovery forecast
+predicts** (``ops.verify.forecast.recovery_walk``: the CommitLog's valid end; ConsumeQueue units at
+or past it truncated, ``forecast.truncated_units``), the lag, and upstream
+``DefaultMessageStore.getMessage``'s answer at the committed offset (``ServedQueue.get_message``:
+status, nextBeginOffset, and the ``PullMessageProcessor`` response each status maps to). See
+docs/format-config.md for the upstream lines each rule follows.
+
+Limits: messages the broker would dispatch at restart (past the ConsumeQueues' end, before the
+valid end) are not added to the queues' max; getMessage's batch is computed as if the pulled
+messages were in memory (within ``accessMessageInMemoryMaxRatio`` of RAM from the CommitLog's end).
+"""
+from __future__ import annotations
+
+import calendar
+import os
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
+from rmqtool.io.brokerconfig import committed_offsets, subscription_groups
+
+# MessageStoreConfig defaults (5.3.3) that getMessage's batch follows
+MAX_FILTER_MESSAGE_SIZE = 16000
+MAX_TRANSFER_BYTES_IN_MEMORY = 256 * 1024
+MAX_TRANSFER_COUNT_IN_MEMORY = 32
+MAX_PULL_MSG_SIZE = 128 * 1024 * 1024        # DefaultMessageStore.MAX_PULL_MSG_SIZE
+#: a push consumer's pullBatchSize (DefaultMQPushConsumer), the maxMsgNums of its pull
+PULL_BATCH_SIZE = 32
+#: CleanCommitLogService defaults: fileReservedTime (hours) and deleteWhen (hours, ';'-separated)
+FILE_RESERVED_HOURS = 72
+DELETE_WHEN = "04"
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+#: PullMessageProcessor: GetMessageStatus -> response code (NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE:
+#: PULL_OFFSET_MOVED when the request offset is not 0, else PULL_NOT_FOUND)
+RESPONSES = {
+    "FOUND": "SUCCESS",
+    "MESSAGE_WAS_REMOVING": "PULL_RETRY_IMMEDIATELY",
+    "NO_MATCHED_MESSAGE": "PULL_RETRY_IMMEDIATELY",
+    "OFFSET_FOUND_NULL": "PULL_NOT_FOUND",
+    "OFFSET_OVERFLOW_ONE": "PULL_NOT_FOUND",
+    "OFFSET_OVERFLOW_BADLY": "PULL_OFFSET_MOVED",
+    "OFFSET_TOO_SMALL": "PULL_OFFSET_MOVED",
+}
+
+COLUMNS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "lag",
+           "next_store_time", "lag_seconds", "restart_status", "restart_next_offset", "restart_response",
+           "restart_effect", "max_offset_on_disk", "retention_file", "retention_deleted_at", "retention_loses",
+           "source"]
+
+
+def pull_response(status: str, offset: int) -> str:
+    if status in ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE"):
+        return "PULL_OFFSET_MOVED" if offset != 0 else "PULL_NOT_FOUND"
+    return RESPONSES.get(status, status)
+
+
+@dataclass
+class Restart:
+    """The restart the recovery forecast predicts: the CommitLog's valid end and its min offset."""
+    mode: str
+    valid_end: int | None          # None: the store is served as it is (no CommitLog files)
+    commitlog_min: int
+    commitlog_file_size: int
+
+
+def restart_of(store) -> Restart:
+    """``recovery_walk`` of the store (abort file decides the mode) as a ``Restart``."""
+    from rmqtool.broker.recovery import max_cq_phy_offset
+    from rmqtool.ops.verify.forecast import recovery_walk
+    cl = store.commitlog
+    if not cl.files:
+        return Restart("normal", None, 0, cl.file_size if cl.files else 0)
+    walk = recovery_walk(store, max_cq_phy_offset(store))
+    return Restart(walk["mode"], int(walk["valid_end"]), cl.min_offset, cl.file_size)
+
+
+class ServedQueue:
+    """One consume queue as the broker serves it after ``restart``: units up to the logical end,
+    less those recovery truncates; min/max as ``getMinOffsetInQueue``/``getMaxOffsetInQueue``. A
+    queue with no directory is the empty one ``findOrCreateConsumeQueue`` makes (min = max = 0)."""
+
+    def __init__(self, store, topic: str, queue_id: int, restart: Restart | None, present: bool = True):
+        from rmqtool.ops.query.byqueue import QueueView
+        self.topic, self.queue_id = topic, queue_id
+        self.view = QueueView(store, topic, queue_id) if present else None
+        self.per_file = (self.view.queue.file_size // CQ_UNIT_SIZE) if present and self.view.queue.file_size else 0
+        if self.view is None:
+            self.max_on_disk = self.max_offset = self.min_offset = 0
+            self.cl_min, self.cl_end = 0, 0
+            return
+        self.max_on_disk = self.view.max_offset
+        self.max_offset = self.max_on_disk
+        self.cl_min = self.view.cl_min
+        self.cl_end = self.view.cl_max
+        if restart is not None and restart.valid_end is not None:
+            self.cl_end = restart.valid_end
+            cut = self._truncated(restart.valid_end)
+            if cut is not None:
+                self.max_offset = cut
+        self.min_offset = min(self.view.min_offset, self.max_offset)
+
+    def _units_array(self) -> tuple[np.ndarray, np.ndarray]:
+        """(queue offsets, units) of every unit before the logical end."""
+        qoffs, parts = [], []
+        for f in self.view.files:
+            u = np.frombuffer(f.data, CQ_UNIT_DTYPE)
+            parts.append(u)
+            qoffs.append(f.start // CQ_UNIT_SIZE + np.arange(len(u), dtype=np.int64))
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)
+        return np.concatenate(qoffs), np.concatenate(parts)
+
+    def _truncated(self, end: int) -> int | None:
+        """The queue's max after recovery truncates its units at or past ``end``
+        (``forecast.truncated_units``, the one rule), None when nothing is truncated."""
+        from rmqtool.ops.verify.forecast import truncated_units
+        qoff, units = self._units_array()
+        cut = truncated_units(SimpleNamespace(topic=self.topic, queue_id=self.queue_id,
+                                              offset=units["commitlog_offset"], qoff=qoff,
+                                              end_qoff=self.max_on_disk), end)
+        return None if cut is None else cut["from_queue_offset"]
+
+    def unit(self, q: int) -> tuple[int, int, int] | None:
+        if self.view is None or not (0 <= q < self.max_offset):
+            return None
+        got = self.view.units(q, 1)
+        return tuple(got[0][1:]) if got else None
+
+    def store_time(self, q: int) -> int | None:
+        u = self.unit(q)
+        if u is None:
+            return None
+        t = self.view.store_time(u[0], u[1])
+        return t if t >= 0 else None
+
+    def close(self):
+        if self.view is not None:
+            self.view.close()
+
+    # --- DefaultMessageStore.getMessage ----------------------------------------------------------
+    def get_message(self, offset: int, max_msg_nums: int = PULL_BATCH_SIZE) -> dict:
+        """Status, nextBeginOffset and message count of getMessage(group, topic, queue, offset,
+        max_msg_nums, no filter) on a master."""
+        lo, hi = self.min_offset, self.max_offset
+        out = {"status": None, "next_begin_offset": offset, "min_offset": lo, "max_offset": hi, "message_count": 0}
+        if hi == 0:
+            out.update(status="NO_MESSAGE_IN_QUEUE", next_begin_offset=0)
+        elif offset < lo:
+            out.update(status="OFFSET_TOO_SMALL", next_begin_offset=lo)
+        elif offset == hi:
+            out.update(status="OFFSET_OVERFLOW_ONE", next_begin_offset=offset)
+        elif offset > hi:
+            out.update(status="OFFSET_OVERFLOW_BADLY", next_begin_offset=hi)
+        else:
+            out.update(self._found(offset, max_msg_nums))
+        return out
+
+    def _found(self, offset: int, max_msg_nums: int) -> dict:
+        """The pull loop over one ConsumeQueue file (travelCqFileNumWhenGetMessage = 1)."""
+        status, nxt = "NO_MATCHED_MESSAGE", offset
+        per = self.per_file or max(self.max_offset, 1)
+        file_start = offset // per * per
+        if not any(f.start == file_start * CQ_UNIT_SIZE for f in self.view.files):    # iterateFrom: null
+            return {"status": "OFFSET_FOUND_NULL", "next_begin_offset": offset + per - offset % per}
+        stop = min(file_start + per, self.max_offset)
+        max_filter = max(MAX_FILTER_MESSAGE_SIZE, max_msg_nums * CQ_UNIT_SIZE)
+        total = count = 0
+        next_file_start = None
+        for q, phy, size, _ in self.view.units(offset, stop - offset):
+            if (q - offset) * CQ_UNIT_SIZE >= max_filter:
+                break
+            if total and count and (count + 1 > max_msg_nums or total + size > MAX_PULL_MSG_SIZE
+                                    or total + size > MAX_TRANSFER_BYTES_IN_MEMORY
+                                    or count > MAX_TRANSFER_COUNT_IN_MEMORY - 1):
+                break                                                   # isTheBatchFull (in memory)
+            if total >= MAX_PULL_MSG_SIZE:
+                break
+            nxt = q + 1
+            if next_file_start is not None and phy < next_file_start:
+                continue
+            if phy < self.cl_min or phy + size > self.cl_end:            # CommitLog.getMessage: null
+                if total == 0:
+                    status = "MESSAGE_WAS_REMOVING"
+                fs = self.view.store.commitlog.file_size
+                next_file_start = phy + fs - phy % fs
+                continue
+            total += size
+            count += 1
+            status = "FOUND"
+            next_file_start = None
+        return {"status": status, "next_begin_offset": nxt, "message_count": count}
+
+
+def restart_effect(committed: int, answer: dict) -> str:
+    """What the pull at ``committed`` does to the group, in messages."""
+    status, nxt = answer["status"], answer["next_begin_offset"]
+    if status == "FOUND":
+        return "consumes"
+    if status in ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL") or nxt == committed:
+        return "waits"
+    if nxt > committed:
+        return f"moved forward to {nxt}: skips {nxt - committed} deleted message(s)"
+    return f"moved back to {nxt} ({committed - nxt} offsets back): consumes what is stored from there"
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+def deletion_time(due_ms: int, delete_when: str = DELETE_WHEN) -> int:
+    """The first moment at or after ``due_ms`` inside an hour of ``delete_when`` (UTC): when
+    CleanCommitLogService's isTimeToDelete lets a file expired at ``due_ms`` go."""
+    hours = sorted({int(h) for h in delete_when.split(";") if h.strip().isdigit()})
+    if not hours:
+        return due_ms
+    tm = time.gmtime(due_ms // 1000)
+    day = calendar.timegm((tm.tm_year, tm.tm_mon, tm.tm_mday, 0, 0, 0)) * 1000
+    for d in range(3):
+        for h in hours:
+            start = day + d * 86_400_000 + h * 3_600_000
+            if start + 3_600_000 > due_ms:
+                return max(start, due_ms)
+    return due_ms
+
+
+def file_mtimes(store) -> list[int | None]:
+    """Last-modified time (ms) of each CommitLog file: what the broker's expiry counts from."""
+    out = []
+    for seg in store.commitlog.files:
+        try:
+            out.append(int(os.stat(seg.path).st_mtime * 1000))
+        except (OSError, TypeError, ValueError):
+            out.append(None)
+    return out
+
+
+# --- the rows --------------------------------------------------------------------------------------
+
+def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, delete_when: str) -> dict:
+    """The CommitLog file holding the group's next unconsumed message, when cleanup deletes it
+    (never the newest file; files go oldest first) and the group's messages it takes with it."""
+    none = {"retention_file": None, "retention_deleted_at": None, "retention_loses": 0}
+    u = sq.unit(nxt)
+    files = store.commitlog.files
+    if u is None or not files:
+        return none
+    hit = store.locate(u[0])
+    if hit is None:
+        return none
+    idx = next(i for i, f in enumerate(files) if f.start == hit[0].start)
+    out = dict(none, retention_file=hit[0].name)
+    if idx >= len(files) - 1 or any(m is None for m in mtimes[:idx + 1]):
+        return out
+    due = max(mtimes[:idx + 1]) + reserved_hours * 3_600_000
+    end = files[idx].start + store.commitlog.file_size
+    qoff, units = sq._units_array()
+    live = (qoff >= nxt) & (qoff < sq.max_offset)
+    out.update(retention_deleted_at=deletion_time(due, delete_when),
+               retention_loses=int(np.count_nonzero(live & (units["commitlog_offset"] < end))))
+    return out
+
+
+def consumer_rows(store, group: str | None = None, topic: str | None = None, restart: Restart | None = None,
+                  reserved_hours: int = FILE_RESERVED_HOURS, delete_when: str = DELETE_WHEN) -> tuple[list[dict], dict]:
+    """(one row per committed (group, topic, queue) after the forecast restart, {"loads": how each
+    config file was loaded, "groups": per-group summary rows, "restart": the restart}).
+    ``restart`` defaults to ``restart_of(store)``."""
+    offsets, loads = committed_offsets(store.config_dir)
+    if restart is None:
+        restart = restart_of(store)
+    present = {(r.topic, r.queue_id) for r in store.queues()}
+    served: dict[tuple[str, int], ServedQueue] = {}
+
+    def serve(t: str, q: int) -> ServedQueue:
+        if (t, q) not in served:
+            served[t, q] = ServedQueue(store, t, q, restart, (t, q) in present)
+        return served[t, q]
+
+    mtimes = file_mtimes(store)
+    rows = []
+    try:
+        for c in offsets:
+            if (group is not None and c.group != group) or (topic is not None and c.topic != topic):
+                continue
+            sq = serve(c.topic, c.queue_id)
+            answer = sq.get_message(c.offset)
+            nxt = max(c.offset, sq.min_offset)
+            lag = max(sq.max_offset - nxt, 0)
+            next_time = sq.store_time(nxt) if lag else None
+            last_time = sq.store_time(sq.max_offset - 1) if lag else None
+            row = {"group": c.group, "topic": c.topic, "queue_id": c.queue_id, "committed_offset": c.offset,
+                   "min_offset": sq.min_offset, "max_offset": sq.max_offset, "lag": lag,
+                   "next_store_time": next_time,
+                   "lag_seconds": (last_time - next_time) / 1000 if next_time is not None and last_time is not None
+                   else None,
+                   "restart_status": answer["status"], "restart_next_offset": answer["next_begin_offset"],
+                   "restart_response": pull_response(answer["status"], c.offset),
+                   "restart_effect": restart_effect(c.offset, answer),
+                   "max_offset_on_disk": sq.max_on_disk,
+                   **_retention(sq, nxt, store, mtimes, reserved_hours, delete_when),
+                   "source": c.source}
+            rows.append(row)
+        groups = group_summary(store, rows, present, serve)
+    finally:
+        for sq in served.values():
+            sq.close()
+    return rows, {"loads": loads, "groups": groups, "restart": restart}
+
+
+def group_summary(store, rows: list[dict], present, serve) -> list[dict]:
+    """Per group: queues, total lag, how many queues the restart moves, and the sizes (max - min
+    over their queues) of its retry and dead-letter topics."""
+    subs, _ = subscription_groups(store.config_dir)
+    out: dict[str, dict] = {}
+    for r in rows:
+        g = out.setdefault(r["group"], {"group": r["group"], "topics": [], "queues": 0, "lag": 0,
+                                        "moved_at_restart": 0, "subscribed": r["group"] in subs})
+        if r["topic"] not in g["topics"]:
+            g["topics"].append(r["topic"])
+        g["queues"] += 1
+        g["lag"] += r["lag"]
+        g["moved_at_restart"] += int(r["restart_next_offset"] != r["committed_offset"]
+                                     and r["restart_status"] != "FOUND")
+    for name, g in out.items():
+        for prefix, key in ((RETRY_PREFIX, "retry_size"), (DLQ_PREFIX, "dlq_size")):
+            t = prefix + name
+            qs = [q for (tt, q) in present if tt == t]
+            g[key] = sum(serve(t, q).max_offset - serve(t, q).min_offset for q in qs) if qs else None
+    return list(out.values())
+
+
+def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
+    """The rows of ``consumer_rows`` whose pull the restart answers with anything but FOUND at the
+    committed offset, or moves (the groups an operator has to look at), for verify/info/report."""
+    rows, _ = consumer_rows(store, restart=restart)
+    return [r for r in rows if r["restart_status"] != "FOUND" or r["restart_next_offset"] < r["committed_offset"]]
