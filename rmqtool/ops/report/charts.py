@@ -102,7 +102,7 @@ def rate_chart(topic_buckets: dict, bucket_ms: int, first: int | None, last: int
     def y(v: float) -> float:
         return top_pad + ph - v * ph / max(top, 1)
 
-    unit = _bucket_name(bucket_ms)
+    unit = bucket_name(bucket_ms)
     out = [f'<svg class="chart rate" viewBox="0 0 {WIDTH} {height}" role="img" data-chart="write-rate" '
            f'data-axis="time" data-x-min={_a(first)} data-x-max={_a(last)} data-bucket-ms={_a(bucket_ms)} '
            f'aria-label={_a(f"messages written per {unit}, per topic")}>']
@@ -146,7 +146,7 @@ def rate_chart(topic_buckets: dict, bucket_ms: int, first: int | None, last: int
     return "".join(out)
 
 
-def _bucket_name(ms: int) -> str:
+def bucket_name(ms: int) -> str:
     for size, name in ((604_800_000, "week"), (86_400_000, "day"), (3_600_000, "hour"), (60_000, "minute"),
                        (1_000, "second")):
         if ms % size == 0:

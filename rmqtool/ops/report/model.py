@@ -234,6 +234,7 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
     queue_rows = [r for r in st.rows() if r["kind"] == "queue"]
     lag = dispatch_lag(rep.pending.get("not_dispatched"), info["queues"], crash_at)
     root = store.root if store.remote else os.path.abspath(store.root)
+    groups = file_groups(store, st.files, fc, info, findings)
     short = {k: v for k, v in fc.items() if k not in ("lost", "not_dispatched", "not_indexed")}
     return {
         "name": printable(str(name)), "anchor": "", "root": printable(str(root)), "kinds": store_kinds(store, info),
@@ -246,15 +247,29 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
         "dispatch_lag": lag, "index_lag": index_lag(rep.pending.get("not_indexed"), fc, crash_at),
         "first_store_time": st.total.first, "last_store_time": crash_at, "messages": st.total.messages,
         "bucket_ms": st.bucket_ms, "topic_buckets": st.topic_buckets or {},
-        "file_groups": file_groups(store, st.files, fc, info, findings),
-        "findings": findings[:LISTED], "findings_count": len(findings),
+        "file_groups": groups,
+        "findings": [dict(f, file=_relative(f.get("file"), store.root)) for f in findings[:LISTED]],
+        "findings_count": len(findings),
         "queues": queue_rows, "topics": [r for r in st.rows() if r["kind"] == "topic"],
         "consumer_groups": consumer_groups_section(consumer_groups),
         "json": {"info": as_json(info), "summary": as_json(summary), "forecast": as_json(short),
                  "lost": as_json(fc.get("lost", [])[:LISTED]), "not_dispatched": as_json(fc["not_dispatched"][:LISTED]),
                  "not_indexed": as_json(fc["not_indexed"][:LISTED]), "dispatch_lag": as_json(lag),
-                 "findings": as_json(findings[:LISTED]), "queues": as_json(queue_rows)},
+                 "findings": as_json(findings[:LISTED]), "queues": as_json(queue_rows),
+                 "rate": as_json({"bucket_ms": st.bucket_ms, "first_store_time": st.total.first,
+                                  "last_store_time": crash_at,
+                                  "buckets": [{"bucket_start": b, "topic": t, "messages": v[0], "bytes": v[1]}
+                                              for (b, t), v in sorted((st.topic_buckets or {}).items())]}),
+                 "files": as_json(groups)},
     }
+
+
+def _relative(path, root) -> str | None:
+    """A finding's file as a path inside the store (the store's path is in the page's head)."""
+    if path is None:
+        return None
+    rel = os.path.relpath(str(path), str(root)) if not str(path).startswith(("s3:", "gs:", "hdfs:")) else str(path)
+    return printable(str(path) if rel.startswith("..") else rel)
 
 
 def _two_walks(progress, store):
