@@ -256,7 +256,12 @@ def test_damage_is_drawn_on_the_file_that_holds_it(tmp_path, damaged_store):
     page = parse(text)
     assert page.headlines[0].strip() == "damaged"
     damaged = {(c["kind"], c["file"]) for c in page.cells if c["damaged"]}
-    assert damaged == {("CommitLog", f"{5 * 98304:020d}"), ("ConsumeQueue", f"{0:020d}")}, damaged
+    from rmqtool.ops.verify import VerifyOptions, verify
+    kind = {"commitlog": "CommitLog", "consumequeue": "ConsumeQueue", "index": "IndexFile"}
+    want = {(kind[Path(f.file).relative_to(damaged_store).parts[0]], Path(f.file).name)
+            for f in verify(Store(damaged_store), VerifyOptions(level="deep")).findings
+            if f.severity == "error" and f.offset is not None}
+    assert damaged == want and {("CommitLog", f"{5 * 98304:020d}"), ("ConsumeQueue", f"{0:020d}")} <= damaged
     first_cl = [c for c in page.cells if c["kind"] == "CommitLog" and c["file"] == f"{0:020d}"]
     assert first_cl and not first_cl[0]["damaged"]                 # the same name, not the same file
 

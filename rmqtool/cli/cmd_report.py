@@ -32,6 +32,7 @@ def report_command(
     per queue, the write rate per topic, a map of every file kind with findings drawn where they are, the
     findings, and each section's data as JSON. Several stores (or globs): one summary row per store, then
     each store's section. What it wrote (the file and its size) is printed in the --format asked for."""
+    import rmqtool
     from rmqtool.ops.report import write_report
     level = level.value
     gentle(max_read_rate, idle_io)
@@ -43,7 +44,7 @@ def report_command(
     from rmqtool.cli.progress import Progress
     with engine_options.open() as eng, Progress("report") as bar:
         n = write_report(opened, output, level, engine=eng, split_size=engine_options.split_size, progress=bar,
-                         command=["rmqtool", *sys.argv[1:]])
+                         command=["rmqtool", *sys.argv[1:]], version=rmqtool.__version__)
     if fmt != "table":
         emit([{"store": name, "output": str(output), "bytes": n, "level": level} for name, _ in opened], fmt)
     else:

@@ -40,16 +40,22 @@ def _num(v) -> str:
     return f"{v:,}" if isinstance(v, int) else f"{v:,.3f}".rstrip("0").rstrip(".")
 
 
-def page_meta(command: list[str] | None = None, now: dt.datetime | None = None) -> dict:
-    """What the page says about its own making: when (UTC and local), by which rmqtool and kernel
-    path, on which host, from which command line."""
-    import rmqtool
+def page_meta(command: list[str] | None = None, now: dt.datetime | None = None, version: str | None = None) -> dict:
+    """What the page says about its own making: when (UTC and local), by which rmqtool (``version``: the
+    CLI passes its own; otherwise the installed distribution's) and kernel path, on which host, from
+    which command line."""
     from rmqtool.kernels import native
+    if version is None:
+        from importlib.metadata import PackageNotFoundError, version as installed
+        try:
+            version = installed("rmqtool")
+        except PackageNotFoundError:
+            version = "(not installed)"
     now = now or dt.datetime.now(dt.timezone.utc)
     local = now.astimezone()
     argv = command if command is not None else ["rmqtool", *sys.argv[1:]]
     return {"utc": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "local": local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)"),
-            "version": rmqtool.__version__, "kernel": native.path, "host": socket.gethostname(),
+            "version": version, "kernel": native.path, "host": socket.gethostname(),
             "python": sys.version.split()[0], "command": printable(shlex.join(str(a) for a in argv))}
 
 
@@ -60,11 +66,12 @@ def render(models: list[dict], meta: dict) -> str:
     worst = max(models, key=lambda m: SEVERITY[m["state"]]) if models else None
     counts = {k: sum(1 for m in models if m["state"] == k) for k in STATES}
     return _environment().get_template("report.html.j2").render(models=models, meta=meta, worst=worst,
-                                                                   counts=counts, states=STATES)
+                                                                   counts=counts, states=STATES).lstrip()
 
 
 def build_report(stores, level: str = "deep", engine=None, split_size: int | None = None, progress=None,
-                 command: list[str] | None = None, consumer_groups: dict | None = None) -> str:
+                 command: list[str] | None = None, consumer_groups: dict | None = None,
+                 version: str | None = None) -> str:
     """The page's HTML for ``stores`` (``[(name, Store)]``; a fleet when more than one); ``engine``
     (None: this process) runs each store's verify and stats walks; ``progress(done, total)``:
     CommitLog bytes of all the walks; ``consumer_groups``: store name -> what ``ops/consumers`` read."""
@@ -77,15 +84,16 @@ def build_report(stores, level: str = "deep", engine=None, split_size: int | Non
         part = None if progress is None else (lambda done, total, b=before: progress(b + done, grand))
         models.append(store_model(store, name, level, engine, split_size, part,
                                   (consumer_groups or {}).get(name)))
-    return render(models, page_meta(command))
+    return render(models, page_meta(command, version=version))
 
 
 def write_report(stores, output: Path, level: str = "deep", engine=None, split_size: int | None = None,
-                 progress=None, command: list[str] | None = None) -> int:
+                 progress=None, command: list[str] | None = None, version: str | None = None) -> int:
     """Build the page, then write it whole or not at all (a temporary file, fsynced, renamed over
     ``output``: an existing report is replaced only by a complete one); returns its length."""
     from rmqtool.io.install import fsync_path, write_synced
-    text = printable(build_report(stores, level, engine, split_size, progress, command))   # a name that is not UTF-8: as \xNN
+    text = printable(build_report(stores, level, engine, split_size, progress, command,
+                                          version=version))   # a name that is not UTF-8: as \xNN
     output = Path(output)
     write_synced(output, text)
     fsync_path(output.absolute().parent)
