@@ -362,7 +362,9 @@ innerWidth:window.innerWidth,headline:(document.querySelector('.headline')||{}).
 charts:[].map.call(document.querySelectorAll('svg[data-axis=time]'),function(s){var r=s.getBoundingClientRect();
 return {xmin:s.dataset.xMin,xmax:s.dataset.xMax,width:r.width};}),
 wide:[].map.call(document.querySelectorAll('body *'),function(e){var r=e.getBoundingClientRect();
-return r.right>window.innerWidth+0.5&&!e.closest('.wrap')&&!e.closest('details:not([open])')?e.tagName+'.'+e.className:null}).filter(Boolean).slice(0,5)};
+return r.right>window.innerWidth+0.5&&!e.closest('.wrap')&&!e.closest('details:not([open])')?e.tagName+'.'+e.className:null}).filter(Boolean).slice(0,5),
+scrolled:[].map.call(document.querySelectorAll('.wrap'),function(w){var h=w.previousElementSibling;
+return w.scrollWidth>w.clientWidth+1?(h?h.textContent:'?'):null}).filter(Boolean)};
 var p=document.createElement('pre');p.id='probe';p.textContent=JSON.stringify(out);document.body.appendChild(p);})();</script>"""
 
 
@@ -409,6 +411,7 @@ def test_report_renders_in_headless_chromium(tmp_path, which, request):
         assert got["innerWidth"] == width
         assert got["scrollWidth"] <= got["innerWidth"], (width, got)
         assert got["wide"] == [], got["wide"]
+        assert got["scrolled"] == [], got["scrolled"]         # every table fits, none scrolls sideways
         assert got["headline"].strip() == page.headlines[0].strip()
         for chart, drawn in zip(got["charts"], (c for c in page.charts if c["attrs"].get("data-axis") == "time")):
             assert (chart["xmin"], chart["xmax"]) == (drawn["attrs"]["data-x-min"], drawn["attrs"]["data-x-max"])
