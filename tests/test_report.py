@@ -137,6 +137,12 @@ def test_bucket_size_follows_the_span():
         assert s.bucket_ms == want, (span, s.bucket_ms)
 
 
+def test_waits_read_in_their_unit():
+    from rmqtool.ops.report.model import waited
+    assert [waited(ms) for ms in (0, 1, 999, 1_000, 12_500, 200_000, 18_000_000, 345_600_000)] == \
+        ["0 ms", "1 ms", "999 ms", "1.0 s", "12.5 s", "3.3 min", "5.0 h", "4.0 days"]
+
+
 def test_shortened_ids_keep_both_ends():
     assert charts.shorten("abc", 10) == "abc"
     s = charts.shorten("FD0000000000000000000000000000026A1B5FFD2B2769D594A80000", 22)
@@ -417,6 +423,9 @@ def test_report_renders_in_headless_chromium(tmp_path, which, request):
             assert (chart["xmin"], chart["xmax"]) == (drawn["attrs"]["data-x-min"], drawn["attrs"]["data-x-max"])
             assert 0 < chart["width"] <= width
     if which == "crashed":
+        pdf = tmp_path / "crashed.pdf"                      # printed, as a ticket attachment
+        r = _chromium(browser, 1280, f"--print-to-pdf={pdf}", "--no-pdf-header-footer", (tmp_path / "crashed.html").as_uri())
+        assert r.returncode == 0 and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 20_000
         assert page.headlines[0].strip() == "abnormal shutdown"
         times = [m["storeTimestamp"] for m in load_answers("crashed")["messages"]]
         rate = next(c for c in page.charts if c["attrs"].get("data-axis") == "time")

@@ -158,6 +158,15 @@ def file_groups(store, stats_files: list[dict], fc: dict, info: dict, findings: 
     return groups
 
 
+def waited(ms: int) -> str:
+    """A wait for people: 0 ms, 850 ms, 12.5 s, 3.2 min, 5.1 h, 2.0 days."""
+    for size, unit, limit in ((1, "ms", 1_000), (1_000, "s", 120_000), (60_000, "min", 7_200_000),
+                              (3_600_000, "h", 172_800_000)):
+        if ms < limit:
+            return f"{ms} ms" if size == 1 else f"{ms / size:.1f} {unit}"
+    return f"{ms / 86_400_000:.1f} days"
+
+
 def dispatch_lag(pending, queues: list[dict], crash_at: int | None) -> list[dict]:
     """Per queue: the records in the CommitLog past its last unit (``Pending.by_queue`` of verify's
     not-dispatched gathering) and how long the oldest of them has waited at the last record's time."""
@@ -169,7 +178,8 @@ def dispatch_lag(pending, queues: list[dict], crash_at: int | None) -> list[dict
                      "seconds": round((crash_at - oldest) / 1000, 3) if crash_at is not None else None,
                      "oldest_store_time": oldest, "newest_store_time": newest,
                      "queue_max_offset": q.get("max_offset"), "last_unit_end": q.get("max_phy_offset"),
-                     "note": f"{counted(n, 'record')}" + (f", {(crash_at - oldest) / 1000:g} s" if crash_at is not None else "")})
+                     "note": f"{counted(n, 'record')}" + (f", oldest waited {waited(crash_at - oldest)}"
+                                                          if crash_at is not None else "")})
     rows.sort(key=lambda r: (-r["records"], r["queue"]))
     return rows
 
