@@ -98,29 +98,59 @@ def test_time_ticks_fall_inside_the_span_and_are_few(lo, span):
     assert all(t % step == 0 for t in ticks)
 
 
+class _Batch:
+    """What ``StoreStats.add_batch`` reads of a record batch."""
+
+    def __init__(self, times, tids):
+        import numpy as np
+        self.store_timestamp = np.array(times, dtype=np.int64)
+        self.queue_id = np.zeros(len(times), dtype=np.int32)
+        self.size = np.full(len(times), 10, dtype=np.int64)
+        self.tids = np.array(tids, dtype=np.int32)
+
+    def __len__(self):
+        return len(self.tids)
+
+
+def _topics(names):
+    from rmqtool.ops.verify.records import TopicTable
+
+    class Table(TopicTable):
+        def topic_ids(self, batch, core=None):
+            return batch.tids
+    return Table(names=list(names))
+
+
+NAMES = ["a", "b", "<c>", "d&e"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(times=st.lists(st.integers(1_700_000_000_000, 1_700_000_000_000 + 3 * 86_400_000), min_size=1, max_size=300),
-       topics=st.lists(st.sampled_from(["a", "b", "<c>", "d&e"]), min_size=1, max_size=300))
-def test_auto_buckets_count_exactly_and_the_chart_spans_the_data(times, topics):
+       tids=st.lists(st.integers(0, len(NAMES) - 1), min_size=1, max_size=300),
+       cut=st.integers(1, 50), parts=st.integers(1, 4))
+def test_auto_buckets_count_exactly_and_the_chart_spans_the_data(times, tids, cut, parts):
     """``stats`` by="auto": the bucket size grows with the span (at most AUTO_MAX_BUCKETS buckets), every
-    record counted once in its bucket per topic; the chart's x-range is the first to the last time."""
+    record counted once in its bucket per topic, also when engine tasks' parts are merged; the chart's
+    x-range is the first to the last time."""
     from rmqtool.ops.stats import AUTO_MAX_BUCKETS, new_stats
-    st_ = new_stats("s", "auto")
-    topics = (topics * len(times))[:len(times)]
-    for i in range(0, len(times), 7):           # in batches, as the walk feeds it
-        for t, topic in zip(times[i:i + 7], topics[i:i + 7]):
-            cur = st_.topic_buckets.setdefault((t // st_.bucket_ms * st_.bucket_ms, topic), [0, 0])
-            cur[0] += 1
-            cur[1] += 10
-            b = st_.buckets.setdefault(t // st_.bucket_ms * st_.bucket_ms, [0, 0])
-            b[0] += 1
-            b[1] += 10
-        st_.coarsen()
-    size = st_.bucket_ms
-    assert len(st_.buckets) <= AUTO_MAX_BUCKETS or size == 604_800_000
-    want = Counter((t // size * size, topic) for t, topic in zip(times, topics))
-    assert {k: v[0] for k, v in st_.topic_buckets.items()} == dict(want)
-    svg = charts.rate_chart(st_.topic_buckets, size, min(times), max(times))
+    tids = (tids * len(times))[:len(times)]
+    topics = _topics(NAMES)
+    one = new_stats("s", "auto")
+    for i in range(0, len(times), cut):                    # in batches, as the walk feeds it
+        one.add_batch(_Batch(times[i:i + cut], tids[i:i + cut]), topics)
+    merged = new_stats("s", "auto")
+    step = -(-len(times) // parts)
+    for i in range(0, len(times), step):                   # engine tasks: a part each, merged in order
+        part = new_stats("s", "auto")
+        part.add_batch(_Batch(times[i:i + step], tids[i:i + step]), topics)
+        merged.merge(part)
+    for st_ in (one, merged):
+        size = st_.bucket_ms
+        assert len(st_.buckets) <= AUTO_MAX_BUCKETS
+        want = Counter((t // size * size, NAMES[k]) for t, k in zip(times, tids))
+        assert {k: v[0] for k, v in st_.topic_buckets.items()} == dict(want)
+    assert one.bucket_ms == merged.bucket_ms
+    svg = charts.rate_chart(one.topic_buckets, one.bucket_ms, min(times), max(times))
     chart = parse(svg).charts[0]
     assert int(chart["attrs"]["data-x-min"]) == min(times) and int(chart["attrs"]["data-x-max"]) == max(times)
     assert min(b[0] for b in chart["bars"]) == min(times) and max(b[1] for b in chart["bars"]) == max(times)
@@ -129,7 +159,10 @@ def test_auto_buckets_count_exactly_and_the_chart_spans_the_data(times, topics):
 
 def test_bucket_size_follows_the_span():
     from rmqtool.ops.stats import new_stats
-    for span, want in ((17_000, 1_000), (50 * 60_000, 30_000), (6 * 3_600_000, 300_000), (20 * 86_400_000, 21_600_000)):
+    from rmqtool.ops.stats import auto_step
+    for span, want in ((2_300, 100), (17_000, 1_000), (50 * 60_000, 30_000), (6 * 3_600_000, 300_000),
+                       (20 * 86_400_000, 21_600_000)):
+        assert auto_step(span) == want
         s = new_stats("s", "auto")
         s.buckets = {0: [1, 1], span // 1000 * 1000: [1, 1]}
         s.topic_buckets = {(0, "t"): [1, 1]}

@@ -14,7 +14,7 @@ BUCKETS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 #: ``by="auto"`` (the report's write rate): buckets of the first of these sizes that keeps the store's
 #: time span in at most ``AUTO_MAX_BUCKETS`` buckets, counted per topic too. Each size divides the next
 #: and buckets start at multiples of their size, so coarsening adds whole buckets: the counts are exact.
-AUTO_STEPS = (1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000, 21_600_000,
+AUTO_STEPS = (10, 100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000, 21_600_000,
               86_400_000, 604_800_000)
 AUTO_MAX_BUCKETS = 120
 #: the kinds of row ``StoreStats.rows`` returns, in its order
@@ -103,6 +103,8 @@ class StoreStats:
         batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
         self.total.add(len(batch), batch_bytes, tmin, tmax)
         self.current_file.add(len(batch), batch_bytes, tmin, tmax)
+        if self.auto:                   # wide enough for the span with this batch, before counting it
+            self.coarsen(auto_step(self.total.last - self.total.first))
         if self.bucket_ms:
             bstart = ts // self.bucket_ms * self.bucket_ms
             starts, binv = np.unique(bstart, return_inverse=True)
@@ -112,11 +114,11 @@ class StoreStats:
                 cur[0] += c
                 cur[1] += by_
             if self.topic_buckets is not None:
-                pair = (bstart // 1000 << 24) | tid                # bucket starts are whole seconds
+                pair = (bstart // AUTO_STEPS[0] << 24) | tid       # bucket starts are multiples of the first step
                 pairs, pinv = np.unique(pair, return_inverse=True)
                 for p_, c, by_ in zip(pairs.tolist(), np.bincount(pinv).tolist(),
                                       np.bincount(pinv, weights=size).astype(np.int64).tolist()):
-                    cur = self.topic_buckets.setdefault(((p_ >> 24) * 1000, topics.names[p_ & 0xFFFFFF]), [0, 0])
+                    cur = self.topic_buckets.setdefault(((p_ >> 24) * AUTO_STEPS[0], topics.names[p_ & 0xFFFFFF]), [0, 0])
                     cur[0] += c
                     cur[1] += by_
             if self.auto:
@@ -154,9 +156,12 @@ class StoreStats:
         """Add the counts of a later part of the same walk (an engine task's) to these."""
         for qk, acc in part.queues.items():
             _merge_acc(self.queues.setdefault(qk, _Acc()), acc)
-        if self.auto:                   # both to the wider of the two bucket sizes
-            part.coarsen(self.bucket_ms)
-            self.coarsen(part.bucket_ms)
+        if self.auto:                   # both to the size for the span of the two
+            lo = min(x for x in (self.total.first, part.total.first) if x is not None) if part.total.messages else None
+            hi = max(x for x in (self.total.last, part.total.last) if x is not None) if part.total.messages else None
+            size = max(self.bucket_ms, part.bucket_ms, auto_step(hi - lo) if lo is not None else 0)
+            part.coarsen(size)
+            self.coarsen(size)
         for b, (c, by_) in part.buckets.items():
             cur = self.buckets.setdefault(b, [0, 0])
             cur[0] += c
@@ -169,6 +174,12 @@ class StoreStats:
             self.coarsen()
         _merge_acc(self.total, part.total)
         _merge_acc(self.current_file, part.current_file)
+
+
+def auto_step(span_ms: int) -> int:
+    """The first of ``AUTO_STEPS`` that cuts a span of ``span_ms`` into at most ``AUTO_MAX_BUCKETS`` buckets
+    (wherever the span starts: a span of n steps touches at most n + 2 buckets)."""
+    return next((s for s in AUTO_STEPS if span_ms // s + 2 <= AUTO_MAX_BUCKETS), AUTO_STEPS[-1])
 
 
 def _merge_acc(into: _Acc, acc: _Acc) -> None:
