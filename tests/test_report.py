@@ -354,16 +354,30 @@ def test_a_fleet_has_a_row_per_store_then_each_section(tmp_path, store_copy):
     assert rows.count("<tr>") == 3 and 'href="#store-1"' in rows and 'href="#store-2"' in rows
 
 
-def test_consumer_groups_slot_takes_an_optional_list():
+def test_consumer_groups_a_restart_moves(tmp_path, store_copy):
+    """The section lists the (group, topic, queue)s ``ops/consumers`` forecasts the restart moves, as
+    text (a group name is store data); a store without consumer offsets says so in one line; offsets
+    that cannot be read are said, and the rest of the page is still written."""
+    from rmqtool.ops.consumers import restart_forecast
     from rmqtool.ops.report import consumer_groups_section, page_meta, render
-    model = store_model(Store(reference_store("basic")), "basic", "shallow")
-    assert model["consumer_groups"] == {"read": False, "rows": []}
+    store = Store(reference_store("consumers"))
+    model = store_model(store, "consumers", "shallow")
+    want = restart_forecast(store)
+    assert want and [(r["group"], r["topic"], r["queue_id"]) for r in model["consumer_groups"]["rows"]] == \
+        [(r["group"], r["topic"], r["queue_id"]) for r in want]
     text = render([model], page_meta(["rmqtool", "report"]))
-    assert "consumer offsets are not read" in text
-    model["consumer_groups"] = consumer_groups_section([{"group": "<g>", "topic": "TopicTest", "queue_id": 0,
-                                                         "offset": 3}])
-    text = render([model], page_meta(["rmqtool", "report"]))
-    assert "&lt;g&gt;" in text and "consumer offsets are not read" not in text
+    assert f"Consumer groups a restart moves ({len(want)} of" in text and want[0]["restart_status"] in text
+    assert {"label": "consumer queues moved at restart", "value": len(want)}.items() <= next(
+        n for n in model["numbers"] if n["label"] == "consumer queues moved at restart").items()
+    basic = store_model(Store(reference_store("basic")), "basic", "shallow")
+    assert "the store has no config/consumerOffset.json" in render([basic], page_meta(["rmqtool", "report"]))
+    basic["consumer_groups"] = consumer_groups_section([{"group": "<g>", "topic": "TopicTest", "queue_id": 0}])
+    assert "&lt;g&gt;" in render([basic], page_meta(["rmqtool", "report"]))
+    bad = store_copy("consumers")
+    for name in ("consumerOffset.json", "consumerOffset.json.bak"):
+        (bad / "config" / name).write_text("{\n\t\"offsetTable\":{")
+    text = report(tmp_path, str(bad), level="shallow")
+    assert "could not be read: " in text and "consumerOffset.json" in text
 
 
 # --- what it imports, what it ships --------------------------------------------------------------------

@@ -9,6 +9,7 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_store, open_stores
 from rmqtool.cli.options import Format, option
 from rmqtool.errors import UsageError
+from rmqtool.wording import counted
 
 TABLE_COLUMNS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "lag",
                  "next_store_time", "lag_seconds", "restart_status", "restart_next_offset", "restart_effect",
@@ -59,10 +60,10 @@ def consumers_command(
                                     delete_when=delete_when)
         _say_loads(name, extra["loads"], fleet)
         for g in extra["groups"]:
-            moved = f", {g['moved_at_restart']} queue(s) moved at restart" if g["moved_at_restart"] else ""
-            sizes = "".join(f", {k.split('_')[0]} topic {g[k]} message(s)" for k in ("retry_size", "dlq_size")
+            moved = f", {counted(g['moved_at_restart'], 'queue')} moved at restart" if g["moved_at_restart"] else ""
+            sizes = "".join(f", {k.split('_')[0]} topic {counted(g[k], 'message')}" for k in ("retry_size", "dlq_size")
                             if g[k] is not None)
-            note(f"{name + ': ' if fleet else ''}group {g['group']}: {g['queues']} queue(s), lag {g['lag']}"
+            note(f"{name + ': ' if fleet else ''}group {g['group']}: {counted(g['queues'], 'queue')}, lag {g['lag']}"
                  f"{moved}{sizes}")
         for r in rows:
             all_rows.append({"store": name, **r} if fleet else r)

@@ -25,6 +25,7 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io.brokerconfig import committed_offsets, subscription_groups
+from rmqtool.wording import counted
 
 # MessageStoreConfig defaults (5.3.3) that getMessage's batch follows
 MAX_FILTER_MESSAGE_SIZE = 16000
@@ -209,7 +210,7 @@ def restart_effect(committed: int, answer: dict) -> str:
     if status in ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL") or nxt == committed:
         return "waits"
     if nxt > committed:
-        return f"moved forward to {nxt}: skips {nxt - committed} deleted message(s)"
+        return f"moved forward to {nxt}: skips {counted(nxt - committed, 'deleted message')}"
     return f"moved back to {nxt} ({committed - nxt} offsets back): consumes what is stored from there"
 
 
@@ -337,8 +338,13 @@ def group_summary(store, rows: list[dict], present, serve) -> list[dict]:
     return list(out.values())
 
 
-def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
+def moved_by_restart(rows: list[dict]) -> list[dict]:
     """The rows of ``consumer_rows`` whose pull the restart answers with anything but FOUND at the
-    committed offset, or moves (the groups an operator has to look at), for verify/info/report."""
-    rows, _ = consumer_rows(store, restart=restart)
+    committed offset, or moves (the groups an operator has to look at)."""
     return [r for r in rows if r["restart_status"] != "FOUND" or r["restart_next_offset"] < r["committed_offset"]]
+
+
+def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
+    """``moved_by_restart`` of the store's rows, for verify/info/report."""
+    rows, _ = consumer_rows(store, restart=restart)
+    return moved_by_restart(rows)

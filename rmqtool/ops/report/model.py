@@ -140,7 +140,7 @@ def file_groups(store, stats_files: list[dict], fc: dict, info: dict, findings: 
     drawn = [r[3] for r in rows[:MAP_QUEUES]]
     kind = "ConsumeQueue" + (" (RocksDB, as its units' view)" if store.rocksdb_cq else "")
     if len(rows) > MAP_QUEUES:
-        kind += f" ({MAP_QUEUES} of {len(rows)} queues drawn: those with findings first)"
+        kind += f" ({MAP_QUEUES} of {counted(len(rows), 'queue')} drawn: those with findings first)"
     if drawn:
         groups.append({"kind": kind, "rows": drawn})
 
@@ -215,10 +215,44 @@ def store_kinds(store, info: dict) -> list[str]:
     return kinds or ["classic"]
 
 
-def consumer_groups_section(groups: list[dict] | None) -> dict:
-    """The consumer-groups section: ``groups`` is what ``rmqtool/ops/consumers`` (issue 37) reads from the
-    store's consumer offsets, one dict per group and queue (None: not read yet; the page says so)."""
-    return {"read": groups is not None, "rows": list(groups or [])}
+#: the consumer-groups table's columns (``ops/consumers.consumer_rows`` has more: the JSON block keeps them)
+GROUP_COLUMNS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "lag",
+                 "restart_status", "restart_next_offset", "restart_effect"]
+
+
+def consumer_groups_section(groups: list[dict] | None, total: int | None = None, error: str | None = None) -> dict:
+    """The consumer-groups section: ``groups``, the (group, topic, queue) rows a restart moves, as
+    ``rmqtool/ops/consumers`` reads them from the store's consumer offsets (None: the store has no
+    consumerOffset.json; ``error``: it could not be read); ``total``: the rows read in all."""
+    rows = list(groups or [])
+    return {"read": groups is not None, "rows": [{k: r.get(k) for k in GROUP_COLUMNS} for r in rows],
+            "total": total if total is not None else len(rows), "error": error, "json": as_json(rows)}
+
+
+def _groups_number(section: dict) -> list[dict]:
+    """The headline's number of consumer queues a restart moves, when the offsets were read."""
+    if not section["read"]:
+        return []
+    moved = len(section["rows"])
+    return [{"label": "consumer queues moved at restart", "value": moved, "bad": moved > 0,
+             "hint": f"of {section['total']} committed (group, topic, queue)s: re-consumed, skipped or reset"}]
+
+
+def read_consumer_groups(store) -> dict:
+    """``consumer_groups_section`` of what the store's ``config/consumerOffset.json`` (and the LMQ file)
+    say, as the broker would load them; a file that cannot be read is said in the section, not raised."""
+    from rmqtool.errors import RmqError
+    from rmqtool.ops.consumers import consumer_rows, moved_by_restart
+    try:
+        rows, meta = consumer_rows(store)
+    except RmqError as exc:
+        return consumer_groups_section(None, error=str(exc))
+    broken = [f"{load.says()} ({load.error()})" for load in meta["loads"] if not load.ok]
+    if broken:
+        return consumer_groups_section(None, error="; ".join(broken))
+    if not any(load.source for load in meta["loads"]):
+        return consumer_groups_section(None)
+    return consumer_groups_section(moved_by_restart(rows), total=len(rows))
 
 
 def as_json(value) -> str:
@@ -246,11 +280,14 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
     root = store.root if store.remote else os.path.abspath(store.root)
     groups = file_groups(store, st.files, fc, info, findings)
     short = {k: v for k, v in fc.items() if k not in ("lost", "not_dispatched", "not_indexed")}
+    groups_section = (read_consumer_groups(store) if consumer_groups is None
+                      else consumer_groups_section(consumer_groups))
     return {
         "name": printable(str(name)), "anchor": "", "root": printable(str(root)), "kinds": store_kinds(store, info),
         "level": level, "state": state, "state_label": STATES[state],
         "headline": printable(headline(state, info, fc, errors, damaged_files)),
-        "numbers": key_numbers(fc, findings, info["live"]), "exit_code": rep.exit_code("error"),
+        "numbers": key_numbers(fc, findings, info["live"]) + _groups_number(groups_section),
+        "exit_code": rep.exit_code("error"),
         "forecast": fc, "errors": errors, "warnings": summary["findings"]["warning"],
         "lost": fc.get("lost", [])[:LISTED], "not_dispatched": fc["not_dispatched"][:LISTED],
         "not_indexed": fc["not_indexed"][:LISTED],
@@ -261,7 +298,7 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
         "findings": [dict(f, file=_relative(f.get("file"), store.root)) for f in findings[:LISTED]],
         "findings_count": len(findings),
         "queues": queue_rows, "topics": [r for r in st.rows() if r["kind"] == "topic"],
-        "consumer_groups": consumer_groups_section(consumer_groups),
+        "consumer_groups": groups_section,
         "json": {"info": as_json(info), "summary": as_json(summary), "forecast": as_json(short),
                  "lost": as_json(fc.get("lost", [])[:LISTED]), "not_dispatched": as_json(fc["not_dispatched"][:LISTED]),
                  "not_indexed": as_json(fc["not_indexed"][:LISTED]), "dispatch_lag": as_json(lag),
