@@ -120,6 +120,11 @@ class ServedQueue:
             return np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)
         return np.concatenate(qoffs), np.concatenate(parts)
 
+    def units_array(self) -> tuple[np.ndarray, np.ndarray]:
+        """(queue offsets, units) of every unit before the logical end; those at or past
+        ``max_offset`` are the ones the restart truncates."""
+        return self._units_array()
+
     def _truncated(self, end: int) -> int | None:
         """The queue's max after recovery truncates its units at or past ``end``
         (``forecast.truncated_units``, the one rule), None when nothing is truncated."""
