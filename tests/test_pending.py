@@ -143,6 +143,8 @@ def test_transactions_on_mixed_are_the_halves_no_op_names():
         assert x["check_times"] == 0 and x["prepared_queue_offset"] is None
         assert before / 1000 - 5 <= x["age_seconds"] + x["store_timestamp"] / 1000 <= time.time() + 5
     assert "no committed offset of CID_RMQ_SYS_TRANS" in r.err
+    at = run_cli("query-transactions", reference_store("mixed"), "-f", "jsonl", "--at", "2026-11-26T00:00:00Z")
+    assert [x["age_seconds"] for x in at.jsonl()] == [(1_795_651_200_000 - x["store_timestamp"]) / 1000 for x in rows]
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv", "tsv"])

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_stores
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_stores, parse_time
 from rmqtool.cli.options import Format, option
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 
@@ -72,6 +72,9 @@ def query_transactions_command(
     stores: List[str] = typer.Argument(..., metavar="STORE...", help="store roots (or quoted globs)"),
     topic: Optional[str] = option("topic", help="only half messages for this real topic"),
     limit: Optional[int] = option("limit", help="at most N rows (per store)"),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME",
+                                     help="give ages as of this time (epoch ms or ISO-8601, UTC default; "
+                                          "default: now)"),
     fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
@@ -83,12 +86,13 @@ def query_transactions_command(
     has checked them. One line per half queue goes to stderr. Exit 0 when some are pending, 1 when none."""
     from rmqtool.ops.pending import TRANSACTION_COLUMNS, transactions
     _check_limit(limit)
+    now_ms = parse_time(at, "--at")
     opened = open_stores(stores, commitlog_dirs)
     fleet = len(opened) > 1
     all_rows = []
     for name, store in opened:
         store.require_root()
-        got = transactions(store, topic=topic, limit=limit)
+        got = transactions(store, topic=topic, limit=limit, now_ms=now_ms)
         _loads(name, got.loads, fleet)
         at = f"{name}: " if fleet else ""
         for q in got.queues:
