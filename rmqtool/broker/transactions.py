@@ -33,11 +33,11 @@ def op_half_offsets(text: str | None) -> list[int]:
     its body (UTF-8) split on ``,`` as ``String.split`` does (trailing empty strings dropped), each
     read with ``Long.parseLong``, -1 where that throws. ``text``: ``system_fields``' ``op_offsets``,
     None for an op message without the ``d`` tag (the broker logs it and it names nothing)."""
-    from rmqtool.broker.queuekinds import _java_split, parse_java_long
+    from rmqtool.broker.queuekinds import java_split, parse_java_long
     if text is None:
         return []
     out = []
-    for part in _java_split(text, OP_OFFSET_SEPARATOR):
+    for part in java_split(text, OP_OFFSET_SEPARATOR):
         value = parse_java_long(part)
         out.append(-1 if value is None else value)
     return out

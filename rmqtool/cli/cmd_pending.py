@@ -13,8 +13,8 @@ from rmqtool.errors import EXIT_FINDINGS, UsageError
 
 def _loads(name: str, loads, fleet: bool) -> None:
     """How the broker loads each config file, when it is not simply the main file (as ``consumers``)."""
-    from rmqtool.cli.cmd_consumers import _say_loads
-    _say_loads(name, loads, fleet)
+    from rmqtool.cli.cmd_consumers import say_loads     # registers consumers' commands too: harmless
+    say_loads(name, loads, fleet)
 
 
 def _check_limit(limit: Optional[int]) -> None:
