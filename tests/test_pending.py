@@ -218,3 +218,32 @@ def test_op_body_split_is_java_string_split_and_long_parse():
     assert op_half_offsets("x,4") == [-1, 4]
     assert op_half_offsets(",5") == [-1, 5]
     assert op_half_offsets(None) == []
+
+
+# --- info: the groups the restart moves (ops/consumers.restart_moves) ---------------------------------
+
+@pytest.mark.parametrize("view", ["afterCleanShutdown", "afterCrash"])
+def test_info_lists_the_queues_whose_committed_offset_the_restart_moves(tmp_path, view):
+    root = reference_store("consumers")
+    if view == "afterCrash":
+        root = tmp_path / "crashed"
+        crash_copy(reference_store("consumers"), root)
+    want = []
+    for g in ANSWERS[view]["groups"]:
+        probe = next(p for p in g["probes"] if p["kind"] == "committed")
+        if probe["status"] != "FOUND" and probe["nextBeginOffset"] != g["committedOffset"]:
+            want.append((g["group"], g["topic"], g["queueId"], g["committedOffset"], probe["status"],
+                         probe["nextBeginOffset"]))
+    assert want
+    r = run_cli("info", root, "-f", "json")
+    assert r.code == 0, r.err
+    got = [(m["group"], m["topic"], m["queue_id"], m["committed_offset"], m["restart_status"],
+            m["restart_next_offset"]) for m in json.loads(r.out)[0]["consumer_restart"]]
+    assert sorted(got) == sorted(want)
+    text = run_cli("info", root)
+    assert f"the next restart moves {len(want)} queue" in text.out + text.err
+
+
+def test_info_has_no_consumer_section_without_an_offsets_file():
+    r = run_cli("info", reference_store("mixed"), "-f", "json")
+    assert r.code == 0 and "consumer_restart" not in json.loads(r.out)[0]

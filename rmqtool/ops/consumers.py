@@ -347,3 +347,20 @@ def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
     committed offset, or moves (the groups an operator has to look at), for verify/info/report."""
     rows, _ = consumer_rows(store, restart=restart)
     return [r for r in rows if r["restart_status"] != "FOUND" or r["restart_next_offset"] < r["committed_offset"]]
+
+
+#: the fields of a ``restart_moves`` row (``info``'s short section)
+MOVE_FIELDS = ["group", "topic", "queue_id", "committed_offset", "restart_status", "restart_next_offset",
+               "restart_effect"]
+
+
+def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
+    """The queues whose committed offset the restart moves (``restart_forecast`` rows not FOUND whose
+    next offset is not the committed one: PULL_OFFSET_MOVED), in ``MOVE_FIELDS``; None when the broker loads no committed
+    offsets file (then ``info`` has no such section)."""
+    _, loads = committed_offsets(store.config_dir)
+    if all(x.source is None for x in loads):
+        return None
+    return [{k: r[k] for k in MOVE_FIELDS} for r in restart_forecast(store, restart)
+            if r["restart_status"] != "FOUND" and r["restart_next_offset"] != r["committed_offset"]]
+
