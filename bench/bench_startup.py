@@ -8,7 +8,8 @@ and ``query-key``, ``query-id`` (an offsetMsgId and a UNIQ_KEY), ``locate`` and 
 
 The store (default /tmp/bench1m) is made with ``write --synthetic 1000000`` if it is missing
 (about a minute; never committed). ``locate`` walks the CommitLog file from its start to the offset
-(record boundaries are known only that way): it is timed at a record near the start (key bk-17's
+(record boundaries are known only that way; through a file's first MiB with ``struct``, further with
+numpy): it is timed at a record near the start (key bk-17's
 first) and, for scale, at one deep in the file (its last); ``info`` walks the last CommitLog file to
 find where the data validly ends, as the broker's recovery does, so its time is mostly that walk.
 ``--help`` is timed as a person meets it the second time: the first, untimed run renders it with

@@ -83,7 +83,7 @@ class MissingDependencyError(RmqError):
 
 #: the optional modules and the extra (pyproject.toml) that installs each
 EXTRA_OF_MODULE = {"pyarrow": "parquet", "pyspark": "spark", "pandas": "spark", "lz4": "codecs",
-                   "zstandard": "codecs", "rocksdict": "rocksdb", "matplotlib": "report"}
+                   "zstandard": "codecs", "rocksdict": "rocksdb"}
 
 
 def missing_extra(exc: BaseException) -> MissingDependencyError | None:

@@ -10,7 +10,7 @@ its reason.
 
 Every example must exit as documented, with no traceback and no ``internal error``. With ``--plain``
 (an install without extras: .ci/run's base-only venv) an example that needs an extra (``export``:
-parquet, ``report``: report, ``--engine spark``: spark, a RocksDB ConsumeQueue: rocksdb, ``--jobs N``:
+parquet, ``--engine spark``: spark, a RocksDB ConsumeQueue: rocksdb, ``--jobs N``:
 parquet) must instead exit 2 with one line naming it (``pip install 'rmqtool[parquet]'``).
 ``--hide-extras`` makes this checkout look like such an install (the extras' modules shadowed by
 packages whose import fails, as tests/test_plain_install.py does) and implies ``--plain``.
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: optional modules and their extra (the same table as ``rmqtool.errors.EXTRA_OF_MODULE``, which an
 #: install without the checkout on the path may not be able to import before the runner starts)
 EXTRA_OF_MODULE = {"pyarrow": "parquet", "pyspark": "spark", "pandas": "spark", "lz4": "codecs",
-                   "zstandard": "codecs", "rocksdict": "rocksdb", "matplotlib": "report"}
+                   "zstandard": "codecs", "rocksdict": "rocksdb"}
 #: what the bundle does not hold: an example naming it is skipped, with the reason
 OUTSIDE = ((re.compile(r"^(/data/|/shared/|/var/)"), "a broker host's path"),
            (re.compile(r"^[a-z0-9]+://"), "object storage or HDFS"),
@@ -133,8 +133,6 @@ def needed_extra(argv: list[str]) -> set[str]:
     need = set()
     if argv and argv[0] == "export":
         need.add("parquet")
-    if argv and argv[0] == "report":
-        need.add("report")
     if "spark" in argv and "--engine" in argv:
         need.add("spark")
     for opt in ("--jobs", "-j", "--workers"):

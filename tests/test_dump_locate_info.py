@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import load_answers, reference_store, run_cli
+from conftest import dledger_store, load_answers, reference_store, run_cli
 from formats.indexfile import IndexEntry, IndexHeader, entry_position
 
 
@@ -119,6 +119,40 @@ def test_locate_every_message_offset(name):
             r = locate_offset(s, probe)
             assert os.path.basename(r["file"]) == f["name"] and r["kind"] == "BLANK", (probe, r)
             assert (r["record"]["start"], r["record"]["size"]) == (f["blankMagicAt"], f["blankLength"])
+
+
+@pytest.mark.parametrize("name", ["basic", "mixed", "crashed", "dledger"])
+def test_locate_chain_walk_equals_the_bulk_walk(name, tmp_path):
+    """The first megabyte's ``struct`` chain (``locate_offset``'s default) answers exactly what the
+    bulk walk (``chain_bytes=0``) answers: at every record's first, second and last byte, in the
+    BLANKs, past the data, and on a copy with a record damaged mid-file."""
+    import shutil
+    import struct
+    from formats import commitlog as cl
+    from rmqtool.io.store import Store
+    from rmqtool.ops.locate import locate_offset
+    from rmqtool.ops.dump import RecordFilter, commitlog_rows
+    root = dledger_store() if name == "dledger" else reference_store(name)
+    store = Store(root)
+    rows = list(commitlog_rows(store, RecordFilter()))
+    probes = {p for r in rows for p in (r["phy_offset"], r["phy_offset"] + 1, r["phy_offset"] + r["size"] - 1)}
+    probes |= {seg.start + seg.size - 1 for seg in store.commitlog.files}
+    for probe in sorted(probes):
+        assert locate_offset(store, probe) == locate_offset(store, probe, chain_bytes=0), probe
+    if name != "basic":
+        return
+    copy = tmp_path / "damaged"
+    shutil.copytree(root, copy)
+    seg = store.commitlog.files[1]
+    messages = [r for r in rows if r["kind"] == "MESSAGE" and seg.start <= r["phy_offset"] < seg.start + seg.size]
+    bad = messages[len(messages) // 2]
+    with open(copy / "commitlog" / seg.path.name, "r+b") as fh:
+        fh.seek(bad["position"] + cl.MESSAGE_HEAD_OFFSETS["magic"])
+        fh.write(struct.pack(">I", 0x12345678))
+    damaged = Store(copy)
+    for r in messages:
+        for probe in (r["phy_offset"], r["phy_offset"] + r["size"] - 1):
+            assert locate_offset(damaged, probe) == locate_offset(damaged, probe, chain_bytes=0), probe
 
 
 def test_locate_cli_answers_match_upstream_layout():

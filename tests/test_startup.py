@@ -50,10 +50,11 @@ def _imported(proc) -> set[str]:
     ["query-key", BASIC, "key-0001"],                              # table format, piped: tab-separated
     ["query-id", BASIC, "C0A8010A00002A9F00000000000005C2", "-f", "json"],
     ["query-id", BASIC, "FD0000000000000000000000000000027A145FFD2B2769A65271000B", "-f", "json"],  # a note
+    ["locate", BASIC, "1000", "-f", "json"],                       # within a file's first MiB: the chain
 ], ids=["query-key-json", "query-key-jsonl", "query-key-topic-csv", "query-key-piped", "query-id-json",
-        "query-id-uniq-key-note"])
+        "query-id-uniq-key-note", "locate-json"])
 def test_query_commands_import_nothing_heavy(args):
-    """query-key and query-id load no numpy, rich, pyarrow, Spark or construct."""
+    """query-key, query-id and locate (near a file's start) load no numpy, rich, pyarrow, Spark or construct."""
     proc = _run(args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()

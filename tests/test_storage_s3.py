@@ -149,6 +149,16 @@ def test_globs_over_a_bucket(s3):
     assert run_cli("verify", "s3://fleet/nothing-*").code == 2
 
 
+def test_a_fleet_report_over_a_bucket(s3, tmp_path):
+    """`report 's3://bucket/*'`: one summary row per store, then each store's section (issue 36)."""
+    out = tmp_path / "fleet.html"
+    r = run_cli("report", "s3://fleet/[bc]*", "-o", out, "--level", "shallow")
+    assert r.code == 0, r.err
+    text = out.read_text(encoding="utf-8")
+    assert text.count('<section class="store') == 2 and 'href="#store-1"' in text and 'href="#store-2"' in text
+    assert ">abnormal shutdown<" in text and ">clean shutdown<" in text and "s3://fleet/crashed" in text
+
+
 def test_remote_stores_are_read_only(s3, tmp_path):
     for args in (["rebuild", "consumequeue", "s3://fleet/basic"], ["write", "s3://fleet/new", "--synthetic", "3"],
                  ["rebuild", "index", "s3://fleet/basic", "--output", "s3://fleet/out"]):

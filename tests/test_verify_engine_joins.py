@@ -184,8 +184,13 @@ def test_merged_pending_lists_the_first_ones(monkeypatch):
     from rmqtool.ops.verify import forecast
     monkeypatch.setattr(forecast, "LIST_LIMIT", 4)
 
+    class Topics:
+        names = ["a", "b"]
+
     class Table:
-        cols = {"phy": np.arange(100, 200)}
+        cols = {"phy": np.arange(100, 200), "topic_id": np.arange(100) % 2, "queue_id": np.arange(100) % 2,
+                "store_ts": 1_000 + np.arange(100)[::-1]}
+        topics = Topics()
 
         def where(self, i):
             return "f", i
@@ -201,3 +206,5 @@ def test_merged_pending_lists_the_first_ones(monkeypatch):
         merged.merge(part)
     assert (merged.count, merged.first, merged.listing) == (one.count, one.first, one.listing)
     assert merged.count == 6 and len(merged.listing) == 4
+    # every record counted per queue, listed or not, with its oldest and newest store time
+    assert merged.by_queue == one.by_queue == {("a", 0): [3, 1095, 1099], ("b", 1): [3, 1094, 1098]}

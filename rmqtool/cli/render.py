@@ -19,16 +19,14 @@ The rules, each in one place here:
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import re
 import sys
-import time
 from typing import Iterable, Optional
 
 from rmqtool.errors import UsageError
-from rmqtool.wording import agree, counted
+from rmqtool.wording import agree, counted, format_time, human_size  # noqa: F401 (the CLI's names for them)
 
 # --- consoles -----------------------------------------------------------------------------------
 
@@ -136,23 +134,6 @@ TIME_FIELDS = frozenset({
 ISO_SUFFIX = "_iso"
 
 
-def format_time(ms: Optional[int]) -> str:
-    """Epoch ms as the one ISO-8601 form of every table: UTC, milliseconds, ``Z``."""
-    if ms is None:
-        return ""
-    try:
-        ms = int(ms)
-        return f"{_utc_second(ms // 1000)}.{ms % 1000:03d}Z"
-    except (OverflowError, OSError, ValueError, TypeError):
-        return str(ms)
-
-
-@functools.lru_cache(maxsize=4096)
-def _utc_second(seconds: int) -> str:
-    """The seconds part of ``format_time`` (cached: a store's times come in runs)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
 def with_iso(obj):
     """``obj`` (a row, or any JSON value) with an ISO twin ``<field>_iso`` after every epoch-ms
     field of ``TIME_FIELDS``, at any depth (None stays None, so every row of a kind has the same keys)."""
@@ -243,16 +224,6 @@ def escape_control(text: str) -> str:
     return printable(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
-def human_size(n: int | None) -> str:
-    """Bytes for people: 1023 B, 1.5 KB, 3.7 MB, 2.1 GB (10^3 steps; machine formats keep the exact count)."""
-    if n is None:
-        return ""
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(size) < 1000 or unit == "TB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return str(n)
 
 
 def _cell(value) -> str:

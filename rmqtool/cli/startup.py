@@ -15,7 +15,7 @@ import sys
 
 #: optional extras and the module each one brings (``--version`` says which are installed)
 EXTRAS = {"parquet/spark/storage": "pyarrow", "spark": "pyspark", "codecs (lz4)": "lz4", "codecs (zstd)": "zstandard",
-          "rocksdb": "rocksdict", "report": "matplotlib"}
+          "rocksdb": "rocksdict"}
 
 
 def version_text() -> str:

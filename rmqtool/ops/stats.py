@@ -11,6 +11,12 @@ from rmqtool.ops.verify.records import TopicTable
 from rmqtool.records.scan import FileEnd, RecordBatch, walk_store
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+#: ``by="auto"`` (the report's write rate): buckets of the first of these sizes that keeps the store's
+#: time span in at most ``AUTO_MAX_BUCKETS`` buckets, counted per topic too. Each size divides the next
+#: and buckets start at multiples of their size, so coarsening adds whole buckets: the counts are exact.
+AUTO_STEPS = (10, 100, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000, 21_600_000,
+              86_400_000, 604_800_000)
+AUTO_MAX_BUCKETS = 120
 #: the kinds of row ``StoreStats.rows`` returns, in its order
 ROW_KINDS = ("topic", "queue", "file", "bucket", "total")
 
@@ -42,6 +48,8 @@ class StoreStats:
     files: list = field(default_factory=list)       # per CommitLog file
     buckets: dict = field(default_factory=dict)     # bucket start -> [messages, bytes]
     bucket_ms: int | None = None
+    auto: bool = False                              # by="auto": bucket_ms grows with the span walked
+    topic_buckets: dict | None = None               # by="auto": (bucket start, topic) -> [messages, bytes]
     total: _Acc = field(default_factory=_Acc)
     current_file: _Acc = field(default_factory=_Acc, repr=False)    # the file being walked
 
@@ -95,13 +103,47 @@ class StoreStats:
         batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
         self.total.add(len(batch), batch_bytes, tmin, tmax)
         self.current_file.add(len(batch), batch_bytes, tmin, tmax)
+        if self.auto:                   # wide enough for the span with this batch, before counting it
+            self.coarsen(auto_step(self.total.last - self.total.first))
         if self.bucket_ms:
-            starts, binv = np.unique(ts // self.bucket_ms * self.bucket_ms, return_inverse=True)
+            bstart = ts // self.bucket_ms * self.bucket_ms
+            starts, binv = np.unique(bstart, return_inverse=True)
             for s_, c, by_ in zip(starts.tolist(), np.bincount(binv).tolist(),
                                   np.bincount(binv, weights=size).astype(np.int64).tolist()):
                 cur = self.buckets.setdefault(s_, [0, 0])
                 cur[0] += c
                 cur[1] += by_
+            if self.topic_buckets is not None:
+                pair = (bstart // AUTO_STEPS[0] << 24) | tid       # bucket starts are multiples of the first step
+                pairs, pinv = np.unique(pair, return_inverse=True)
+                for p_, c, by_ in zip(pairs.tolist(), np.bincount(pinv).tolist(),
+                                      np.bincount(pinv, weights=size).astype(np.int64).tolist()):
+                    cur = self.topic_buckets.setdefault(((p_ >> 24) * AUTO_STEPS[0], topics.names[p_ & 0xFFFFFF]), [0, 0])
+                    cur[0] += c
+                    cur[1] += by_
+            if self.auto:
+                self.coarsen()
+
+    def coarsen(self, at_least: int = 0) -> None:
+        """by="auto": the next bucket size of ``AUTO_STEPS`` while there are more than ``AUTO_MAX_BUCKETS``
+        buckets (or the size is below ``at_least``); every count is kept, added into its wider bucket."""
+        size = self.bucket_ms
+        while size < AUTO_STEPS[-1] and (size < at_least or (self.buckets and (max(self.buckets) - min(self.buckets))
+                                                             // size + 1 > AUTO_MAX_BUCKETS)):
+            size = next(s for s in AUTO_STEPS if s > size)
+        if size == self.bucket_ms:
+            return
+        self.bucket_ms = size
+        for name in ("buckets", "topic_buckets"):
+            old, new = getattr(self, name), {}
+            if old is None:
+                continue
+            for key, (c, by_) in old.items():
+                key = key // size * size if name == "buckets" else (key[0] // size * size, key[1])
+                cur = new.setdefault(key, [0, 0])
+                cur[0] += c
+                cur[1] += by_
+            setattr(self, name, new)
 
     def end_file(self, path: str, file_size: int, position: int, kind: str) -> None:
         """The walked file ends (at ``position``, how: ``kind``): its row, then the next file."""
@@ -114,12 +156,30 @@ class StoreStats:
         """Add the counts of a later part of the same walk (an engine task's) to these."""
         for qk, acc in part.queues.items():
             _merge_acc(self.queues.setdefault(qk, _Acc()), acc)
+        if self.auto:                   # both to the size for the span of the two
+            lo = min(x for x in (self.total.first, part.total.first) if x is not None) if part.total.messages else None
+            hi = max(x for x in (self.total.last, part.total.last) if x is not None) if part.total.messages else None
+            size = max(self.bucket_ms, part.bucket_ms, auto_step(hi - lo) if lo is not None else 0)
+            part.coarsen(size)
+            self.coarsen(size)
         for b, (c, by_) in part.buckets.items():
             cur = self.buckets.setdefault(b, [0, 0])
             cur[0] += c
             cur[1] += by_
+        for b, (c, by_) in (part.topic_buckets or {}).items():
+            cur = self.topic_buckets.setdefault(b, [0, 0])
+            cur[0] += c
+            cur[1] += by_
+        if self.auto:
+            self.coarsen()
         _merge_acc(self.total, part.total)
         _merge_acc(self.current_file, part.current_file)
+
+
+def auto_step(span_ms: int) -> int:
+    """The first of ``AUTO_STEPS`` that cuts a span of ``span_ms`` into at most ``AUTO_MAX_BUCKETS`` buckets
+    (wherever the span starts: a span of n steps touches at most n + 2 buckets)."""
+    return next((s for s in AUTO_STEPS if span_ms // s + 2 <= AUTO_MAX_BUCKETS), AUTO_STEPS[-1])
 
 
 def _merge_acc(into: _Acc, acc: _Acc) -> None:
@@ -127,10 +187,17 @@ def _merge_acc(into: _Acc, acc: _Acc) -> None:
         into.add(acc.messages, acc.bytes, acc.first, acc.last)
 
 
+def new_stats(name: str, by: str | None) -> StoreStats:
+    """Empty counts of store ``name``, per time bucket as ``by`` says (None, a ``BUCKETS`` name, or "auto")."""
+    if by == "auto":
+        return StoreStats(name, bucket_ms=AUTO_STEPS[0], auto=True, topic_buckets={})
+    return StoreStats(name, bucket_ms=BUCKETS[by] if by else None)
+
+
 def store_stats(store, name: str, by: str | None = None, walked=None) -> StoreStats:
     """One sequential walk of the store's CommitLog. ``walked(path, position)``: called after
     each record batch with where the walk is."""
-    st = StoreStats(name, bucket_ms=BUCKETS[by] if by else None)
+    st = new_stats(name, by)
     topics = TopicTable()
     for item in walk_store(store):
         if isinstance(item, RecordBatch):
@@ -145,13 +212,13 @@ def store_stats(store, name: str, by: str | None = None, walked=None) -> StoreSt
 class StatsStage:
     """Per engine task: the counts of its records, pickled (aggregates only: small)."""
 
-    def __init__(self, bucket_ms: int | None):
-        self.bucket_ms = bucket_ms
+    def __init__(self, by: str | None):
+        self.by = by
 
     def __call__(self, task, batches):
         import pickle
         import pyarrow as pa
-        part, topics = StoreStats(task.store, bucket_ms=self.bucket_ms), TopicTable()
+        part, topics = new_stats(task.store, self.by), TopicTable()
         for b in batches:
             part.add_batch(b, topics)
         yield pa.RecordBatch.from_pylist([{"task": task.task_id, "part": pickle.dumps(part, protocol=5)}],
@@ -170,10 +237,9 @@ def stats_with_engine(engine, stores, by: str | None = None, split_size: int | N
     counts are those of ``store_stats``. A file no task covers (an empty one) is walked here."""
     import pickle
     from rmqtool.engines import DEFAULT_SPLIT_SIZE, file_ends, plan_tasks
-    bucket_ms = BUCKETS[by] if by else None
     stores = list(stores)
     tasks = [t for t in plan_tasks(stores, split_size or DEFAULT_SPLIT_SIZE) if t.hi > t.lo]
-    table = engine.run(tasks, StatsStage(bucket_ms), _part_schema(), progress=progress) if tasks else None
+    table = engine.run(tasks, StatsStage(by), _part_schema(), progress=progress) if tasks else None
     ends = file_ends(engine.tasks, engine.statuses) if tasks else {}
     parts: dict[int, list] = {}
     if table is not None:
@@ -184,7 +250,7 @@ def stats_with_engine(engine, stores, by: str | None = None, split_size: int | N
         by_file.setdefault(t.file_key, []).append(t)
     out = []
     for name, store in stores:
-        st = StoreStats(name, bucket_ms=bucket_ms)
+        st = new_stats(name, by)
         for seg in store.commitlog.files:
             file_tasks = sorted(by_file.get((name, str(seg.path)), ()), key=lambda t: t.lo)
             if not file_tasks:

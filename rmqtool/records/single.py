@@ -104,6 +104,41 @@ def decode_record(raw: bytes, position: int, path: str, file_base: int) -> Singl
              "props": (props_len_at + PROPERTIES_LEN.size, props_len if props_len > 0 else -1)}
     return SingleRecord(path, file_base, raw[:total], cols, spans)
 
+class ChainWalk:
+    """Follow TOTALSIZE through ``window`` (a file's bytes from position ``start``) up to ``limit``
+    bytes into it, decoding each whole MESSAGE with ``struct`` (iterate: ``SingleRecord``s).
+
+    Afterwards ``position`` is where it stopped and ``end`` why: ``"limit"`` (walked to the limit),
+    ``"clean"`` (a BLANK or the zeros after the data), ``"short"`` (a record that is not whole in
+    the window or does not decode: the bulk scan judges it). A fast path for a few records: the
+    bulk scan is the reference (tests/test_query.py, tests/test_dump_locate_info.py)."""
+
+    def __init__(self, window: bytes, start: int, path: str, file_base: int, limit: int | None = None):
+        self.window, self.start, self.path, self.file_base = window, start, path, file_base
+        self.limit = len(window) if limit is None else min(limit, len(window))
+        self.position, self.end = start, "short"
+
+    def __iter__(self):
+        window, p = self.window, 0
+        while p < self.limit:
+            self.position = self.start + p
+            if p + PREFIX.size > len(window):
+                self.end = "short"
+                return
+            total, magic = PREFIX.unpack_from(window, p)
+            if magic == cl.BLANK_MAGIC or magic == 0:
+                self.end = "clean"
+                return
+            rec = decode_record(window[p:p + total], self.start + p, self.path, self.file_base) \
+                if magic in cl.MESSAGE_MAGICS and p + total <= len(window) else None
+            if rec is None:
+                self.end = "short"
+                return
+            yield rec
+            p += total
+        self.position, self.end = self.start + p, "limit"
+
+
 class RecordReader:
     """Decodes the MESSAGE that starts at a commitlog offset; files opened once, read with pread."""
 

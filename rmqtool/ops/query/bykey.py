@@ -17,12 +17,10 @@ from rmqtool.errors import RmqError, UnreadableError, UsageError
 from rmqtool.output.schema import record_to_dict
 from rmqtool.kernels.javastring import index_key_hash
 from rmqtool.ops.query.indexwalk import IndexSet
-from formats import commitlog as cl
 from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.io.fileio import ReadOnlyFile
-from rmqtool.records.layout import PREFIX
 from rmqtool.broker.indexkeys import match_kind, scan_batch
-from rmqtool.records.single import RecordReader, decode_record
+from rmqtool.records.single import ChainWalk, RecordReader
 from rmqtool.io import storage
 
 LONG_MAX = (1 << 63) - 1
@@ -253,26 +251,18 @@ def _chain_walk(seg, start, stop, key, topic, begin, end, how, found) -> tuple[i
     with ReadOnlyFile(seg.path) as fh:
         size = fh.size()
         window = fh.read(start, max(0, min(stop, start + GAP_CHUNK_MIN, size) - start), exact=False)
-    limit = min(stop, size) - start
-    p = scanned = 0
-    while p < limit:
-        if p + PREFIX.size > len(window):
-            return scanned, start + p, False
-        total, magic = PREFIX.unpack_from(window, p)
-        if magic == cl.BLANK_MAGIC or magic == 0:
-            return scanned, start + p, True
-        rec = decode_record(window[p:p + total], start + p, str(seg.path), seg.start) \
-            if magic in cl.MESSAGE_MAGICS and p + total <= len(window) else None
-        if rec is None:
-            return scanned, start + p, False
-        phy = seg.start + start + p
+    chain = ChainWalk(window, start, str(seg.path), seg.start, limit=min(stop, size) - start)
+    scanned = 0
+    for rec in chain:
+        phy = int(rec.phy_offset[0])
         if begin <= int(rec.store_timestamp[0]) <= end and phy not in found:
             kind = match_kind(rec, 0, key, topic, uniq_only, rollback)
             if kind:
                 found[phy] = Hit(rec, 0, phy, kind, False)
-        scanned += total
-        p += total
-    return scanned, start + p, start + p >= stop
+        scanned += int(rec.size[0])
+    if chain.end == "clean":
+        return scanned, chain.position, True
+    return scanned, chain.position, chain.end == "limit" and chain.position >= stop
 
 
 def _consume(scan, key, topic, begin, end, how, found, advance) -> int:

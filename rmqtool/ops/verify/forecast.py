@@ -26,6 +26,8 @@ class Pending:
     count: int = 0
     listing: list = field(default_factory=list)
     first: tuple | None = None            # (file, position, commitlog offset) of the first one
+    #: (topic, queue id) -> [records, oldest store time, newest store time]: every one counted, listed or not
+    by_queue: dict = field(default_factory=dict)
 
     def add(self, table: RecordTable, rows: list[int]) -> None:
         if rows and self.first is None:
@@ -34,6 +36,20 @@ class Pending:
         self.count += len(rows)
         room = LIST_LIMIT - len(self.listing)
         self.listing.extend(table.describe(i) for i in rows[:max(room, 0)])
+        if rows:
+            c = table.cols
+            for tid, qid, ts in zip(c["topic_id"][rows].tolist(), c["queue_id"][rows].tolist(),
+                                    c["store_ts"][rows].tolist()):
+                self._count((table.topics.names[tid], qid), 1, ts, ts)
+
+    def _count(self, queue: tuple, n: int, oldest: int, newest: int) -> None:
+        acc = self.by_queue.get(queue)
+        if acc is None:
+            self.by_queue[queue] = [n, oldest, newest]
+        else:
+            acc[0] += n
+            acc[1] = min(acc[1], oldest)
+            acc[2] = max(acc[2], newest)
 
     def merge(self, later: "Pending") -> None:
         """Append what ``later`` gathered over the records after these (an engine task's chunk)."""
@@ -41,6 +57,8 @@ class Pending:
             self.first = later.first
         self.count += later.count
         self.listing.extend(later.listing[:max(LIST_LIMIT - len(self.listing), 0)])
+        for queue, (n, oldest, newest) in later.by_queue.items():
+            self._count(queue, n, oldest, newest)
 
 
 def recovery_walk(store, dispatch_from: int, replay=None) -> dict:

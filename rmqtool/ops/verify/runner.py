@@ -66,6 +66,9 @@ class VerifyReport:
     sink: FindingSink
     summary: dict = field(default_factory=dict)
     forecast: dict = field(default_factory=dict)
+    #: the forecast's ``forecast.Pending`` gatherings by name (lost, not_dispatched, not_indexed): their
+    #: per-queue counts (``by_queue``) are the report's lag measures; not part of ``as_dict``
+    pending: dict = field(default_factory=dict, repr=False)
 
     @property
     def findings(self):
@@ -321,7 +324,8 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
         **({"rocksdb_consumequeue": rocks} if rocks is not None else {}),
     }
     _count_findings(summary, sink)
-    return VerifyReport(str(store.root), options, sink, summary, fc)
+    return VerifyReport(str(store.root), options, sink, summary, fc,
+                        pending={"lost": lost, "not_dispatched": not_dispatched, "not_indexed": not_indexed})
 
 
 def _queue_header(qu: QueueUnits) -> QueueUnits:
