@@ -26,7 +26,8 @@ CHOICE_OPTIONS = {"--format", "--body", "--engine", "--level", "--layout", "--co
                   "--by", "--into"}
 #: the top-level commands in the order of work (inspect, query, check, repair, export)
 ORDER = ["info", "stats", "consumers", "dump", "locate", "query-key", "query-id", "query-queue", "query-timer",
-         "verify", "compare", "report", "rebuild", "reset-offsets", "write", "convert", "export"]
+         "query-delayed", "query-transactions", "verify", "compare", "report", "rebuild", "reset-offsets", "write",
+         "convert", "export"]
 PLACEHOLDER = re.compile(r"<(str|int|float|text|integer|path|bool)>|\bTEXT\b|\bINTEGER\b|\bFLOAT\b|\{\w|\{STORE")
 
 

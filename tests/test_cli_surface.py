@@ -84,6 +84,8 @@ CASES = {
     "stats": (lambda s: ["stats", s.ref("mixed"), "--by", "minute"], 0),
     "consumers": (lambda s: ["consumers", s.ref("consumers")], 0),
     "reset-offsets": (lambda s: ["reset-offsets", s.copy("consumers"), "--group", "cg-order-mid", "--to-earliest"], 0),
+    "query-delayed": (lambda s: ["query-delayed", s.ref("consumers")], 0),
+    "query-transactions": (lambda s: ["query-transactions", s.ref("mixed"), "--at", "2026-11-26T00:00:00Z"], 0),
     "compare": (lambda s: ["compare", s.ref("basic"), s.ref("crashed")], 1),
     "write": (lambda s: ["write", s.copy("basic"), "--synthetic", "20"], 0),
     "rebuild consumequeue": (lambda s: ["rebuild", "consumequeue", s.copy("basic"), "--dry-run"], 0),

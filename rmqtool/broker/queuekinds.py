@@ -52,7 +52,7 @@ def _blank(text: str | None) -> bool:
     return text is None or not text.strip()
 
 
-def _java_split(text: str, sep: str) -> list[str]:
+def java_split(text: str, sep: str) -> list[str]:
     """``String.split`` with a one-character literal: trailing empty strings removed."""
     parts = text.split(sep)
     while parts and parts[-1] == "":
@@ -78,7 +78,7 @@ def lmq_units(kinds: QueueKinds, topic: str, queue_id: int, props: dict[str, str
     names, offsets = props.get(PROPERTY_INNER_MULTI_DISPATCH), props.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
     if _blank(names) or _blank(offsets):
         return []
-    queues, queue_offsets = _java_split(names, LMQ_DISPATCH_SEPARATOR), _java_split(offsets, LMQ_DISPATCH_SEPARATOR)
+    queues, queue_offsets = java_split(names, LMQ_DISPATCH_SEPARATOR), java_split(offsets, LMQ_DISPATCH_SEPARATOR)
     if len(queues) != len(queue_offsets):
         return []
     out = []

@@ -17,3 +17,27 @@ def goes_to_consumequeue(tx):
 def goes_to_index(tx):
     """The index service's rule: every record but a ROLLBACK is indexed."""
     return tx != cl.TRANSACTION_ROLLBACK_TYPE
+
+
+# --- 5.x transactions: the half and op queues (docs/format-pending.md) --------------------------
+
+#: MixAll.CID_SYS_RMQ_TRANS (TransactionalMessageUtil.buildConsumerGroup): the group whose committed
+#: offsets on the half and op queues say how far the broker's transaction check has gone
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+#: TransactionalMessageUtil.OFFSET_SEPARATOR: between the half-queue offsets of an op message's body
+OP_OFFSET_SEPARATOR = ","
+
+
+def op_half_offsets(text: str | None) -> list[int]:
+    """The half-queue offsets one op message names (``TransactionalMessageServiceImpl.fillOpRemoveMap``):
+    its body (UTF-8) split on ``,`` as ``String.split`` does (trailing empty strings dropped), each
+    read with ``Long.parseLong``, -1 where that throws. ``text``: ``system_fields``' ``op_offsets``,
+    None for an op message without the ``d`` tag (the broker logs it and it names nothing)."""
+    from rmqtool.broker.queuekinds import java_split, parse_java_long
+    if text is None:
+        return []
+    out = []
+    for part in java_split(text, OP_OFFSET_SEPARATOR):
+        value = parse_java_long(part)
+        out.append(-1 if value is None else value)
+    return out

@@ -29,6 +29,8 @@ COMMAND_MODULES = {
     "report": "rmqtool.cli.cmd_report",
     "consumers": "rmqtool.cli.cmd_consumers",
     "reset-offsets": "rmqtool.cli.cmd_consumers",
+    "query-delayed": "rmqtool.cli.cmd_pending",
+    "query-transactions": "rmqtool.cli.cmd_pending",
 }
 
 

@@ -16,7 +16,7 @@ TABLE_COLUMNS = ["group", "topic", "queue_id", "committed_offset", "min_offset",
                  "retention_file", "retention_deleted_at", "retention_loses"]
 
 
-def _say_loads(name: str, loads, fleet: bool) -> None:
+def say_loads(name: str, loads, fleet: bool) -> None:
     """How the broker loads each offsets file, when it is not simply the main file."""
     from rmqtool.cli.render import note as say
     for load in loads:
@@ -58,7 +58,7 @@ def consumers_command(
         store.require_root()
         rows, extra = consumer_rows(store, group=group, topic=topic, reserved_hours=file_reserved_hours,
                                     delete_when=delete_when)
-        _say_loads(name, extra["loads"], fleet)
+        say_loads(name, extra["loads"], fleet)
         for g in extra["groups"]:
             moved = f", {counted(g['moved_at_restart'], 'queue')} moved at restart" if g["moved_at_restart"] else ""
             sizes = "".join(f", {k.split('_')[0]} topic {counted(g[k], 'message')}" for k in ("retry_size", "dlq_size")

@@ -129,6 +129,14 @@ def _store_lines(info: dict) -> None:
             f"consumequeue_ext: {counted(x['files'], 'file')} of {x['file_size']} bytes in {counted(x['queues'], 'queue')} at "
             f"{x['path']} (enableConsumeQueueExt: CQ tagsCodes are ext addresses)"
             + (f"; {counted(len(bad), 'queue')} with an unreadable unit (verify names them)" if bad else "")), markup=False)
+    if "consumer_restart" in info:
+        moves = info["consumer_restart"]
+        out.print(f"[bold]consumers[/bold] the next restart moves {counted(len(moves), 'queue')} of the committed "
+                  "offsets (`consumers` has every group)" + (":" if moves else ""))
+        for m in moves:
+            out.print(escape_control(f"  {m['group']} {m['topic']}/{m['queue_id']}: {m['committed_offset']} -> "
+                                     f"{m['restart_next_offset']} ({m['restart_status']}): {m['restart_effect']}"),
+                      markup=False)
     if "queue_kinds" in info:
         k = info["queue_kinds"]
         out.print(escape_control(

@@ -13,6 +13,8 @@ EXAMPLES: dict[str, list[str]] = {
     "query-key": ["rmqtool query-key fixtures/reference/basic key-0011 --topic OrderTopic -f jsonl"],
     "query-id": ["rmqtool query-id fixtures/reference/basic C0A8010A00002A9F00000000000005C2"],
     "query-queue": ["rmqtool query-queue fixtures/reference/basic -t TopicTest -q 1 --time 2026-11-21T12:21:50Z"],
+    "query-delayed": ["rmqtool query-delayed fixtures/reference/consumers --topic PayTopic"],
+    "query-transactions": ["rmqtool query-transactions fixtures/reference/mixed -f jsonl"],
     "query-timer": ["rmqtool query-timer /tmp/timer --due-before 2026-12-01"],
     "locate": ["rmqtool locate fixtures/reference/basic --topic TopicTest --queue 1 --queue-offset 41"],
     "dump commitlog": ["rmqtool dump commitlog fixtures/reference/mixed --topic V6Topic -n 3 --body hex"],

@@ -192,8 +192,8 @@ StagingOpt = typer.Option(None, "--staging", metavar="DIR|URI",
 
 #: the top-level commands in the order of work: inspect, query, check, repair, export
 COMMAND_ORDER = ("info", "stats", "consumers", "dump", "locate", "query-key", "query-id", "query-queue",
-                 "query-timer", "verify", "compare", "report", "rebuild", "reset-offsets", "write", "convert",
-                 "export")
+                 "query-timer", "query-delayed", "query-transactions", "verify", "compare", "report", "rebuild",
+                 "reset-offsets", "write", "convert", "export")
 
 #: old spellings still accepted, hidden from --help: command path -> {old: (canonical, note or None)};
 #: ``*`` for every command that takes the canonical option

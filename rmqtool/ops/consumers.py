@@ -121,6 +121,11 @@ class ServedQueue:
             return np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)
         return np.concatenate(qoffs), np.concatenate(parts)
 
+    def units_array(self) -> tuple[np.ndarray, np.ndarray]:
+        """(queue offsets, units) of every unit before the logical end; those at or past
+        ``max_offset`` are the ones the restart truncates."""
+        return self._units_array()
+
     def _truncated(self, end: int) -> int | None:
         """The queue's max after recovery truncates its units at or past ``end``
         (``forecast.truncated_units``, the one rule), None when nothing is truncated."""
@@ -328,8 +333,7 @@ def group_summary(store, rows: list[dict], present, serve) -> list[dict]:
             g["topics"].append(r["topic"])
         g["queues"] += 1
         g["lag"] += r["lag"]
-        g["moved_at_restart"] += int(r["restart_next_offset"] != r["committed_offset"]
-                                     and r["restart_status"] != "FOUND")
+        g["moved_at_restart"] += int(moves(r))
     for name, g in out.items():
         for prefix, key in ((RETRY_PREFIX, "retry_size"), (DLQ_PREFIX, "dlq_size")):
             t = prefix + name
@@ -338,13 +342,34 @@ def group_summary(store, rows: list[dict], present, serve) -> list[dict]:
     return list(out.values())
 
 
+def moves(row: dict) -> bool:
+    """The restart moves this consumer: its pull at the committed offset is not FOUND and the broker
+    answers with another offset (PULL_OFFSET_MOVED: re-consumes or skips). A caught-up group
+    (OFFSET_OVERFLOW_ONE: it waits where it is) is not moved."""
+    return row["restart_status"] != "FOUND" and row["restart_next_offset"] != row["committed_offset"]
+
+
 def moved_by_restart(rows: list[dict]) -> list[dict]:
-    """The rows of ``consumer_rows`` whose pull the restart answers with anything but FOUND at the
-    committed offset, or moves (the groups an operator has to look at)."""
-    return [r for r in rows if r["restart_status"] != "FOUND" or r["restart_next_offset"] < r["committed_offset"]]
+    """The rows of ``consumer_rows`` the restart moves (``moves``): the ones an operator has to look at."""
+    return [r for r in rows if moves(r)]
 
 
 def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
     """``moved_by_restart`` of the store's rows, for verify/info/report."""
     rows, _ = consumer_rows(store, restart=restart)
     return moved_by_restart(rows)
+
+
+#: the fields of a ``restart_moves`` row (``info``'s short section)
+MOVE_FIELDS = ["group", "topic", "queue_id", "committed_offset", "restart_status", "restart_next_offset",
+               "restart_effect"]
+
+
+def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
+    """The queues whose committed offset the restart moves (``restart_forecast``), in ``MOVE_FIELDS``; None when the broker loads no committed
+    offsets file (then ``info`` has no such section)."""
+    _, loads = committed_offsets(store.config_dir)
+    if all(x.source is None for x in loads):
+        return None
+    return [{k: r[k] for k in MOVE_FIELDS} for r in restart_forecast(store, restart)]
+

@@ -14,6 +14,10 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
+#: MessageConst: how often the broker's check has asked the producer about a half message; the
+#: half-queue offset a re-put half message stands for (set by renewImmunityHalfMessageInner)
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 #: TransactionalMessageUtil.REMOVE_TAG: an op message's tag; its body holds the half messages' queue offsets
 OP_REMOVE_TAG = "d"
 
