@@ -9,6 +9,7 @@ import typer
 from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_stores, parse_time
 from rmqtool.cli.options import Format, option
 from rmqtool.errors import EXIT_FINDINGS, UsageError
+from rmqtool.wording import counted
 
 
 def _loads(name: str, loads, fleet: bool) -> None:
@@ -99,6 +100,6 @@ def query_transactions_command(
             where = ("the queue's min: no committed offset of CID_RMQ_SYS_TRANS" if q["check_offset"] is None
                      else f"committed offset {q['check_offset']}")
             note(f"{at}half queue {q['queue_id']} [{q['min_offset']}, {q['max_offset']}): the check resumes at "
-                 f"{q['start_offset']} ({where}); {q['op_messages']} op message(s); {q['pending']} unresolved")
+                 f"{q['start_offset']} ({where}); {counted(q['op_messages'], 'op message')}; {q['pending']} unresolved")
         all_rows += [{"store": name, **r} if fleet else r for r in got.rows]
     _print(all_rows, fmt, TRANSACTION_COLUMNS, fleet, ("store_timestamp",))
