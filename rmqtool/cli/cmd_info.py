@@ -130,13 +130,7 @@ def _store_lines(info: dict) -> None:
             f"{x['path']} (enableConsumeQueueExt: CQ tagsCodes are ext addresses)"
             + (f"; {counted(len(bad), 'queue')} with an unreadable unit (verify names them)" if bad else "")), markup=False)
     if "consumer_restart" in info:
-        moves = info["consumer_restart"]
-        out.print(f"[bold]consumers[/bold] the next restart moves {counted(len(moves), 'queue')} of the committed "
-                  "offsets (`consumers` has every group)" + (":" if moves else ""))
-        for m in moves:
-            out.print(escape_control(f"  {m['group']} {m['topic']}/{m['queue_id']}: {m['committed_offset']} -> "
-                                     f"{m['restart_next_offset']} ({m['restart_status']}): {m['restart_effect']}"),
-                      markup=False)
+        print_consumer_restart(out, info["consumer_restart"])
     if "queue_kinds" in info:
         k = info["queue_kinds"]
         out.print(escape_control(
@@ -207,3 +201,14 @@ def _controller_lines(ctl: dict) -> None:
         end = "open (starts past the CommitLog's end)" if r["end"] is None else str(r["end"])
         last = " (the CommitLog's valid end)" if r["end"] == ctl["max_offset"] and r is ctl["epochs"][-1] else ""
         out.print(f"  epoch {r['epoch']}: {r['start']} - {end}{last}", markup=False)
+
+
+def print_consumer_restart(out, moves: list[dict], indent: str = "") -> None:
+    """The committed offsets the next restart moves (``ops/consumers.restart_moves``), for people:
+    ``info`` and ``verify`` print them alike."""
+    out.print(f"{indent}[bold]consumers[/bold] the next restart moves {counted(len(moves), 'queue')} of the committed "
+              "offsets (`consumers` has every group)" + (":" if moves else ""))
+    for m in moves:
+        out.print(escape_control(f"{indent}  {m['group']} {m['topic']}/{m['queue_id']}: {m['committed_offset']} -> "
+                                 f"{m['restart_next_offset']} ({m['restart_status']}): {m['restart_effect']}"),
+                  markup=False)

@@ -12,7 +12,7 @@ from rmqtool.cli.common import (IdleIoOpt, MaxReadRateOpt, gentle, CommitlogDirs
                                 escape_control, open_stores, EngineOptions,
                                 with_engine_options)
 from rmqtool.cli.rows import check_kind, emit_kinds, prose
-from rmqtool.cli.cmd_info import dledger_recovery_text
+from rmqtool.cli.cmd_info import dledger_recovery_text, print_consumer_restart
 from rmqtool.cli.options import CHECK_KINDS, FailOn, Format, Layout, LayoutOpt, Level, option
 from rmqtool.cli.progress import Tally
 from rmqtool.ops.verify.runner import KINDS, VerifyOptions, verify_stores
@@ -186,4 +186,6 @@ def _render_table(report, code: int) -> None:
         out.print(escape_control(f"    lost: {_who(r)}"), markup=False)
     if fc["lost_count"] > 20:
         out.print(f"    ... {fc['lost_count'] - 20} more (--format jsonl lists them)")
+    if "consumer_restart" in fc:
+        print_consumer_restart(out, fc["consumer_restart"], indent="  ")
     out.print(f"exit code {code}")

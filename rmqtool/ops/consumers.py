@@ -216,7 +216,7 @@ def restart_effect(committed: int, answer: dict) -> str:
         return "waits"
     if nxt > committed:
         return f"moved forward to {nxt}: skips {counted(nxt - committed, 'deleted message')}"
-    return f"moved back to {nxt} ({committed - nxt} offsets back): consumes what is stored from there"
+    return f"moved back to {nxt} ({counted(committed - nxt, 'offset')} back): consumes what is stored from there"
 
 
 # --- retention -------------------------------------------------------------------------------------

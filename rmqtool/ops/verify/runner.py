@@ -310,6 +310,9 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     for pending in (lost, not_dispatched, not_indexed):
         identify(store, pending.listing)
     fc = forecast(store, walk, truncated, states, cp, dispatch_from, frontier, not_dispatched, not_indexed, lost)
+    moves = consumer_moves(store, fc)
+    if moves is not None:                # only stores with a consumerOffset.json have the key
+        fc["consumer_restart"] = moves
     summary = {
         "live": live,
         "lock_owner": owner.describe() if owner is not None else None,
@@ -345,3 +348,13 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
     for prefix, kind in _SEVERITY_KIND.items():
         for severity, n in sink.by_kind.get(prefix, {}).items():
             summary[kind]["findings"][severity] = summary[kind]["findings"].get(severity, 0) + n
+
+
+def consumer_moves(store, fc: dict) -> list[dict] | None:
+    """The committed offsets the restart this forecast predicts moves (``ops/consumers.restart_moves`` on
+    the forecast's valid end, without walking the CommitLog again); None without a consumerOffset.json."""
+    from rmqtool.ops.consumers import Restart, restart_moves
+    cl = store.commitlog
+    if not cl.files or fc.get("valid_end") is None:
+        return restart_moves(store)
+    return restart_moves(store, Restart(fc["mode"], int(fc["valid_end"]), cl.min_offset, cl.file_size))
