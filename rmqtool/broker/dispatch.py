@@ -496,12 +496,12 @@ def _transaction_tables() -> tuple:
             _JOINER, _SPACE)
 
 
-def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
-                     delays: ScheduleDelays) -> BatchDispatch | None:
-    """``dispatch_batch`` of the first ``n`` records by one C loop (``core.dispatch_columns``): each
-    record's topic group, its unit (tagsCode: the TAGS hash, or the delay rule's deliver timestamp
-    from ``delays``) and its index keys with their offsets and timestamps. None when the loop hands
-    the batch to the reference (a span that is not ASCII, a topic hash collision)."""
+def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays: ScheduleDelays,
+                   every_record: bool = False):
+    """``core.dispatch_columns`` over the first ``n`` records: (cq columns, key columns, first record of
+    each topic group, units, keys, groups), or None when the loop hands the batch to the reference.
+    ``every_record``: a tagsCode for every record and the keys whatever ``index_enabled`` says (verify's
+    record table), not only the units the ConsumeQueue rule takes."""
     cols = tuple(np.ascontiguousarray((phy if name == "phy" else _col(batch, name))[:n], np.int64)
                  for name in _NATIVE_COLUMNS)
     known = [known_hashes(batch, name, n) for name in ("topic", "tags")]
@@ -516,19 +516,50 @@ def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
                 rows.append(i)
                 values.append(deliver_timestamp(level, int(ts[i]), config.delay_levels_ms))
     overrides = (np.asarray(rows, np.int64), np.asarray(values, np.int64))
+    tables = _transaction_tables()
+    if every_record:
+        tables = (tables[0], np.ones_like(tables[1]), *tables[2:])
     cq = tuple(np.empty(n, np.int64) for _ in range(6))
     first = np.empty(n, np.int64)
     room = 3 * n + 16
     while True:
         keys = (np.empty(room, np.int64), np.empty(room, np.int32), np.empty(room, np.int64), np.empty(room, np.int64))
-        got = core.dispatch_columns(buf, cols, known, _transaction_tables(), overrides, config.index_enabled,
-                                    cq, keys, (first,))
+        got = core.dispatch_columns(buf, cols, known, tables, overrides, config.index_enabled or every_record, cq,
+                                    keys, (first,))
         if got != -2:
             break
         room = n + int(((np.maximum(cols[13], 0) + 1) // 2).sum()) + 1    # every key's room: a bound
     if got == -1:
         return None
-    units, n_keys, count = got
+    return cols, known, cq, keys, first, *got
+
+
+def record_codes_native(batch, config: DispatchConfig | None = None, core=native.core):
+    """(tagsCode of every record, key rows, key hashes) as ``record_tags_codes`` and
+    ``record_index_keys`` make them, by the one C loop; None without the core or when the loop hands
+    the batch back (the caller then runs those two)."""
+    if core is None:
+        return None
+    config = config or DispatchConfig()
+    buf = np.asarray(batch.buf, dtype=np.uint8)
+    phy = _commitlog_offsets(batch)
+    done = _dispatch_loop(core, batch, buf, phy, len(phy), config, schedule_delays(batch), every_record=True)
+    if done is None:
+        return None
+    _, _, cq, keys, _, units, n_keys, _ = done
+    return cq[5][:units], keys[0][:n_keys], keys[1][:n_keys]
+
+
+def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
+                     delays: ScheduleDelays) -> BatchDispatch | None:
+    """``dispatch_batch`` of the first ``n`` records by one C loop (``core.dispatch_columns``): each
+    record's topic group, its unit (tagsCode: the TAGS hash, or the delay rule's deliver timestamp
+    from ``delays``) and its index keys with their offsets and timestamps. None when the loop hands
+    the batch to the reference (a span that is not ASCII, a topic hash collision)."""
+    done = _dispatch_loop(core, batch, buf, phy, n, config, delays)
+    if done is None:
+        return None
+    cols, known, cq, keys, first, units, n_keys, count = done
     t_start, t_len = cols[6], cols[7]
     reps = first[:count]
     key = (known[0][reps] if known is not None else
