@@ -496,12 +496,9 @@ def _transaction_tables() -> tuple:
             _JOINER, _SPACE)
 
 
-def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays: ScheduleDelays,
-                   every_record: bool = False):
+def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays: ScheduleDelays):
     """``core.dispatch_columns`` over the first ``n`` records: (cq columns, key columns, first record of
-    each topic group, units, keys, groups), or None when the loop hands the batch to the reference.
-    ``every_record``: a tagsCode for every record and the keys whatever ``index_enabled`` says (verify's
-    record table), not only the units the ConsumeQueue rule takes."""
+    each topic group, units, keys, groups), or None when the loop hands the batch to the reference."""
     cols = tuple(np.ascontiguousarray((phy if name == "phy" else _col(batch, name))[:n], np.int64)
                  for name in _NATIVE_COLUMNS)
     known = [known_hashes(batch, name, n) for name in ("topic", "tags")]
@@ -517,37 +514,18 @@ def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays
                 values.append(deliver_timestamp(level, int(ts[i]), config.delay_levels_ms))
     overrides = (np.asarray(rows, np.int64), np.asarray(values, np.int64))
     tables = _transaction_tables()
-    if every_record:
-        tables = (tables[0], np.ones_like(tables[1]), *tables[2:])
     cq = tuple(np.empty(n, np.int64) for _ in range(6))
     first = np.empty(n, np.int64)
     room = 3 * n + 16
     while True:
         keys = (np.empty(room, np.int64), np.empty(room, np.int32), np.empty(room, np.int64), np.empty(room, np.int64))
-        got = core.dispatch_columns(buf, cols, known, tables, overrides, config.index_enabled or every_record, cq,
-                                    keys, (first,))
+        got = core.dispatch_columns(buf, cols, known, tables, overrides, config.index_enabled, cq, keys, (first,))
         if got != -2:
             break
         room = n + int(((np.maximum(cols[13], 0) + 1) // 2).sum()) + 1    # every key's room: a bound
     if got == -1:
         return None
     return cols, known, cq, keys, first, *got
-
-
-def record_codes_native(batch, config: DispatchConfig | None = None, core=native.core):
-    """(tagsCode of every record, key rows, key hashes) as ``record_tags_codes`` and
-    ``record_index_keys`` make them, by the one C loop; None without the core or when the loop hands
-    the batch back (the caller then runs those two)."""
-    if core is None:
-        return None
-    config = config or DispatchConfig()
-    buf = np.asarray(batch.buf, dtype=np.uint8)
-    phy = _commitlog_offsets(batch)
-    done = _dispatch_loop(core, batch, buf, phy, len(phy), config, schedule_delays(batch), every_record=True)
-    if done is None:
-        return None
-    _, _, cq, keys, _, units, n_keys, _ = done
-    return cq[5][:units], keys[0][:n_keys], keys[1][:n_keys]
 
 
 def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,

@@ -19,8 +19,7 @@ from rmqtool.io.dledger_layout import is_entry_file
 from rmqtool.kernels import native
 from rmqtool.kernels.gather import gather_bytes, row_width, span_rows
 from rmqtool.records.scan import body_crc_matches
-from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, DispatchConfig, delay_stop_text, known_hashes, record_codes_native,
-                                     record_index_keys,
+from rmqtool.broker.dispatch import (DISPATCH_STOP_CHECK, DispatchConfig, delay_stop_text, known_hashes, record_index_keys,
                                      record_tags_codes, schedule_delays)
 from rmqtool.kernels.javahash import span_hashes
 from rmqtool.kernels.search import search_sorted
@@ -169,12 +168,8 @@ def batch_columns(batch, topics: TopicTable, deep: bool, delay_levels_ms: list[i
     }
     if deep:             # what the dispatcher computes, by the dispatcher's own functions
         config = None if delay_levels_ms is None else DispatchConfig(delay_levels_ms)
-        done = record_codes_native(batch, config)        # one C loop; None: the two below decide
-        if done is not None:
-            cols["tags_code"], cols["key_rec"], cols["key_hash"] = done
-        else:
-            cols["tags_code"] = record_tags_codes(batch, config)
-            cols["key_rec"], cols["key_hash"] = record_index_keys(batch)
+        cols["tags_code"] = record_tags_codes(batch, config)
+        cols["key_rec"], cols["key_hash"] = record_index_keys(batch)
     if is_entry_file(batch.path) and not batch.carved:   # for ``dledger.EntryChecks``, taken out before storing
         cols.update(entry_columns(batch))
     return cols
