@@ -819,6 +819,19 @@ def test_dispatch_native_equals_numpy_on_reference_stores(name):
 
 
 @native_vs_numpy("dispatch_columns")
+def test_dispatch_native_equals_numpy_with_many_topics():
+    """Thousands of distinct topics in one batch (the loop's topic table grows past its first size, some
+    topics repeat): the same groups, names and units as numpy."""
+    from rmqtool.broker.dispatch import DispatchConfig, RecordColumns, _dispatch_native, schedule_delays
+    records = [{"topic": f"t{(i * 7919) % 5000}", "tags": "TagA", "keys": f"k{i} x", "uniq_key": f"{i:032X}",
+                "phy_offset": 100 * i, "size": 100, "queue_id": i % 3, "queue_offset": i} for i in range(6000)]
+    batch = RecordColumns.from_records(records)
+    assert _dispatched(batch) == _dispatched(batch, core=None)
+    assert _dispatch_native(native.core, batch, batch.buf, batch.phy_offset, len(batch), DispatchConfig(),
+                            schedule_delays(batch)) is not None
+
+
+@native_vs_numpy("dispatch_columns")
 def test_dispatch_columns_checks_its_arguments():
     """Wrong shapes, a span outside the buffer and unsorted overrides are ValueErrors before any byte
     is read; too little key room is -2 (the caller grows it)."""

@@ -1392,13 +1392,13 @@ static PyObject *dispatch_columns(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "record %zd has a span outside the %zd-byte buffer", bad, bv.len);
         goto done;
     }
-    size_t cap = 64;
-    while (cap < 2 * (size_t)n + 2) cap <<= 1;
+    size_t cap = 64;                                 /* grown below when many topics are distinct */
+    while (cap < 2 * (size_t)n + 2 && cap < 4096) cap <<= 1;
     int64_t *slot = calloc(cap, sizeof *slot);       /* group number + 1, 0 when free */
     int64_t *gkey = malloc(((size_t)n + 1) * sizeof *gkey);   /* each group's (hash, length) key */
     if (!slot || !gkey) { free(slot); free(gkey); PyErr_NoMemory(); goto done; }
     Py_ssize_t units = 0, keys = 0, groups = 0, at_over = 0;
-    int status = 0;                                  /* -1: the reference decides, -2: short room */
+    int status = 0;                 /* -1: the reference decides, -2: short room, -3: out of memory */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n && !status; i++) {
         if (i + PREFETCH_AHEAD < n) {
@@ -1417,6 +1417,19 @@ static PyObject *dispatch_columns(PyObject *self, PyObject *args)
             unsigned char any = 0;
             th = java_hash_continue(0, t, tl, &any);
             if (any >> 7) { status = -1; break; }
+        }
+        if ((size_t)groups * 2 >= cap) {             /* keep the table at most half full */
+            size_t bigger = cap * 2;
+            int64_t *grown = calloc(bigger, sizeof *grown);
+            if (!grown) { status = -3; break; }
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                size_t at = (size_t)(((uint64_t)gkey[g] * 0x9E3779B97F4A7C15ULL) >> 20) & (bigger - 1);
+                while (grown[at]) at = (at + 1) & (bigger - 1);
+                grown[at] = g + 1;
+            }
+            free(slot);
+            slot = grown;
+            cap = bigger;
         }
         /* the topic's group: hash and length, then the bytes against the group's first record */
         int64_t key = (int64_t)((uint64_t)th | ((uint64_t)tl << 32));
@@ -1489,7 +1502,8 @@ static PyObject *dispatch_columns(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     free(slot);
     free(gkey);
-    result = status ? PyLong_FromLong(status) : Py_BuildValue("nnn", units, keys, groups);
+    if (status == -3) PyErr_NoMemory();
+    else result = status ? PyLong_FromLong(status) : Py_BuildValue("nnn", units, keys, groups);
 done:
     if (have_g) PyBuffer_Release(&gv);
     if (have_y) views_release(yv, DC_OUT_KEYS);
