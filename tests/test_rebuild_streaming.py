@@ -47,7 +47,7 @@ def test_index_builder_folds_and_streams_like_one_build(seed):
         i = j
     slots, entries = rnd.choice([(7, 11), (61, 350), (13, 1000)])
 
-    def build(fold, streamed, background=False):
+    def build(fold, streamed):
         images, files = [], []
 
         class Out:
@@ -61,8 +61,7 @@ def test_index_builder_folds_and_streams_like_one_build(seed):
             def close(self, image):
                 self.image = image
 
-        ib = IndexBuilder(slots, entries, images.append, fold_keys=fold, open_file=Out if streamed else None,
-                          background=background)
+        ib = IndexBuilder(slots, entries, images.append, fold_keys=fold, open_file=Out if streamed else None)
         for d in batches:
             ib.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
         ib.finish()
@@ -76,8 +75,6 @@ def test_index_builder_folds_and_streams_like_one_build(seed):
     for fold in (1, 2, 7, rnd.randint(1, 100)):
         assert build(fold, False) == want
         assert build(fold, True) == want
-        assert build(fold, True, background=True) == want      # folds on their own thread
-        assert build(fold, False, background=True) == want
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -213,29 +210,3 @@ def test_queue_order_is_the_stable_sort_of_the_keys(topics, queues, low):
     key = topic << 32 | qid
     assert np.array_equal(queue_order(key), np.argsort(key, kind="stable"))
     assert len(queue_order(key[:0])) == 0
-
-
-def test_a_background_fold_error_is_raised_and_abandon_waits_for_the_fold():
-    """A fold on the builder's thread that fails (a full disk) fails the caller: at the next fold or at
-    ``finish``, never lost; ``abandon`` waits for the fold in flight and drops its error."""
-    rows = _random_rows(random.Random(3), 60)
-    d = dispatch_batch(RecordColumns.from_records(rows))
-    calls = []
-
-    class Full:
-        def write_entries(self, first, new):
-            calls.append(first)
-            raise OSError(28, "No space left on device")
-
-        def close(self, image):
-            pass
-
-    ib = IndexBuilder(61, 1000, lambda im: None, fold_keys=5, open_file=Full, background=True)
-    with pytest.raises(OSError, match="No space"):
-        ib.add(d.key_hash, d.key_phy_offset, d.key_store_timestamp, d.record_phy_offset)
-        ib.finish()
-    assert calls
-    ib = IndexBuilder(61, 1000, lambda im: None, fold_keys=5, open_file=Full, background=True)
-    ib.add(d.key_hash[:7], d.key_phy_offset[:7], d.key_store_timestamp[:7], d.record_phy_offset[:7])
-    ib.abandon()
-    assert ib._inflight is None and ib._thread is None

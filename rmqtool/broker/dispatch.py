@@ -1203,17 +1203,12 @@ class IndexBuilder:
     entries are kept and the sink gets the whole image. ``load_slots(slots, key_hash)``
     (optional, with an ``open_image`` from ``open_index_image``): called before keys are
     appended to the open image, to read the slots they reach (``SlotPages.load``).
-
-    ``background``: each fold (putKey's chains in the native core and the entries' writes, both
-    without the GIL) runs on a thread of its own while the caller goes on with the next batches; one
-    fold at a time, in order, so the files are the same. A fold's error is raised by the next ``add``
-    that folds, or by ``finish``; ``abandon`` waits for it and drops it (the build is being removed).
     """
 
     def __init__(self, hash_slots: int, index_entries: int, sink, seed_phy: int = 0,
                  seed_ts: int = 0, skip_keys_at_seed: int = 0,
                  open_image: IndexFileImage | None = None, open_file=None, fold_keys: int | None = None,
-                 load_slots=None, background: bool = False):
+                 load_slots=None):
         self.hash_slots, self.index_entries = hash_slots, index_entries
         self.open_image = open_image
         self.load_slots = load_slots   # (slots, key_hash): fills the open image's slots the keys reach
@@ -1240,9 +1235,6 @@ class IndexBuilder:
         self._filled_at: int | None = seed_phy if (seed_phy or seed_ts) else None
         self.files = 0
         self.entries = 0
-        self._background = background
-        self._thread = None            # the folds' thread (background), made at the first fold
-        self._inflight = None          # the fold it runs (a Future)
 
     def _record_arrives(self, record_phy: np.ndarray) -> None:
         if self._open or not len(record_phy):
@@ -1300,48 +1292,19 @@ class IndexBuilder:
         ph = np.concatenate([p[1] for p in parts])
         tt = np.concatenate([p[2] for p in parts])
         self._pending, self._pending_n = [], 0
-        args = (self._image, self._out, self._loading, kh, ph, tt)
-        if not self._background:
-            self._apply(*args)
-            return
-        self._wait()                   # one fold at a time: each continues the open file's chains
-        if self._thread is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="index-fold")
-        self._inflight = self._thread.submit(self._apply, *args)
-
-    def _apply(self, image, out, loading, kh, ph, tt) -> None:
-        """putKey for the keys of one fold on the open file's image; their entries to ``out``."""
-        if loading is not None:
-            loading(image.slots, kh)
+        image = self._image
+        if self._loading is not None:
+            self._loading(image.slots, kh)
         first = max(int(image.header["index_count"][0]), FIRST_INDEX)
         new = append_index_keys(image.header, image.slots, self.index_entries, kh, ph, tt)
-        if out is not None:
-            out.write_entries(first, new)
+        if self._out is not None:
+            self._out.write_entries(first, new)
         else:
             self._parts.append(new)
-
-    def _wait(self) -> None:
-        """The fold in flight done (its error raised here)."""
-        if self._inflight is not None:
-            done, self._inflight = self._inflight, None
-            done.result()
-
-    def abandon(self) -> None:
-        """Wait for the fold in flight, drop its error, and end the thread (the build is discarded)."""
-        try:
-            self._wait()
-        except Exception:              # noqa: BLE001 - the build is being removed; its first error was raised
-            pass
-        finally:
-            if self._thread is not None:
-                self._thread.shutdown()
-                self._thread = None
 
     def _flush(self) -> None:
         """Close the open file: its image to the sink, a new file's seed from its end."""
         self._fold()
-        self._wait()
         image, self._image = self._image, None
         self._loading = None
         if self._parts:
@@ -1366,11 +1329,5 @@ class IndexBuilder:
         self.sink(image)
 
     def finish(self) -> None:
-        try:
-            if self._open:
-                self._flush()
-            self._wait()
-        finally:
-            if self._thread is not None:
-                self._thread.shutdown()
-                self._thread = None
+        if self._open:
+            self._flush()

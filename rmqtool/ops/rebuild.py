@@ -746,11 +746,8 @@ class _IndexJob(_Job):
         self.geometry = geometry
         self.names = index_file_names([p.name for p in kept.files])
         self._open_build(dry_run)
-        # folds on a thread of their own: putKey's chains and the entries' writes (no GIL) overlap the
-        # ConsumeQueue job and the next batches' unshipping in this thread
         self.builder = IndexBuilder(geometry.hash_slots, geometry.index_entries, self._sink,
-                                    kept.seed_phy, kept.seed_ts, kept.skip, open_file=self._open_file,
-                                    background=True)
+                                    kept.seed_phy, kept.seed_ts, kept.skip, open_file=self._open_file)
 
     def _open_file(self) -> IndexFileWriter:
         name = next(self.names)
@@ -765,12 +762,6 @@ class _IndexJob(_Job):
 
     def on_tail(self, d) -> None:
         self.result.tail_items += len(d.key_hash)
-
-    def discard(self) -> None:
-        builder = getattr(self, "builder", None)
-        if builder is not None:
-            builder.abandon()           # no fold still writing into the build being removed
-        super().discard()
 
     def finish(self, outcome: WalkOutcome, stops: list[str]) -> None:
         r = self.result
