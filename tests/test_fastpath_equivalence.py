@@ -743,3 +743,121 @@ def test_queue_order_equals_lexsort(rows, ascending):
     t, q, phy = (np.array(col, dtype) for col, dtype in zip(zip(*rows) if rows else ((), (), ()),
                                                              (np.int32, np.int32, np.int64)))
     assert _queue_order(t, q, phy).tolist() == np.lexsort((phy, q, t)).tolist()
+
+
+# --- the one-loop dispatch (``core.dispatch_columns``) ----------------------------------------------
+def _dispatched(batch, config=None, core=native.core):
+    """``dispatch_batch`` of one batch as plain values, every field with its dtype."""
+    import dataclasses
+    from rmqtool.broker.dispatch import dispatch_batch
+    with contextlib.nullcontext() if core is not None else NUMPY("dispatch_columns"):
+        d = dispatch_batch(batch, config, core=core)
+    return {f.name: (str(v.dtype), v.tolist()) if isinstance(v, np.ndarray) else v
+            for f, v in ((f, getattr(d, f.name)) for f in dataclasses.fields(d))}
+
+
+_TOPICS = ["TopicA", "TopicB", "Aa", "BB", "SCHEDULE_TOPIC_XXXX", "é-topic", ""]
+
+
+@native_vs_numpy("dispatch_columns")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "topic": st.sampled_from(_TOPICS),
+    "tags": st.one_of(st.none(), st.sampled_from(["", "TagA", "TagB", "标签"]), st.text(max_size=6)),
+    "keys": st.one_of(st.none(), st.sampled_from(["", " ", "k1 k2", "  a  b ", "ключ x"]),
+                      st.text(alphabet="ab é", max_size=12)),
+    "uniq_key": st.one_of(st.none(), st.just(""), st.text(alphabet="0123456789ABCDEF", min_size=1, max_size=32)),
+    "delay": st.one_of(st.none(), st.sampled_from(["0", "1", "3", "18", "40", "-2", "x", " 2"])),
+    "sys_flag": st.sampled_from([0, 4, 8, 12, 4 | 1, 8 | 2]),
+    "queue_id": st.integers(0, 7), "queue_offset": st.integers(0, 1 << 40),
+    "store_timestamp": st.integers(0, 1 << 42), "size": st.integers(0, 4096)}), max_size=40),
+    st.booleans(), st.integers(0, 20), st.booleans())
+def test_dispatch_native_equals_numpy(records, index_enabled, levels, known):
+    """A batch's whole dispatch (topics and their numbering, units with tagsCode and the delay rule
+    up to a DELAY that stops dispatch, index keys with their offsets and timestamps): the one C loop
+    against the numpy formulation, field for field and dtype for dtype. Non-ASCII spans and the
+    colliding topics "Aa"/"BB" are in the mix (the loop hands those batches to numpy); ``known``
+    gives the batch the in-pass hashes a native scan leaves."""
+    from rmqtool.broker.delay import DEFAULT_LEVELS_MS
+    from rmqtool.broker.dispatch import DispatchConfig, RecordColumns
+    from rmqtool.kernels.javahash import span_hashes
+    for i, r in enumerate(records):
+        r["phy_offset"] = 1000 * i + 7
+    batch = RecordColumns.from_records(records)
+    if known:
+        hashes = {}
+        for name in ("topic", "tags"):
+            start, length = getattr(batch, f"{name}_start"), np.maximum(getattr(batch, f"{name}_len"), 0)
+            h = span_hashes(batch.buf, start, length, core=None)[0].view(np.uint32).astype(np.int64)
+            ascii = np.array([bool((batch.buf[a:a + b] < 0x80).all()) for a, b in zip(start.tolist(), length.tolist())],
+                             dtype=bool)
+            hashes[name] = np.where(ascii, h, -1)
+        batch.hashes = hashes
+    config = DispatchConfig(delay_levels_ms=list(DEFAULT_LEVELS_MS)[:levels], index_enabled=index_enabled)
+    assert _dispatched(batch, config) == _dispatched(batch, config, core=None)
+
+
+@native_vs_numpy("dispatch_columns")
+@pytest.mark.parametrize("name", ["basic", "crashed", "mixed", "propcrc-lmq-batchcq", "rocksdb-cq"])
+def test_dispatch_native_equals_numpy_on_reference_stores(name):
+    """Every batch of every reference store dispatched both ways (native scan's batches, with their
+    in-pass hashes): equal field for field."""
+    from rmqtool.io.store import Store
+    from rmqtool.records.scan import FileScan
+    from rmqtool.broker.dispatch import DispatchConfig, _dispatch_native, schedule_delays
+    store = Store(reference_store(name))
+    batches = in_loop = 0
+    for seg in store.commitlog.files:
+        for batch in FileScan(seg.path, seg.start, chunk_size=1 << 16):
+            assert _dispatched(batch) == _dispatched(batch, core=None)
+            batches += 1
+            delays = schedule_delays(batch)
+            n = len(batch) if delays.failed_row is None else delays.failed_row
+            in_loop += _dispatch_native(native.core, batch, batch.buf, batch.stored_phy_offset[:n], n,
+                                        DispatchConfig(), delays) is not None
+    assert batches and in_loop           # the loop decided batches itself (not only handed them back)
+
+
+@native_vs_numpy("dispatch_columns")
+def test_dispatch_native_equals_numpy_with_many_topics():
+    """Thousands of distinct topics in one batch (the loop's topic table grows past its first size, some
+    topics repeat): the same groups, names and units as numpy."""
+    from rmqtool.broker.dispatch import DispatchConfig, RecordColumns, _dispatch_native, schedule_delays
+    records = [{"topic": f"t{(i * 7919) % 5000}", "tags": "TagA", "keys": f"k{i} x", "uniq_key": f"{i:032X}",
+                "phy_offset": 100 * i, "size": 100, "queue_id": i % 3, "queue_offset": i} for i in range(6000)]
+    batch = RecordColumns.from_records(records)
+    assert _dispatched(batch) == _dispatched(batch, core=None)
+    assert _dispatch_native(native.core, batch, batch.buf, batch.phy_offset, len(batch), DispatchConfig(),
+                            schedule_delays(batch)) is not None
+
+
+@native_vs_numpy("dispatch_columns")
+def test_dispatch_columns_checks_its_arguments():
+    """Wrong shapes, a span outside the buffer and unsorted overrides are ValueErrors before any byte
+    is read; too little key room is -2 (the caller grows it)."""
+    from rmqtool.broker.dispatch import _transaction_tables
+    core, n = native.core, 3
+    buf = np.frombuffer(b"TopicA" + b"k1 k2", np.uint8)
+    z = np.zeros(n, np.int64)
+    cols = [z.copy() for _ in range(14)]
+    cols[7][:] = 6                                  # topic_len: "TopicA"
+    cols[12][:], cols[13][:] = 6, 5                 # keys: "k1 k2"
+    cols[11][:] = -1                                # no UNIQ_KEY
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def call(cols=cols, room=8, overrides=none, tables=_transaction_tables()):
+        keys = (np.empty(room, np.int64), np.empty(room, np.int32), np.empty(room, np.int64), np.empty(room, np.int64))
+        return core.dispatch_columns(buf, tuple(cols), None, tables, overrides, True,
+                                     tuple(np.empty(n, np.int64) for _ in range(6)), keys, (np.empty(n, np.int64),))
+    assert call() == (3, 6, 1)
+    assert call(room=5) == -2
+    bad = [c.copy() for c in cols]
+    bad[13][1] = 6                                  # KEYS one byte past the buffer
+    with pytest.raises(ValueError, match="record 1 has a span outside"):
+        call(bad)
+    with pytest.raises(ValueError, match="one length"):
+        call(cols[:13] + [z[:2]])
+    with pytest.raises(ValueError, match="override"):
+        call(overrides=(np.array([2, 1], np.int64), np.array([5, 6], np.int64)))
+    with pytest.raises(ValueError, match="tables"):
+        call(tables=(3, np.ones(2, np.uint8), np.ones(4, np.uint8), 35, 32))

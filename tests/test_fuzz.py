@@ -27,7 +27,7 @@ from native_calls import CoreCalls
 
 ROOT = Path(__file__).resolve().parent.parent
 MASTER = int(os.environ.get("RMQ_FUZZ_SEED", "20261121"))
-CI_INPUTS = {"commitlog": 600, "native": 600, "dledger": 600, "timer": 600, "kinds": 1500, "consumequeue": 600, "index": 600, "checkpoint": 1500, "properties": 1500,
+CI_INPUTS = {"commitlog": 600, "native": 600, "dispatch": 400, "dledger": 600, "timer": 600, "kinds": 1500, "consumequeue": 600, "index": 600, "checkpoint": 1500, "properties": 1500,
              "jsonl": 600, "simplified-commitlog": 200, "simplified-consumequeue": 250, "simplified-index": 250,
              "simplified-jsonl": 800}
 HYP = settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
@@ -48,6 +48,7 @@ def _assert_clean(counts):
 #: nothing). ``native`` needs the core: skipped without it, a failure under RMQTOOL_REQUIRE_NATIVE=1.
 NATIVE_CALLS = {"native": {"crc32_spans", "java_hash_spans", "message_run", "entry_run", "index_entries",
                            "scan_records", "span_groups", "index_keys"},
+                "dispatch": {"dispatch_columns", "scan_records"},
                 "dledger": {"entry_run", "scan_records"}, "properties": {"split_properties", "split_tokens"}}
 
 
@@ -56,7 +57,7 @@ def test_seeded_mutations(target, scratch, request):
     from rmqtool.kernels import native
     calls, wanted = CoreCalls(), set()
     required = os.environ.get("RMQTOOL_REQUIRE_NATIVE") == "1"
-    if target in NATIVE_CALLS and (target == "native" or native.core is not None or required):
+    if target in NATIVE_CALLS and (target in ("native", "dispatch") or native.core is not None or required):
         calls.install(request.getfixturevalue("native_core"))
         wanted = NATIVE_CALLS[target]
     try:

@@ -34,7 +34,8 @@ def test_pieces_give_the_sequential_result(store_copy, tmp_path, monkeypatch, na
         assert tree(tmp_path / "cut" / "consumequeue") == tree(reference_store(name) / "consumequeue")
 
 
-def test_pieces_split_files_only_when_workers_would_idle():
+def test_pieces_split_files_only_when_workers_would_idle(monkeypatch):
+    monkeypatch.setattr(ordered, "MAX_PIECE", 1 << 40)      # no cap: only idle workers cut files
     files = [(f"f{i}", i << 27, 0, None, 1 << 27) for i in range(6)]
     assert [p[4] for p in ordered.pieces(files, 1)] == [True] * 6
     many = ordered.pieces(files, 2)
@@ -45,6 +46,21 @@ def test_pieces_split_files_only_when_workers_would_idle():
         assert all(a[3] == b[2] for a, b in zip(mine, mine[1:]))
     big = [(f"f{i}", i << 30, 0, None, 1 << 30) for i in range(40)]
     assert len(ordered.pieces(big, 2)) == 40      # enough files: whole files
+
+
+def test_pieces_are_at_most_max_piece_whatever_the_store_size():
+    """A piece's results wait whole for the consumer: with more than one worker no piece is larger than
+    ``MAX_PIECE``, however many files there are (the consumer's memory does not grow with the store);
+    the pieces still tile each file and only its first starts at a known record."""
+    for count, size in ((1, 1 << 30), (8, 1 << 30), (40, 1 << 30), (3, 3 << 27)):
+        files = [(f"f{i}", i * size, 0, None, size) for i in range(count)]
+        got = ordered.pieces(files, 2)
+        for path, _, _, hi, _ in files:
+            mine = [p for p in got if p[0] == path]
+            assert [p[4] for p in mine] == [True] + [False] * (len(mine) - 1)
+            assert mine[0][2] == 0 and mine[-1][3] is hi and all(a[3] == b[2] for a, b in zip(mine, mine[1:]))
+            ends = [p[3] if p[3] is not None else size for p in mine]
+            assert max(e - p[2] for e, p in zip(ends, mine)) <= ordered.MAX_PIECE * 3 // 2   # the last takes a sliver
 
 
 def _cut_once(monkeypatch, cut_at: int) -> list[int]:

@@ -90,6 +90,32 @@ def test_chunked_report_equals_one_chunk_on_mutated_queues_and_index(store_copy,
     assert not list(spill_root.iterdir())
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_queues_kept_from_the_frontier_pass_make_the_report_of_queues_read_again(store_copy, seed, monkeypatch):
+    """The ConsumeQueues the frontier pass read are kept for the unit checks with their findings
+    (``QUEUE_KEEP_BYTES``): each queue is read once, and the report (findings, their order and cap, a
+    topic/queue selection) is the one made when every queue is read again, or only some are kept."""
+    root = store_copy(["basic", "mixed", "crashed"][seed % 3])
+    _mutate_queues_and_index(root, seed)
+    reads = []
+    real = verify_runner.read_queue
+    monkeypatch.setattr(verify_runner, "read_queue", lambda store, ref, sink: reads.append(ref) or real(store, ref, sink))
+    kept = [report(root, limit=2), report(root, level="shallow")]
+    queues = len(list(Store(root).queues()))
+    assert len(reads) == 2 * queues                 # once per queue and run
+    first = next(iter(Store(root).queues()))
+    kept.append(report(root, topic=first.topic, queue_id=first.queue_id))
+    monkeypatch.setattr(verify_runner, "QUEUE_KEEP_BYTES", 0)
+    reads.clear()
+    again = [report(root, limit=2), report(root, level="shallow"),
+             report(root, topic=first.topic, queue_id=first.queue_id)]
+    assert len(reads) == 6 * queues                 # the frontier pass, then the checks
+    assert again == kept
+    monkeypatch.setattr(verify_runner, "QUEUE_KEEP_BYTES", 200)    # a queue or two kept, the rest read again
+    assert [report(root, limit=2), report(root, level="shallow"),
+            report(root, topic=first.topic, queue_id=first.queue_id)] == kept
+
+
 @pytest.mark.parametrize("case", CASES[::3] + DLEDGER_CASES[:1])
 def test_joins_in_threads_equal_joins_in_sequence(store_copy, tmp_path, case, spill_root, monkeypatch):
     """Chunks joined by a thread pool, each into its own state merged in chunk order, make the

@@ -429,19 +429,29 @@ def record_index_keys(batch: DispatchColumns, n: int | None = None,
     return key_rec[order], index_key_hash_array(raw[order])
 
 
-def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None) -> BatchDispatch:
-    """CQ units and index keys of one batch, in the broker's order."""
+def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None, core=native.core) -> BatchDispatch:
+    """CQ units and index keys of one batch, in the broker's order.
+
+    With the native ``core`` (and no multi-dispatch or BatchCQ topics) one C loop makes the topic
+    groups, the units and the keys (``_dispatch_native``); the numpy formulation below is the
+    reference, and decides every batch the loop hands back."""
     config = config or DispatchConfig()
     buf = np.asarray(batch.buf, dtype=np.uint8)
     phy = _commitlog_offsets(batch)
     n = len(phy)
     delays = schedule_delays(batch)
-    tags_code = record_tags_codes(batch, config, delays)
     stop, stop_at = None, -1
     if delays.failed_row is not None:        # nothing from that record on is dispatched
         n = delays.failed_row
         stop_at = int(phy[n])
         stop = delay_stop_text(delays.failed_text, stop_at)
+    kinds = config.kinds
+    if core is not None and not (kinds.batch_cq_topics or kinds.multi_dispatch):
+        done = _dispatch_native(core, batch, buf, phy[:n], n, config, delays)
+        if done is not None:
+            done.stop, done.stop_at = stop, stop_at
+            return done
+    tags_code = record_tags_codes(batch, config, delays)
     cut = slice(0, n)
     phy, tags_code = phy[cut], tags_code[cut]
     size, ts, sys_flag, qid, qoff = (_col(batch, name)[cut] for name in
@@ -462,7 +472,6 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
     else:
         cq = tuple(col[cq_rows] for col in cq)
     bcq = None
-    kinds = config.kinds
     if kinds.batch_cq_topics or kinds.multi_dispatch:
         cq, bcq = _queue_kinds(batch, kinds, topics, groups, cq_rows, cq, ts, n)
     return BatchDispatch(
@@ -471,6 +480,79 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None)
         key_store_timestamp=ts[key_rec], key_record=key_rec, records=n,
         record_phy_offset=phy, stop=stop, stop_at=stop_at, bcq=bcq)
 
+
+
+#: the columns ``core.dispatch_columns`` reads, in its order (``_col`` names; "phy" is the dispatched offset)
+_NATIVE_COLUMNS = ("sys_flag", "phy", "size", "store_timestamp", "queue_id", "queue_offset", "topic_start",
+                   "topic_len", "tags_start", "tags_len", "uniq_start", "uniq_len", "keys_start", "keys_len")
+
+
+@lru_cache(maxsize=1)
+def _transaction_tables() -> tuple:
+    """``core.dispatch_columns``' rule tables: per transaction type (``sys_flag & TRANSACTION_MASK``),
+    whether it gets a ConsumeQueue unit and whether it is indexed, from ``broker.transactions``."""
+    tx = np.arange(cl.TRANSACTION_MASK + 1, dtype=np.int64) & cl.TRANSACTION_MASK
+    return (cl.TRANSACTION_MASK, goes_to_consumequeue(tx).astype(np.uint8), goes_to_index(tx).astype(np.uint8),
+            _JOINER, _SPACE)
+
+
+def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays: ScheduleDelays):
+    """``core.dispatch_columns`` over the first ``n`` records: (cq columns, key columns, first record of
+    each topic group, units, keys, groups), or None when the loop hands the batch to the reference."""
+    cols = tuple(np.ascontiguousarray((phy if name == "phy" else _col(batch, name))[:n], np.int64)
+                 for name in _NATIVE_COLUMNS)
+    known = [known_hashes(batch, name, n) for name in ("topic", "tags")]
+    known = None if any(k is None or len(k) != n for k in known) else tuple(
+        np.ascontiguousarray(k, np.int64) for k in known)
+    rows, values = [], []
+    if len(delays.rows):
+        ts = cols[3]
+        for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
+            level = min(level, len(config.delay_levels_ms))
+            if level > 0 and i < n:
+                rows.append(i)
+                values.append(deliver_timestamp(level, int(ts[i]), config.delay_levels_ms))
+    overrides = (np.asarray(rows, np.int64), np.asarray(values, np.int64))
+    tables = _transaction_tables()
+    cq = tuple(np.empty(n, np.int64) for _ in range(6))
+    first = np.empty(n, np.int64)
+    room = 3 * n + 16
+    while True:
+        keys = (np.empty(room, np.int64), np.empty(room, np.int32), np.empty(room, np.int64), np.empty(room, np.int64))
+        got = core.dispatch_columns(buf, cols, known, tables, overrides, config.index_enabled, cq, keys, (first,))
+        if got != -2:
+            break
+        room = n + int(((np.maximum(cols[13], 0) + 1) // 2).sum()) + 1    # every key's room: a bound
+    if got == -1:
+        return None
+    return cols, known, cq, keys, first, *got
+
+
+def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
+                     delays: ScheduleDelays) -> BatchDispatch | None:
+    """``dispatch_batch`` of the first ``n`` records by one C loop (``core.dispatch_columns``): each
+    record's topic group, its unit (tagsCode: the TAGS hash, or the delay rule's deliver timestamp
+    from ``delays``) and its index keys with their offsets and timestamps. None when the loop hands
+    the batch to the reference (a span that is not ASCII, a topic hash collision)."""
+    done = _dispatch_loop(core, batch, buf, phy, n, config, delays)
+    if done is None:
+        return None
+    cols, known, cq, keys, first, units, n_keys, count = done
+    t_start, t_len = cols[6], cols[7]
+    reps = first[:count]
+    key = (known[0][reps] if known is not None else
+           span_hashes(buf, t_start[reps], np.maximum(t_len[reps], 0))[0]).astype(np.int64) & 0xFFFFFFFF
+    key |= np.maximum(t_len[reps], 0) << 32
+    order = np.argsort(key)                      # numbered as np.unique numbers them (``_topic_groups``)
+    rank = np.empty(count, np.int32)
+    rank[order] = np.arange(count, dtype=np.int32)
+    topics = [buf[a:a + max(b, 0)].tobytes().decode("utf-8", "replace")
+              for a, b in zip(t_start[reps[order]].tolist(), t_len[reps[order]].tolist())]
+    return BatchDispatch(
+        topics=topics, cq_topic=rank[cq[0][:units]], cq_queue_id=cq[1][:units], cq_queue_offset=cq[2][:units],
+        cq_phy_offset=cq[3][:units], cq_size=cq[4][:units], cq_tags_code=cq[5][:units],
+        key_hash=keys[1][:n_keys], key_phy_offset=keys[2][:n_keys], key_store_timestamp=keys[3][:n_keys],
+        key_record=keys[0][:n_keys], records=n, record_phy_offset=cols[1])
 
 def _record_properties(batch, row: int) -> dict[str, str]:
     """The properties map of one record (empty when the columns carry no properties span)."""

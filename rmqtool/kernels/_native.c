@@ -8,6 +8,7 @@
  *   split_tokens      the tokens of KEYS values (split on spaces, empty ones dropped)
  *   java_hash_spans   Java String.hashCode of ASCII spans (topics, keys)
  *   index_entries     IndexFile.putKey key by key: slot chains and whole entries
+ *   dispatch_columns  a batch's topic groups, ConsumeQueue units and index keys in one loop
  *   search_sorted     numpy.searchsorted of values in (mostly) ascending order
  *
  * Inputs are read-only buffers and C-contiguous int64 arrays; outputs are caller-provided
@@ -1255,6 +1256,267 @@ done:
 }
 
 
+/* dispatch_columns(buf, cols, known, tables, overrides, index, cq_out, key_out, group_out) -> status:
+ * the dispatch of the first n records in one loop, as broker/dispatch.py's dispatch_batch makes it
+ * (the reference): each record's topic grouped by bytes, its ConsumeQueue unit (records whose
+ * transaction type tables[0] marks) and its index keys (tables[1]; none when ``index`` is 0), in
+ * record order.
+ *   cols: 14 int64 arrays of n: sys_flag, phy, size, store_timestamp, queue_id, queue_offset,
+ *         topic_start, topic_len, tags_start, tags_len, uniq_start, uniq_len, keys_start, keys_len
+ *   known: (topic_hash, tags_hash): int64 arrays of n (a native scan's in-pass hashes, -1 where a
+ *         span is not ASCII), or None: hashed here
+ *   tables: (tx_mask, goes_to_cq uint8[tx_mask + 1], goes_to_index uint8[tx_mask + 1], joiner, sep):
+ *         broker/transactions.py's rules by transaction type; the index key's joiner and the KEYS
+ *         separator (formats/); keys as index_keys makes them
+ *   overrides: (rows int64 ascending, values int64): the tagsCode of those records (the delay rule,
+ *         decided by broker/dispatch.py's schedule_delays)
+ *   cq_out: 6 int64 arrays of n: group, queue_id, queue_offset, phy, size, tags_code per unit
+ *   key_out: (rec int64, hash int32, phy int64, timestamp int64) of one room
+ *   group_out: (first int64 of n): the first record of each group (groups numbered by first appearance)
+ * Returns (units, keys, groups), or an int: -1 when the reference must decide the batch (a span
+ * byte >= 0x80 or a known hash of -1, or two topics sharing hash and length but not bytes), -2
+ * when key_out has too little room. A span outside the buffer is a ValueError. */
+enum { DC_SYS, DC_PHY, DC_SIZE, DC_TS, DC_QID, DC_QOFF, DC_TS_START, DC_T_LEN, DC_TAG_START, DC_TAG_LEN,
+       DC_U_START, DC_U_LEN, DC_K_START, DC_K_LEN, DC_COLS };
+#define DC_OUT_CQ 6
+#define DC_OUT_KEYS 4
+
+static int views_get(PyObject *seq, Py_ssize_t count, Py_buffer *views, int writable, const char *what)
+{
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != count) {
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of %zd arrays", what, count);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < count; j++) {
+        int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(seq, j), &views[j], flags) < 0) {
+            while (j-- > 0) PyBuffer_Release(&views[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void views_release(Py_buffer *views, Py_ssize_t count)
+{
+    for (Py_ssize_t j = 0; j < count; j++) PyBuffer_Release(&views[j]);
+}
+
+static inline int span_inside(int64_t start, int64_t len, int64_t size)
+{
+    return start >= 0 && len >= 0 && start <= size && len <= size - start;
+}
+
+static PyObject *dispatch_columns(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *buf_obj, *cols_obj, *known_obj, *tables_obj, *over_obj, *cq_obj, *key_obj, *group_obj;
+    int index_on;
+    if (!PyArg_ParseTuple(args, "OO!OO!O!pO!O!O!", &buf_obj, &PyTuple_Type, &cols_obj, &known_obj,
+                          &PyTuple_Type, &tables_obj, &PyTuple_Type, &over_obj, &index_on,
+                          &PyTuple_Type, &cq_obj, &PyTuple_Type, &key_obj, &PyTuple_Type, &group_obj))
+        return NULL;
+    long long tx_mask;
+    int joiner, sep;
+    PyObject *cq_table_obj, *ix_table_obj;
+    if (!PyArg_ParseTuple(tables_obj, "LOOii", &tx_mask, &cq_table_obj, &ix_table_obj, &joiner, &sep)) return NULL;
+    Py_buffer bv, cv[DC_COLS], kv[2], tv[2], ov[2], qv[DC_OUT_CQ], yv[DC_OUT_KEYS], gv;
+    int have_b = 0, have_c = 0, have_k = 0, have_t = 0, have_o = 0, have_q = 0, have_y = 0, have_g = 0;
+    PyObject *result = NULL, *table_tuple = NULL;
+    if (PyObject_GetBuffer(buf_obj, &bv, PyBUF_C_CONTIGUOUS) < 0) goto done;
+    have_b = 1;
+    if (views_get(cols_obj, DC_COLS, cv, 0, "cols") < 0) goto done;
+    have_c = 1;
+    if (known_obj != Py_None) {
+        if (views_get(known_obj, 2, kv, 0, "known") < 0) goto done;
+        have_k = 1;
+    }
+    table_tuple = PyTuple_Pack(2, cq_table_obj, ix_table_obj);
+    if (!table_tuple || views_get(table_tuple, 2, tv, 0, "tables") < 0) goto done;
+    have_t = 1;
+    if (views_get(over_obj, 2, ov, 0, "overrides") < 0) goto done;
+    have_o = 1;
+    if (views_get(cq_obj, DC_OUT_CQ, qv, 1, "cq_out") < 0) goto done;
+    have_q = 1;
+    if (views_get(key_obj, DC_OUT_KEYS, yv, 1, "key_out") < 0) goto done;
+    have_y = 1;
+    if (views_get(group_obj, 1, &gv, 1, "group_out") < 0) goto done;
+    have_g = 1;
+    Py_ssize_t n = cv[0].len / 8;
+    const char *problem = NULL;
+    if (cv[0].len % 8) problem = "cols must be int64";
+    for (int j = 0; j < DC_COLS && !problem; j++)
+        if (cv[j].len != n * 8) problem = "cols must be int64 arrays of one length";
+    if (have_k && !problem && (kv[0].len != n * 8 || kv[1].len != n * 8)) problem = "known hashes must be int64, one per record";
+    if (!problem && (tx_mask < 0 || tx_mask > 255 || tv[0].len != tx_mask + 1 || tv[1].len != tx_mask + 1))
+        problem = "tables must be uint8, one per transaction type (tx_mask + 1)";
+    if (!problem && (ov[0].len % 8 || ov[1].len != ov[0].len)) problem = "overrides must be int64 arrays of one length";
+    for (int j = 0; j < DC_OUT_CQ && !problem; j++)
+        if (qv[j].len != n * 8) problem = "cq_out must be int64 arrays of one per record";
+    if (!problem && gv.len != n * 8) problem = "group_out must be int64, one per record";
+    Py_ssize_t room = yv[0].len / 8;
+    if (!problem && (yv[0].len % 8 || yv[1].len != room * 4 || yv[2].len != room * 8 || yv[3].len != room * 8))
+        problem = "key_out must be (int64, int32, int64, int64) of one length";
+    if (problem) { PyErr_SetString(PyExc_ValueError, problem); goto done; }
+    const Py_ssize_t n_over = ov[0].len / 8;
+    const int64_t *over_row = ov[0].buf, *over_val = ov[1].buf;
+    for (Py_ssize_t j = 0; j < n_over; j++)
+        if (over_row[j] < 0 || over_row[j] >= n || (j && over_row[j] <= over_row[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "override rows must be ascending rows of the records");
+            goto done;
+        }
+    const unsigned char *b = bv.buf;
+    const int64_t size = bv.len;
+    const int64_t *c[DC_COLS];
+    for (int j = 0; j < DC_COLS; j++) c[j] = cv[j].buf;
+    const int64_t *known_topic = have_k ? kv[0].buf : NULL, *known_tags = have_k ? kv[1].buf : NULL;
+    const unsigned char *to_cq = tv[0].buf, *to_ix = tv[1].buf;
+    int64_t *q[DC_OUT_CQ];
+    for (int j = 0; j < DC_OUT_CQ; j++) q[j] = qv[j].buf;
+    int64_t *key_rec = yv[0].buf, *key_phy = yv[2].buf, *key_ts = yv[3].buf;
+    int32_t *key_hash = yv[1].buf;
+    int64_t *first = gv.buf;
+    /* the spans this loop reads, checked before any byte is read */
+    Py_ssize_t bad = -1;
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
+        int64_t tx = c[DC_SYS][i] & tx_mask;
+        int64_t tl = c[DC_T_LEN][i] > 0 ? c[DC_T_LEN][i] : 0;
+        if (!span_inside(c[DC_TS_START][i], tl, size)) bad = i;
+        if (to_cq[tx] && c[DC_TAG_LEN][i] > 0 && !span_inside(c[DC_TAG_START][i], c[DC_TAG_LEN][i], size)) bad = i;
+        if (index_on && to_ix[tx]) {
+            if (c[DC_U_LEN][i] >= 0 && !span_inside(c[DC_U_START][i], c[DC_U_LEN][i], size)) bad = i;
+            if (c[DC_K_LEN][i] > 0 && !span_inside(c[DC_K_START][i], c[DC_K_LEN][i], size)) bad = i;
+        }
+    }
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "record %zd has a span outside the %zd-byte buffer", bad, bv.len);
+        goto done;
+    }
+    size_t cap = 64;                                 /* grown below when many topics are distinct */
+    while (cap < 2 * (size_t)n + 2 && cap < 4096) cap <<= 1;
+    int64_t *slot = calloc(cap, sizeof *slot);       /* group number + 1, 0 when free */
+    int64_t *gkey = malloc(((size_t)n + 1) * sizeof *gkey);   /* each group's (hash, length) key */
+    if (!slot || !gkey) { free(slot); free(gkey); PyErr_NoMemory(); goto done; }
+    Py_ssize_t units = 0, keys = 0, groups = 0, at_over = 0;
+    int status = 0;                 /* -1: the reference decides, -2: short room, -3: out of memory */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !status; i++) {
+        if (i + PREFETCH_AHEAD < n) {
+            Py_ssize_t a = i + PREFETCH_AHEAD;
+            __builtin_prefetch(b + c[DC_TS_START][a]);
+            if (c[DC_K_LEN][a] > 0) __builtin_prefetch(b + c[DC_K_START][a]);
+        }
+        int64_t tx = c[DC_SYS][i] & tx_mask;
+        const unsigned char *t = b + c[DC_TS_START][i];
+        int64_t tl = c[DC_T_LEN][i] > 0 ? c[DC_T_LEN][i] : 0;
+        uint32_t th;
+        if (known_topic) {
+            if (known_topic[i] < 0) { status = -1; break; }
+            th = (uint32_t)known_topic[i];
+        } else {
+            unsigned char any = 0;
+            th = java_hash_continue(0, t, tl, &any);
+            if (any >> 7) { status = -1; break; }
+        }
+        if ((size_t)groups * 2 >= cap) {             /* keep the table at most half full */
+            size_t bigger = cap * 2;
+            int64_t *grown = calloc(bigger, sizeof *grown);
+            if (!grown) { status = -3; break; }
+            for (Py_ssize_t g = 0; g < groups; g++) {
+                size_t at = (size_t)(((uint64_t)gkey[g] * 0x9E3779B97F4A7C15ULL) >> 20) & (bigger - 1);
+                while (grown[at]) at = (at + 1) & (bigger - 1);
+                grown[at] = g + 1;
+            }
+            free(slot);
+            slot = grown;
+            cap = bigger;
+        }
+        /* the topic's group: hash and length, then the bytes against the group's first record */
+        int64_t key = (int64_t)((uint64_t)th | ((uint64_t)tl << 32));
+        size_t at = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+        int64_t g;
+        for (;;) {
+            g = slot[at] - 1;
+            if (g < 0) {
+                slot[at] = groups + 1;
+                first[groups] = i;
+                gkey[groups] = key;
+                g = groups++;
+                break;
+            }
+            if (gkey[g] == key) {
+                if (memcmp(b + c[DC_TS_START][first[g]], t, (size_t)tl) != 0) status = -1;
+                break;
+            }
+            at = (at + 1) & (cap - 1);
+        }
+        if (status) break;
+        while (at_over < n_over && over_row[at_over] < i) at_over++;
+        if (to_cq[tx]) {
+            int64_t code = 0;
+            if (at_over < n_over && over_row[at_over] == i) code = over_val[at_over];
+            else if (c[DC_TAG_LEN][i] > 0) {
+                if (known_tags) {
+                    if (known_tags[i] < 0) { status = -1; break; }
+                    code = (int32_t)(uint32_t)known_tags[i];
+                } else {
+                    unsigned char any = 0;
+                    code = (int32_t)java_hash_continue(0, b + c[DC_TAG_START][i], c[DC_TAG_LEN][i], &any);
+                    if (any >> 7) { status = -1; break; }
+                }
+            }
+            q[0][units] = g;
+            q[1][units] = c[DC_QID][i];
+            q[2][units] = c[DC_QOFF][i];
+            q[3][units] = c[DC_PHY][i];
+            q[4][units] = c[DC_SIZE][i];
+            q[5][units] = code;
+            units++;
+        }
+        if (!index_on || !to_ix[tx]) continue;
+        uint32_t prefix = th * 31u + (uint32_t)joiner;
+        int64_t phy = c[DC_PHY][i], ts = c[DC_TS][i];
+        if (c[DC_U_LEN][i] >= 0) {
+            unsigned char any = 0;
+            uint32_t h = java_hash_continue(prefix, b + c[DC_U_START][i], c[DC_U_LEN][i], &any);
+            if (any >> 7) { status = -1; break; }
+            if (keys == room) { status = -2; break; }
+            key_rec[keys] = i; key_phy[keys] = phy; key_ts[keys] = ts;
+            key_hash[keys++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+        }
+        int64_t len = c[DC_K_LEN][i] > 0 ? c[DC_K_LEN][i] : 0, j = 0;
+        const unsigned char *p = len ? b + c[DC_K_START][i] : b;
+        while (j < len) {
+            while (j < len && p[j] == (unsigned char)sep) j++;
+            if (j == len) break;
+            int64_t from = j;
+            while (j < len && p[j] != (unsigned char)sep) j++;
+            unsigned char any = 0;
+            uint32_t h = java_hash_continue(prefix, p + from, j - from, &any);
+            if (any >> 7) { status = -1; break; }
+            if (keys == room) { status = -2; break; }
+            key_rec[keys] = i; key_phy[keys] = phy; key_ts[keys] = ts;
+            key_hash[keys++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(slot);
+    free(gkey);
+    if (status == -3) PyErr_NoMemory();
+    else result = status ? PyLong_FromLong(status) : Py_BuildValue("nnn", units, keys, groups);
+done:
+    if (have_g) PyBuffer_Release(&gv);
+    if (have_y) views_release(yv, DC_OUT_KEYS);
+    if (have_q) views_release(qv, DC_OUT_CQ);
+    if (have_o) views_release(ov, 2);
+    if (have_t) views_release(tv, 2);
+    if (have_k) views_release(kv, 2);
+    if (have_c) views_release(cv, DC_COLS);
+    if (have_b) PyBuffer_Release(&bv);
+    Py_XDECREF(table_tuple);
+    return result;
+}
+
 /* chain_replay(bucket, prev, first, newest) -> bool: whether entries first, first+1, ... (bucket:
  * their slot, int64; prev: their prevIndex, int64) each link to the newest earlier entry of their
  * slot, ``newest`` (int32 per slot) holding each slot's newest entry before them: putKey's chains
@@ -1374,6 +1636,9 @@ static PyObject *crc32_kernel(PyObject *self, PyObject *args);
 static PyMethodDef methods[] = {
     {"search_sorted", search_sorted, METH_VARARGS,
      "search_sorted(a, v, right, out): numpy.searchsorted of ascending int64 a, galloping from answer to answer"},
+    {"dispatch_columns", dispatch_columns, METH_VARARGS,
+     "dispatch_columns(buf, cols, known, tables, overrides, index, cq_out, key_out, group_out): a batch's topic "
+     "groups, ConsumeQueue units and index keys in one loop"},
     {"index_keys", index_keys, METH_VARARGS,
      "index_keys(buf, indexed, topic_hash, u_start, u_len, k_start, k_len, joiner, sep, out_rec, out_hash): "
      "the index keys' records and hashes in the broker's order; -1 when a key is not ASCII"},

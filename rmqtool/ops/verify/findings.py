@@ -153,6 +153,21 @@ def sort_key(f: Finding) -> tuple:
     return (f.file or "", f.offset if f.offset is not None else -1, f.check)
 
 
+class FindingLog:
+    """A sink that keeps the ``add`` calls made to it, to be given to a real sink later
+    (``replay``): a check run once whose findings go to a sink chosen afterwards."""
+
+    def __init__(self):
+        self._calls: list[tuple] = []
+
+    def add(self, *args, **kwargs) -> None:
+        self._calls.append((args, kwargs))
+
+    def replay(self, sink) -> None:
+        for args, kwargs in self._calls:
+            sink.add(*args, **kwargs)
+
+
 @dataclass
 class FindingSink:
     """Collects findings; keeps at most ``limit`` per check and severity but counts all of them.

@@ -24,7 +24,7 @@ from rmqtool.ops.verify.commitlog import CommitLogVerifier, valid_end_from_walk
 from rmqtool.ops.verify.consumequeue_ext import ext_layout_checks, ext_unit_checks
 from rmqtool.ops.verify.consumequeue import (UNIT_ROW, QueueUnits, not_dispatched_finding, read_queue,
                                          shallow_unit_checks, unit_rows)
-from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingSink
+from rmqtool.ops.verify.findings import ERROR, INFO, WARNING, FindingLog, FindingSink
 from rmqtool.broker.queuekinds import detect as detect_queue_kinds
 from rmqtool.ops.verify.joins import JoinContext, JoinState, join_chunks, join_threads
 from rmqtool.ops.verify.queuekinds import batch_unit_checks, is_light_queue, lmq_unit_checks
@@ -32,6 +32,10 @@ from rmqtool.ops.verify.timer import check_timer_store
 from rmqtool.ops.verify.rocksdb_cq import check_rocksdb_cq
 from rmqtool.ops.verify.forecast import forecast, identify, recovery_walk, truncated_units
 from rmqtool.ops.verify.index import ENTRY_ROW, check_index_file, entry_rows, not_indexed_finding
+
+#: bytes of ConsumeQueue units (``QueueUnits``) the frontier pass keeps for the checks, so that those
+#: queues are read once; queues past it are read again (memory stays bounded at any store size)
+QUEUE_KEEP_BYTES = 64 << 20
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
 LEVELS = ("shallow", "deep")
@@ -163,6 +167,11 @@ def verify_stores(stores, options: VerifyOptions | None = None, progress_for=Non
             fleet.close()
 
 
+def _queue_bytes(qu: QueueUnits) -> int:
+    """The bytes a queue's units hold (its column arrays)."""
+    return sum(a.nbytes for a in (qu.offset, qu.size, qu.tags, qu.qoff, qu.file_idx, qu.position))
+
+
 def _verify_once(store, options: VerifyOptions, progress, engine, split_size, prepared=None) -> VerifyReport:
     spill = SpillDir()
     try:
@@ -202,15 +211,24 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     records = clv.walk(engine, split_size, prepared)
     tid = records.topics.lookup(options.topic) if options.topic is not None else None
 
-    # 2. the dispatch frontier: the furthest unit of every ConsumeQueue (read again in 4)
+    # 2. the dispatch frontier: the furthest unit of every ConsumeQueue; the queues read here are kept
+    #    for 4 with their findings (``FindingLog``) while they fit ``QUEUE_KEEP_BYTES``, the rest read again
     refs = list(store.queues())
     dispatch_from = 0
     min_qoffs = {}
-    for ref in refs:
-        qu = read_queue(store, ref, muted)
+    kept: dict[int, tuple[QueueUnits, FindingLog]] = {}
+    room = QUEUE_KEEP_BYTES
+    for k, ref in enumerate(refs):
+        log = FindingLog()
+        qu = read_queue(store, ref, log)
         min_qoffs[(ref.topic, ref.queue_id)] = qu.min_qoff
         if len(qu.offset):
             dispatch_from = max(dispatch_from, int((qu.offset + qu.size).max()))
+        size = _queue_bytes(qu)
+        if size <= room:
+            kept[k] = (qu, log)
+            room -= size
+        del qu, log
 
     # 3. the broker's recovery walk
     replay = None
@@ -227,10 +245,14 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     checked_queues: list[QueueUnits] = []
     routed_units = RoutedRows("units", UNIT_ROW, records)
     truncated = []
-    for ref in refs:
+    for k, ref in enumerate(refs):
         chosen = (options.topic is None or ref.topic == options.topic) and (
             options.queue_id is None or ref.queue_id == options.queue_id)
-        qu = read_queue(store, ref, cq_sink if chosen else muted)
+        if k in kept:
+            qu, log = kept.pop(k)
+            log.replay(cq_sink if chosen else muted)
+        else:
+            qu = read_queue(store, ref, cq_sink if chosen else muted)
         cut = truncated_units(qu, end)
         if cut is not None:
             truncated.append(cut)
