@@ -107,37 +107,40 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _int_key(k) -> bool:
+    """A map key fastjson wrote for a Java int or long: unquoted (an int here) or a quoted number."""
+    return _is_int(k) or (isinstance(k, str) and k.lstrip("-").isdigit())
+
+
+def _offset_table(value) -> tuple[dict | None, str | None]:
+    """``(offsetTable, None)`` of a manager's decoded file, ``(None, None)`` without one, or the problem."""
+    if not isinstance(value, dict):
+        return None, "not an object"
+    table = value.get("offsetTable")
+    if table is not None and not isinstance(table, dict):
+        return None, "offsetTable is not an object"
+    return table, None
+
+
 def offset_table_shape(value) -> str | None:
     """ConsumerOffsetManager: ``offsetTable`` maps ``topic@group`` to {queueId: offset}."""
-    if not isinstance(value, dict):
-        return "not an object"
-    table = value.get("offsetTable")
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        return "offsetTable is not an object"
-    for key, queues in table.items():
+    table, problem = _offset_table(value)
+    for key, queues in (table or {}).items():
         if not isinstance(queues, dict):
             return f"offsetTable[{key!r}] is not an object"
         for q, off in queues.items():
-            if not (_is_int(q) or (isinstance(q, str) and q.lstrip("-").isdigit())) or not _is_int(off):
+            if not _int_key(q) or not _is_int(off):
                 return f"offsetTable[{key!r}] holds {q!r}: {off!r}, not a queue id and an offset"
-    return None
+    return problem
 
 
 def delay_table_shape(value) -> str | None:
     """ScheduleMessageService: ``offsetTable`` maps delay level to offset."""
-    if not isinstance(value, dict):
-        return "not an object"
-    table = value.get("offsetTable")
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        return "offsetTable is not an object"
-    for level, off in table.items():
-        if not (_is_int(level) or (isinstance(level, str) and level.lstrip("-").isdigit())) or not _is_int(off):
+    table, problem = _offset_table(value)
+    for level, off in (table or {}).items():
+        if not _int_key(level) or not _is_int(off):
             return f"offsetTable holds {level!r}: {off!r}, not a delay level and an offset"
-    return None
+    return problem
 
 
 def object_shape(value) -> str | None:

@@ -266,6 +266,23 @@ static PyObject *split_tokens(PyObject *self, PyObject *args)
  * wrapping in 32 bits), four bytes per step so the multiplications do not wait on each other
  * (the same sum: 32-bit arithmetic is exact modulo 2^32 in any order); ``any`` collects the bytes'
  * bits (a byte >= 0x80 leaves bit 7 set). */
+/* IndexService's slot hash of a key: abs(String.hashCode), Integer.MIN_VALUE folded to 0 (format.md §5). */
+static inline int32_t index_hash(uint32_t h)
+{
+    return (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+}
+
+/* The next KEYS token of p[*j, len) split on sep, empty tokens skipped as String.split drops them:
+   1 with the token at [*from, *j), or 0 past the last one. */
+static inline int next_key_token(const unsigned char *p, int64_t len, unsigned char sep, int64_t *j, int64_t *from)
+{
+    while (*j < len && p[*j] == sep) (*j)++;
+    if (*j == len) return 0;
+    *from = *j;
+    while (*j < len && p[*j] != sep) (*j)++;
+    return 1;
+}
+
 static inline uint32_t java_hash_continue(uint32_t h, const unsigned char *p, int64_t len, unsigned char *any)
 {
     const uint32_t m2 = 31u * 31u, m3 = m2 * 31u, m4 = m3 * 31u;
@@ -1223,21 +1240,18 @@ static PyObject *index_keys(PyObject *self, PyObject *args)
             if (any >> 7) { high = 1; break; }
             if (count == room) { short_room = 1; break; }
             rec[count] = i;
-            hash[count++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+            hash[count++] = index_hash(h);
         }
         const unsigned char *p = b + (kl[i] > 0 ? ks[i] : 0);
         int64_t len = kl[i] > 0 ? kl[i] : 0, j = 0;
-        while (j < len) {
-            while (j < len && p[j] == (unsigned char)sep) j++;
-            if (j == len) break;
-            int64_t from = j;
-            while (j < len && p[j] != (unsigned char)sep) j++;
+        int64_t from;
+        while (next_key_token(p, len, (unsigned char)sep, &j, &from)) {
             unsigned char any = 0;
             uint32_t h = java_hash_continue(prefix, p + from, j - from, &any);
             if (any >> 7) { high = 1; break; }
             if (count == room) { short_room = 1; break; }
             rec[count] = i;
-            hash[count++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+            hash[count++] = index_hash(h);
         }
     }
     Py_END_ALLOW_THREADS
@@ -1482,21 +1496,18 @@ static PyObject *dispatch_columns(PyObject *self, PyObject *args)
             if (any >> 7) { status = -1; break; }
             if (keys == room) { status = -2; break; }
             key_rec[keys] = i; key_phy[keys] = phy; key_ts[keys] = ts;
-            key_hash[keys++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+            key_hash[keys++] = index_hash(h);
         }
         int64_t len = c[DC_K_LEN][i] > 0 ? c[DC_K_LEN][i] : 0, j = 0;
         const unsigned char *p = len ? b + c[DC_K_START][i] : b;
-        while (j < len) {
-            while (j < len && p[j] == (unsigned char)sep) j++;
-            if (j == len) break;
-            int64_t from = j;
-            while (j < len && p[j] != (unsigned char)sep) j++;
+        int64_t from;
+        while (next_key_token(p, len, (unsigned char)sep, &j, &from)) {
             unsigned char any = 0;
             uint32_t h = java_hash_continue(prefix, p + from, j - from, &any);
             if (any >> 7) { status = -1; break; }
             if (keys == room) { status = -2; break; }
             key_rec[keys] = i; key_phy[keys] = phy; key_ts[keys] = ts;
-            key_hash[keys++] = (int32_t)h == INT32_MIN ? 0 : ((int32_t)h < 0 ? -(int32_t)h : (int32_t)h);
+            key_hash[keys++] = index_hash(h);
         }
     }
     Py_END_ALLOW_THREADS
