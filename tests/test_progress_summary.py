@@ -122,23 +122,26 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, terminal):
     assert buf.getvalue() == ""
 
 
+def _write_synthetic(out, *extra):
+    """``write --synthetic 3000`` in the small reference geometry."""
+    return run_cli("write", out, "--synthetic", 3000, "--commitlog-file-size", 65536, "--cq-file-size", 800,
+                   "--index-slots", 61, "--index-entries", 350, *extra)
+
+
 def test_write_shows_a_progress_bar_once_past_one_second(tmp_path, terminal):
     buf = terminal(step=0.7)
-    res = run_cli("write", tmp_path / "w", "--synthetic", 3000, "--commitlog-file-size", 65536,
-                  "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350, "-f", "json")
+    res = _write_synthetic(tmp_path / "w", "-f", "json")
     assert res.code == 0, res.err
     assert "write" in buf.getvalue()
     assert json.loads(res.out)[0]["records"] == 3000
     buf = terminal(step=0.0)
-    assert run_cli("write", tmp_path / "w2", "--synthetic", 3000, "--commitlog-file-size", 65536,
-                   "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350).code == 0
+    assert _write_synthetic(tmp_path / "w2").code == 0
     assert buf.getvalue() == ""
 
 
 def test_write_progress_counts_records_not_bytes(tmp_path, terminal):
     buf = terminal(step=0.7)
-    res = run_cli("write", tmp_path / "w", "--synthetic", 3000, "--commitlog-file-size", 65536,
-                  "--cq-file-size", 800, "--index-slots", 61, "--index-entries", 350, "-f", "json")
+    res = _write_synthetic(tmp_path / "w", "-f", "json")
     assert res.code == 0, res.err
     assert "3000/3000 records" in buf.getvalue()
     assert "kB" not in buf.getvalue() and "/3.0" not in buf.getvalue()
