@@ -381,13 +381,22 @@ def record_tags_codes(batch: DispatchColumns, config: DispatchConfig | None = No
     tag_hash, _ = span_hashes(buf, tag_start, tag_len, known=known_hashes(batch, "tags"))
     tags_code = np.where(tag_len > 0, tag_hash.astype(np.int64), 0)
     delays = delays if delays is not None else schedule_delays(batch)
-    if len(delays.rows):
-        ts = _col(batch, "store_timestamp")
-        for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
-            level = min(level, len(config.delay_levels_ms))
-            if level > 0:
-                tags_code[i] = deliver_timestamp(level, int(ts[i]), config.delay_levels_ms)
+    rows, values = delay_tags_codes(delays, _col(batch, "store_timestamp"), config)
+    tags_code[rows] = values
     return tags_code
+
+
+def delay_tags_codes(delays: ScheduleDelays, store_timestamp, config: DispatchConfig,
+                     n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, tagsCodes) of the schedule records among the first ``n`` whose tagsCode is the deliver
+    timestamp: a DELAY level > 0 (levels past the configured ones deliver at the last level)."""
+    rows, values = [], []
+    for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
+        level = min(level, len(config.delay_levels_ms))
+        if level > 0 and (n is None or i < n):
+            rows.append(i)
+            values.append(deliver_timestamp(level, int(store_timestamp[i]), config.delay_levels_ms))
+    return np.asarray(rows, np.int64), np.asarray(values, np.int64)
 
 
 def record_index_keys(batch: DispatchColumns, n: int | None = None,
@@ -481,7 +490,6 @@ def dispatch_batch(batch: DispatchColumns, config: DispatchConfig | None = None,
         record_phy_offset=phy, stop=stop, stop_at=stop_at, bcq=bcq)
 
 
-
 #: the columns ``core.dispatch_columns`` reads, in its order (``_col`` names; "phy" is the dispatched offset)
 _NATIVE_COLUMNS = ("sys_flag", "phy", "size", "store_timestamp", "queue_id", "queue_offset", "topic_start",
                    "topic_len", "tags_start", "tags_len", "uniq_start", "uniq_len", "keys_start", "keys_len")
@@ -504,15 +512,7 @@ def _dispatch_loop(core, batch, buf, phy, n: int, config: DispatchConfig, delays
     known = [known_hashes(batch, name, n) for name in ("topic", "tags")]
     known = None if any(k is None or len(k) != n for k in known) else tuple(
         np.ascontiguousarray(k, np.int64) for k in known)
-    rows, values = [], []
-    if len(delays.rows):
-        ts = cols[3]
-        for i, level in zip(delays.rows.tolist(), delays.levels.tolist()):
-            level = min(level, len(config.delay_levels_ms))
-            if level > 0 and i < n:
-                rows.append(i)
-                values.append(deliver_timestamp(level, int(ts[i]), config.delay_levels_ms))
-    overrides = (np.asarray(rows, np.int64), np.asarray(values, np.int64))
+    overrides = delay_tags_codes(delays, cols[3], config, n)
     tables = _transaction_tables()
     cq = tuple(np.empty(n, np.int64) for _ in range(6))
     first = np.empty(n, np.int64)
@@ -553,6 +553,7 @@ def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
         cq_phy_offset=cq[3][:units], cq_size=cq[4][:units], cq_tags_code=cq[5][:units],
         key_hash=keys[1][:n_keys], key_phy_offset=keys[2][:n_keys], key_store_timestamp=keys[3][:n_keys],
         key_record=keys[0][:n_keys], records=n, record_phy_offset=cols[1])
+
 
 def _record_properties(batch, row: int) -> dict[str, str]:
     """The properties map of one record (empty when the columns carry no properties span)."""
