@@ -191,7 +191,7 @@ def _meter(progress, total: int):
     return advance
 
 
-def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res, advance=_meter(None, 0)) -> int:
+def _scan_range(store, lo, hi, key, topic, begin, end, how, found, res, advance) -> int:
     scanned = 0
     cl = store.commitlog
     for seg in cl.files:
