@@ -82,7 +82,16 @@ def restart_of(store) -> Restart:
     if not cl.files:
         return Restart("normal", None, 0, cl.file_size if cl.files else 0)
     walk = recovery_walk(store, max_cq_phy_offset(store))
-    return Restart(walk["mode"], int(walk["valid_end"]), cl.min_offset, cl.file_size)
+    return restart_at(store, walk["mode"], walk["valid_end"])
+
+
+def restart_at(store, mode: str, valid_end: int | None) -> Restart | None:
+    """The ``Restart`` a recovery that ends at ``valid_end`` makes (a caller that walked already:
+    info, verify); None without CommitLog files or a valid end (``restart_of`` then decides)."""
+    cl = store.commitlog
+    if not cl.files or valid_end is None:
+        return None
+    return Restart(mode, int(valid_end), cl.min_offset, cl.file_size)
 
 
 class ServedQueue:
