@@ -212,6 +212,26 @@ def test_every_probe_of_getmessage_equals_upstreams(tmp_path):
             sq.close()
 
 
+@pytest.mark.parametrize("name", ["consumers", "crashed", "mixed"])
+def test_served_units_are_the_queue_readers_units(name):
+    """``ServedQueue.units_array`` (from ``QueueView``'s files) holds the units and queue offsets
+    ``io.consumequeue.read_units`` reads up to each queue's logical end."""
+    import numpy as np
+    from rmqtool.io.consumequeue import read_units
+    from rmqtool.io.store import Store
+    from rmqtool.ops.consumers import ServedQueue
+    store = Store(reference_store(name))
+    for ref in store.queues():
+        sq = ServedQueue(store, ref.topic, ref.queue_id, None)
+        try:
+            qoff, units = sq.units_array()
+            want = read_units(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id))
+            assert np.array_equal(qoff, want.queue_offset) and np.array_equal(units, want.units), ref
+            assert sq.units_array()[0] is qoff                   # built once
+        finally:
+            sq.close()
+
+
 @pytest.mark.parametrize("fmt", ["table", "json", "csv", "tsv"])
 def test_every_format_and_filters(fmt):
     r = run_cli("consumers", reference_store(STORE), "-f", fmt, "--group", "cg-pay-ahead", "--topic", "PayTopic")

@@ -25,6 +25,7 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io.brokerconfig import committed_offsets, subscription_groups
+from rmqtool.output.system_topics import DLQ_PREFIX, RETRY_PREFIX
 from rmqtool.wording import counted
 
 # MessageStoreConfig defaults (5.3.3) that getMessage's batch follows
@@ -37,9 +38,6 @@ PULL_BATCH_SIZE = 32
 #: CleanCommitLogService defaults: fileReservedTime (hours) and deleteWhen (hours, ';'-separated)
 FILE_RESERVED_HOURS = 72
 DELETE_WHEN = "04"
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 
 #: PullMessageProcessor: GetMessageStatus -> response code (NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE:
 #: PULL_OFFSET_MOVED when the request offset is not 0, else PULL_NOT_FOUND)
@@ -93,6 +91,7 @@ class ServedQueue:
     def __init__(self, store, topic: str, queue_id: int, restart: Restart | None, present: bool = True):
         from rmqtool.ops.query.byqueue import QueueView
         self.topic, self.queue_id = topic, queue_id
+        self._units: tuple[np.ndarray, np.ndarray] | None = None
         self.view = QueueView(store, topic, queue_id) if present else None
         self.per_file = (self.view.queue.file_size // CQ_UNIT_SIZE) if present and self.view.queue.file_size else 0
         if self.view is None:
@@ -110,27 +109,24 @@ class ServedQueue:
                 self.max_offset = cut
         self.min_offset = min(self.view.min_offset, self.max_offset)
 
-    def _units_array(self) -> tuple[np.ndarray, np.ndarray]:
-        """(queue offsets, units) of every unit before the logical end."""
-        qoffs, parts = [], []
-        for f in self.view.files:
-            u = np.frombuffer(f.data, CQ_UNIT_DTYPE)
-            parts.append(u)
-            qoffs.append(f.start // CQ_UNIT_SIZE + np.arange(len(u), dtype=np.int64))
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)
-        return np.concatenate(qoffs), np.concatenate(parts)
-
     def units_array(self) -> tuple[np.ndarray, np.ndarray]:
-        """(queue offsets, units) of every unit before the logical end; those at or past
-        ``max_offset`` are the ones the restart truncates."""
-        return self._units_array()
+        """(queue offsets, units) of every unit before the logical end, built once from the
+        ``QueueView``'s files; those at or past ``max_offset`` are the ones the restart truncates."""
+        if self._units is None:
+            qoffs, parts = [], []
+            for f in self.view.files if self.view is not None else ():
+                u = np.frombuffer(f.data, CQ_UNIT_DTYPE)
+                parts.append(u)
+                qoffs.append(f.start // CQ_UNIT_SIZE + np.arange(len(u), dtype=np.int64))
+            self._units = ((np.concatenate(qoffs), np.concatenate(parts)) if parts
+                           else (np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)))
+        return self._units
 
     def _truncated(self, end: int) -> int | None:
         """The queue's max after recovery truncates its units at or past ``end``
         (``forecast.truncated_units``, the one rule), None when nothing is truncated."""
         from rmqtool.ops.verify.forecast import truncated_units
-        qoff, units = self._units_array()
+        qoff, units = self.units_array()
         cut = truncated_units(SimpleNamespace(topic=self.topic, queue_id=self.queue_id,
                                               offset=units["commitlog_offset"], qoff=qoff,
                                               end_qoff=self.max_on_disk), end)
@@ -267,7 +263,7 @@ def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, de
         return out
     due = max(mtimes[:idx + 1]) + reserved_hours * 3_600_000
     end = files[idx].start + store.commitlog.file_size
-    qoff, units = sq._units_array()
+    qoff, units = sq.units_array()
     live = (qoff >= nxt) & (qoff < sq.max_offset)
     out.update(retention_deleted_at=deletion_time(due, delete_when),
                retention_loses=int(np.count_nonzero(live & (units["commitlog_offset"] < end))))
