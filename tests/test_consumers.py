@@ -212,6 +212,33 @@ def test_every_probe_of_getmessage_equals_upstreams(tmp_path):
             sq.close()
 
 
+@pytest.mark.parametrize("name", ["consumers", "basic", "crashed", "mixed"])
+def test_restart_of_is_the_recovery_walks_mode_and_valid_end(tmp_path, name):
+    """``restart_of`` (one ``start_and_end``) gives the mode and valid end ``recovery_walk`` gives, in
+    both modes (the store as it is, and with its abort file added or removed)."""
+    import shutil
+    from rmqtool.broker.recovery import max_cq_phy_offset
+    from rmqtool.io.store import Store
+    from rmqtool.ops.consumers import restart_of
+    from rmqtool.ops.verify.forecast import recovery_walk
+    root = tmp_path / name
+    shutil.copytree(reference_store(name), root)
+    modes = set()
+    for _ in range(2):
+        store = Store(root)
+        walk = recovery_walk(store, max_cq_phy_offset(store))
+        got = restart_of(store)
+        assert (got.mode, got.valid_end) == (walk["mode"], int(walk["valid_end"]))
+        assert (got.commitlog_min, got.commitlog_file_size) == (store.commitlog.min_offset, store.commitlog.file_size)
+        modes.add(got.mode)
+        abort = root / "abort"
+        if abort.exists():
+            abort.unlink()
+        else:
+            abort.write_bytes(b"")
+    assert modes == {"normal", "abnormal"}
+
+
 @pytest.mark.parametrize("name", ["consumers", "crashed", "mixed"])
 def test_served_units_are_the_queue_readers_units(name):
     """``ServedQueue.units_array`` (from ``QueueView``'s files) holds the units and queue offsets

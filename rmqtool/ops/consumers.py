@@ -3,7 +3,7 @@
 ``consumer_rows(store)`` gives one row per (group, topic, queue) the broker loads from
 ``config/consumerOffset.json`` and ``lmqConsumerOffset.json`` (``io.brokerconfig``), with the
 queue's min and max offset as the broker serves them **after the restart the recovery forecast
-predicts** (``ops.verify.forecast.recovery_walk``: the CommitLog's valid end; ConsumeQueue units at
+predicts** (``restart_of``: the CommitLog's valid end ``recovery_walk`` finds; ConsumeQueue units at
 or past it truncated, ``forecast.truncated_units``), the lag, and upstream
 ``DefaultMessageStore.getMessage``'s answer at the committed offset (``ServedQueue.get_message``:
 status, nextBeginOffset, and the ``PullMessageProcessor`` response each status maps to). See
@@ -73,14 +73,15 @@ class Restart:
 
 
 def restart_of(store) -> Restart:
-    """``recovery_walk`` of the store (abort file decides the mode) as a ``Restart``."""
-    from rmqtool.broker.recovery import max_cq_phy_offset
-    from rmqtool.ops.verify.forecast import recovery_walk
+    """The restart of the store (the abort file decides the mode) as a ``Restart``: the broker's
+    recovery start and valid end (``broker.recovery.start_and_end``, the walk ``recovery_walk`` and
+    ``info`` run), without the other mode's start ``recovery_walk`` also finds."""
+    from rmqtool.broker.recovery import start_and_end
     cl = store.commitlog
     if not cl.files:
-        return Restart("normal", None, 0, cl.file_size if cl.files else 0)
-    walk = recovery_walk(store, max_cq_phy_offset(store))
-    return Restart(walk["mode"], int(walk["valid_end"]), cl.min_offset, cl.file_size)
+        return Restart("normal", None, 0, 0)
+    start, (end, _, _), _ = start_and_end(store)
+    return Restart(start.mode, int(end), cl.min_offset, cl.file_size)
 
 
 class ServedQueue:
