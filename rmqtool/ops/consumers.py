@@ -272,11 +272,13 @@ def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, de
 
 
 def consumer_rows(store, group: str | None = None, topic: str | None = None, restart: Restart | None = None,
-                  reserved_hours: int = FILE_RESERVED_HOURS, delete_when: str = DELETE_WHEN) -> tuple[list[dict], dict]:
+                  reserved_hours: int = FILE_RESERVED_HOURS, delete_when: str = DELETE_WHEN,
+                  committed=None) -> tuple[list[dict], dict]:
     """(one row per committed (group, topic, queue) after the forecast restart, {"loads": how each
     config file was loaded, "groups": per-group summary rows, "restart": the restart}).
-    ``restart`` defaults to ``restart_of(store)``."""
-    offsets, loads = committed_offsets(store.config_dir)
+    ``restart`` defaults to ``restart_of(store)``; ``committed``: ``committed_offsets`` of the store
+    when the caller has read them already."""
+    offsets, loads = committed if committed is not None else committed_offsets(store.config_dir)
     if restart is None:
         restart = restart_of(store)
     present = {(r.topic, r.queue_id) for r in store.queues()}
@@ -352,7 +354,7 @@ def moved_by_restart(rows: list[dict]) -> list[dict]:
 
 
 def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
-    """``moved_by_restart`` of the store's rows, for verify/info/report."""
+    """``moved_by_restart`` of the store's rows."""
     rows, _ = consumer_rows(store, restart=restart)
     return moved_by_restart(rows)
 
@@ -363,10 +365,12 @@ MOVE_FIELDS = ["group", "topic", "queue_id", "committed_offset", "restart_status
 
 
 def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
-    """The queues whose committed offset the restart moves (``restart_forecast``), in ``MOVE_FIELDS``; None when the broker loads no committed
-    offsets file (then ``info`` has no such section)."""
-    _, loads = committed_offsets(store.config_dir)
-    if all(x.source is None for x in loads):
+    """The queues whose committed offset the restart moves (``moved_by_restart``), in ``MOVE_FIELDS``;
+    None when the broker loads no committed offsets file (then ``info`` has no such section). The
+    offsets files are read once."""
+    committed = committed_offsets(store.config_dir)
+    if all(x.source is None for x in committed[1]):
         return None
-    return [{k: r[k] for k in MOVE_FIELDS} for r in restart_forecast(store, restart)]
+    rows, _ = consumer_rows(store, restart=restart, committed=committed)
+    return [{k: r[k] for k in MOVE_FIELDS} for r in moved_by_restart(rows)]
 
