@@ -325,6 +325,23 @@ def test_reset_modes(how, want):
         assert row["new_offset"] == want(row)
 
 
+def test_execute_starts_from_the_file_the_broker_loads(store_copy):
+    """A main file that parses but is no offset table: the broker (and the plan) load the .bak, so
+    the written file is the .bak's table with the plan's offsets; the old main becomes the .bak."""
+    root = store_copy(STORE)
+    cfg = root / "config"
+    (cfg / "consumerOffset.json").write_text('{"offsetTable":[1,2]}')
+    bak = parse((cfg / "consumerOffset.json.bak").read_text())
+    done = run_cli("reset-offsets", root, "--group", "cg-order-mid", "--to-earliest", "--execute", "-f", "jsonl")
+    assert done.code == 0, done.err
+    rows = done.jsonl()
+    want = bak["offsetTable"]
+    for r in rows:
+        want.setdefault(f"{r['topic']}@{r['group']}", {})[r["queue_id"]] = r["new_offset"]
+    assert parse((cfg / "consumerOffset.json").read_text())["offsetTable"] == want
+    assert (cfg / "consumerOffset.json.bak").read_text() == '{"offsetTable":[1,2]}'
+
+
 def test_reset_needs_one_mode():
     r = run_cli("reset-offsets", reference_store(STORE), "--group", "cg-pay-done")
     assert r.code == 2
