@@ -283,6 +283,17 @@ def test_retention_forecast():
         assert 0 < row["retention_loses"] <= row["lag"]
 
 
+def test_cli_cleanup_defaults_are_the_brokers():
+    """``consumers``' --file-reserved-hours and --delete-when default to the CleanCommitLogService
+    defaults ``ops.consumers`` holds (the CLI keeps its own copy so its module loads no numpy)."""
+    import inspect
+    from rmqtool.cli.cmd_consumers import consumers_command
+    from rmqtool.ops.consumers import DELETE_WHEN, FILE_RESERVED_HOURS
+    params = inspect.signature(consumers_command).parameters
+    assert params["file_reserved_hours"].default.default == FILE_RESERVED_HOURS
+    assert params["delete_when"].default.default == DELETE_WHEN
+
+
 # --- reset-offsets --------------------------------------------------------------------------------
 
 def test_reset_to_time_equals_query_queue_time_per_queue_and_execute_writes_it(store_copy):
