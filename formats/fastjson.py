@@ -140,12 +140,27 @@ class _Parser:
             self.fail(f"bad key {tok!r}", start)
         return tok
 
-    def obj(self, depth: int) -> dict:
+    def opened(self, close: str) -> bool:
+        """Step past a container's opening bracket; True when ``close`` follows at once (empty)."""
         self.i += 1
-        out: dict = {}
         self.ws()
-        if self.peek() == "}":
+        if self.peek() == close:
             self.i += 1
+            return True
+        return False
+
+    def more(self, close: str) -> bool:
+        """After a container's item: True at ``,`` (another item follows), False at ``close``."""
+        self.ws()
+        c = self.peek()
+        if c == "," or c == close:
+            self.i += 1
+            return c == ","
+        self.fail(f"expected ',' or '{close}'" + ("" if c else ", found the end of the text"))
+
+    def obj(self, depth: int) -> dict:
+        out: dict = {}
+        if self.opened("}"):
             return out
         while True:
             self.ws()
@@ -155,34 +170,17 @@ class _Parser:
                 self.fail(f"expected ':' after key {k!r}")
             self.i += 1
             out[k] = self.value(depth + 1)
-            self.ws()
-            c = self.peek()
-            if c == ",":
-                self.i += 1
-                continue
-            if c == "}":
-                self.i += 1
+            if not self.more("}"):
                 return out
-            self.fail("expected ',' or '}'" + ("" if c else ", found the end of the text"))
 
     def arr(self, depth: int) -> list:
-        self.i += 1
         out: list = []
-        self.ws()
-        if self.peek() == "]":
-            self.i += 1
+        if self.opened("]"):
             return out
         while True:
             out.append(self.value(depth + 1))
-            self.ws()
-            c = self.peek()
-            if c == ",":
-                self.i += 1
-                continue
-            if c == "]":
-                self.i += 1
+            if not self.more("]"):
                 return out
-            self.fail("expected ',' or ']'" + ("" if c else ", found the end of the text"))
 
 
 def parse(text: str):

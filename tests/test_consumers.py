@@ -212,6 +212,53 @@ def test_every_probe_of_getmessage_equals_upstreams(tmp_path):
             sq.close()
 
 
+@pytest.mark.parametrize("name", ["consumers", "basic", "crashed", "mixed"])
+def test_restart_of_is_the_recovery_walks_mode_and_valid_end(tmp_path, name):
+    """``restart_of`` (one ``start_and_end``) gives the mode and valid end ``recovery_walk`` gives, in
+    both modes (the store as it is, and with its abort file added or removed)."""
+    import shutil
+    from rmqtool.broker.recovery import max_cq_phy_offset
+    from rmqtool.io.store import Store
+    from rmqtool.ops.consumers import restart_of
+    from rmqtool.ops.verify.forecast import recovery_walk
+    root = tmp_path / name
+    shutil.copytree(reference_store(name), root)
+    modes = set()
+    for _ in range(2):
+        store = Store(root)
+        walk = recovery_walk(store, max_cq_phy_offset(store))
+        got = restart_of(store)
+        assert (got.mode, got.valid_end) == (walk["mode"], int(walk["valid_end"]))
+        assert (got.commitlog_min, got.commitlog_file_size) == (store.commitlog.min_offset, store.commitlog.file_size)
+        modes.add(got.mode)
+        abort = root / "abort"
+        if abort.exists():
+            abort.unlink()
+        else:
+            abort.write_bytes(b"")
+    assert modes == {"normal", "abnormal"}
+
+
+@pytest.mark.parametrize("name", ["consumers", "crashed", "mixed"])
+def test_served_units_are_the_queue_readers_units(name):
+    """``ServedQueue.units_array`` (from ``QueueView``'s files) holds the units and queue offsets
+    ``io.consumequeue.read_units`` reads up to each queue's logical end."""
+    import numpy as np
+    from rmqtool.io.consumequeue import read_units
+    from rmqtool.io.store import Store
+    from rmqtool.ops.consumers import ServedQueue
+    store = Store(reference_store(name))
+    for ref in store.queues():
+        sq = ServedQueue(store, ref.topic, ref.queue_id, None)
+        try:
+            qoff, units = sq.units_array()
+            want = read_units(ref.topic, ref.queue_id, store.queue(ref.topic, ref.queue_id))
+            assert np.array_equal(qoff, want.queue_offset) and np.array_equal(units, want.units), ref
+            assert sq.units_array()[0] is qoff                   # built once
+        finally:
+            sq.close()
+
+
 @pytest.mark.parametrize("fmt", ["table", "json", "csv", "tsv"])
 def test_every_format_and_filters(fmt):
     r = run_cli("consumers", reference_store(STORE), "-f", fmt, "--group", "cg-pay-ahead", "--topic", "PayTopic")
@@ -234,6 +281,17 @@ def test_retention_forecast():
         mtime = int(os.stat(reference_store(STORE) / "commitlog" / files[0]).st_mtime * 1000)
         assert row["retention_deleted_at"] == deletion_time(mtime + 72 * 3_600_000)
         assert 0 < row["retention_loses"] <= row["lag"]
+
+
+def test_cli_cleanup_defaults_are_the_brokers():
+    """``consumers``' --file-reserved-hours and --delete-when default to the CleanCommitLogService
+    defaults ``ops.consumers`` holds (the CLI keeps its own copy so its module loads no numpy)."""
+    import inspect
+    from rmqtool.cli.cmd_consumers import consumers_command
+    from rmqtool.ops.consumers import DELETE_WHEN, FILE_RESERVED_HOURS
+    params = inspect.signature(consumers_command).parameters
+    assert params["file_reserved_hours"].default.default == FILE_RESERVED_HOURS
+    assert params["delete_when"].default.default == DELETE_WHEN
 
 
 # --- reset-offsets --------------------------------------------------------------------------------
@@ -276,6 +334,23 @@ def test_reset_modes(how, want):
     assert r.code == 0, r.err
     for row in r.jsonl():
         assert row["new_offset"] == want(row)
+
+
+def test_execute_starts_from_the_file_the_broker_loads(store_copy):
+    """A main file that parses but is no offset table: the broker (and the plan) load the .bak, so
+    the written file is the .bak's table with the plan's offsets; the old main becomes the .bak."""
+    root = store_copy(STORE)
+    cfg = root / "config"
+    (cfg / "consumerOffset.json").write_text('{"offsetTable":[1,2]}')
+    bak = parse((cfg / "consumerOffset.json.bak").read_text())
+    done = run_cli("reset-offsets", root, "--group", "cg-order-mid", "--to-earliest", "--execute", "-f", "jsonl")
+    assert done.code == 0, done.err
+    rows = done.jsonl()
+    want = bak["offsetTable"]
+    for r in rows:
+        want.setdefault(f"{r['topic']}@{r['group']}", {})[r["queue_id"]] = r["new_offset"]
+    assert parse((cfg / "consumerOffset.json").read_text())["offsetTable"] == want
+    assert (cfg / "consumerOffset.json.bak").read_text() == '{"offsetTable":[1,2]}'
 
 
 def test_reset_needs_one_mode():

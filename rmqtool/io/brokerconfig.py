@@ -176,7 +176,7 @@ def committed_offsets(config_dir) -> tuple[list[CommittedOffset], list[ConfigLoa
 
 def delay_offsets(config_dir) -> tuple[dict[int, int], ConfigLoad]:
     """{delay level: offset} as ScheduleMessageService's ConfigManager.load takes it (before its
-    ``correctDelayOffset`` clamps each to the schedule queue: ``ops.consumers.delay_levels``)."""
+    ``correctDelayOffset`` clamps each to the schedule queue: ``ops.pending.schedule_levels``)."""
     load = load_config(config_dir, DELAY_OFFSET, delay_table_shape)
     table = (load.data or {}).get("offsetTable") or {} if isinstance(load.data, dict) else {}
     return {int(k): int(v) for k, v in table.items()}, load

@@ -3,7 +3,7 @@
 ``consumer_rows(store)`` gives one row per (group, topic, queue) the broker loads from
 ``config/consumerOffset.json`` and ``lmqConsumerOffset.json`` (``io.brokerconfig``), with the
 queue's min and max offset as the broker serves them **after the restart the recovery forecast
-predicts** (``ops.verify.forecast.recovery_walk``: the CommitLog's valid end; ConsumeQueue units at
+predicts** (``restart_of``: the CommitLog's valid end ``recovery_walk`` finds; ConsumeQueue units at
 or past it truncated, ``forecast.truncated_units``), the lag, and upstream
 ``DefaultMessageStore.getMessage``'s answer at the committed offset (``ServedQueue.get_message``:
 status, nextBeginOffset, and the ``PullMessageProcessor`` response each status maps to). See
@@ -25,6 +25,7 @@ import numpy as np
 
 from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io.brokerconfig import committed_offsets, subscription_groups
+from rmqtool.output.system_topics import DLQ_PREFIX, RETRY_PREFIX
 from rmqtool.wording import counted
 
 # MessageStoreConfig defaults (5.3.3) that getMessage's batch follows
@@ -37,9 +38,6 @@ PULL_BATCH_SIZE = 32
 #: CleanCommitLogService defaults: fileReservedTime (hours) and deleteWhen (hours, ';'-separated)
 FILE_RESERVED_HOURS = 72
 DELETE_WHEN = "04"
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 
 #: PullMessageProcessor: GetMessageStatus -> response code (NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE:
 #: PULL_OFFSET_MOVED when the request offset is not 0, else PULL_NOT_FOUND)
@@ -75,19 +73,20 @@ class Restart:
 
 
 def restart_of(store) -> Restart:
-    """``recovery_walk`` of the store (abort file decides the mode) as a ``Restart``."""
-    from rmqtool.broker.recovery import max_cq_phy_offset
-    from rmqtool.ops.verify.forecast import recovery_walk
+    """The restart of the store (the abort file decides the mode) as a ``Restart``: the broker's
+    recovery start and valid end (``broker.recovery.start_and_end``, the walk ``recovery_walk`` and
+    ``info`` run), without the other mode's start ``recovery_walk`` also finds."""
+    from rmqtool.broker.recovery import start_and_end
     cl = store.commitlog
     if not cl.files:
-        return Restart("normal", None, 0, cl.file_size if cl.files else 0)
-    walk = recovery_walk(store, max_cq_phy_offset(store))
-    return restart_at(store, walk["mode"], walk["valid_end"])
+        return Restart("normal", None, 0, 0)
+    start, (end, _, _), _ = start_and_end(store)
+    return restart_at(store, start.mode, end)
 
 
 def restart_at(store, mode: str, valid_end: int | None) -> Restart | None:
     """The ``Restart`` a recovery that ends at ``valid_end`` makes (a caller that walked already:
-    info, verify); None without CommitLog files or a valid end (``restart_of`` then decides)."""
+    info, verify, report); None without CommitLog files or a valid end (``restart_of`` then decides)."""
     cl = store.commitlog
     if not cl.files or valid_end is None:
         return None
@@ -102,6 +101,7 @@ class ServedQueue:
     def __init__(self, store, topic: str, queue_id: int, restart: Restart | None, present: bool = True):
         from rmqtool.ops.query.byqueue import QueueView
         self.topic, self.queue_id = topic, queue_id
+        self._units: tuple[np.ndarray, np.ndarray] | None = None
         self.view = QueueView(store, topic, queue_id) if present else None
         self.per_file = (self.view.queue.file_size // CQ_UNIT_SIZE) if present and self.view.queue.file_size else 0
         if self.view is None:
@@ -119,27 +119,24 @@ class ServedQueue:
                 self.max_offset = cut
         self.min_offset = min(self.view.min_offset, self.max_offset)
 
-    def _units_array(self) -> tuple[np.ndarray, np.ndarray]:
-        """(queue offsets, units) of every unit before the logical end."""
-        qoffs, parts = [], []
-        for f in self.view.files:
-            u = np.frombuffer(f.data, CQ_UNIT_DTYPE)
-            parts.append(u)
-            qoffs.append(f.start // CQ_UNIT_SIZE + np.arange(len(u), dtype=np.int64))
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)
-        return np.concatenate(qoffs), np.concatenate(parts)
-
     def units_array(self) -> tuple[np.ndarray, np.ndarray]:
-        """(queue offsets, units) of every unit before the logical end; those at or past
-        ``max_offset`` are the ones the restart truncates."""
-        return self._units_array()
+        """(queue offsets, units) of every unit before the logical end, built once from the
+        ``QueueView``'s files; those at or past ``max_offset`` are the ones the restart truncates."""
+        if self._units is None:
+            qoffs, parts = [], []
+            for f in self.view.files if self.view is not None else ():
+                u = np.frombuffer(f.data, CQ_UNIT_DTYPE)
+                parts.append(u)
+                qoffs.append(f.start // CQ_UNIT_SIZE + np.arange(len(u), dtype=np.int64))
+            self._units = ((np.concatenate(qoffs), np.concatenate(parts)) if parts
+                           else (np.zeros(0, np.int64), np.zeros(0, CQ_UNIT_DTYPE)))
+        return self._units
 
     def _truncated(self, end: int) -> int | None:
         """The queue's max after recovery truncates its units at or past ``end``
         (``forecast.truncated_units``, the one rule), None when nothing is truncated."""
         from rmqtool.ops.verify.forecast import truncated_units
-        qoff, units = self._units_array()
+        qoff, units = self.units_array()
         cut = truncated_units(SimpleNamespace(topic=self.topic, queue_id=self.queue_id,
                                               offset=units["commitlog_offset"], qoff=qoff,
                                               end_qoff=self.max_on_disk), end)
@@ -276,7 +273,7 @@ def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, de
         return out
     due = max(mtimes[:idx + 1]) + reserved_hours * 3_600_000
     end = files[idx].start + store.commitlog.file_size
-    qoff, units = sq._units_array()
+    qoff, units = sq.units_array()
     live = (qoff >= nxt) & (qoff < sq.max_offset)
     out.update(retention_deleted_at=deletion_time(due, delete_when),
                retention_loses=int(np.count_nonzero(live & (units["commitlog_offset"] < end))))
@@ -284,11 +281,13 @@ def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, de
 
 
 def consumer_rows(store, group: str | None = None, topic: str | None = None, restart: Restart | None = None,
-                  reserved_hours: int = FILE_RESERVED_HOURS, delete_when: str = DELETE_WHEN) -> tuple[list[dict], dict]:
+                  reserved_hours: int = FILE_RESERVED_HOURS, delete_when: str = DELETE_WHEN,
+                  committed=None) -> tuple[list[dict], dict]:
     """(one row per committed (group, topic, queue) after the forecast restart, {"loads": how each
     config file was loaded, "groups": per-group summary rows, "restart": the restart}).
-    ``restart`` defaults to ``restart_of(store)``."""
-    offsets, loads = committed_offsets(store.config_dir)
+    ``restart`` defaults to ``restart_of(store)``; ``committed``: ``committed_offsets`` of the store
+    when the caller has read them already."""
+    offsets, loads = committed if committed is not None else committed_offsets(store.config_dir)
     if restart is None:
         restart = restart_of(store)
     present = {(r.topic, r.queue_id) for r in store.queues()}
@@ -364,7 +363,7 @@ def moved_by_restart(rows: list[dict]) -> list[dict]:
 
 
 def restart_forecast(store, restart: Restart | None = None) -> list[dict]:
-    """``moved_by_restart`` of the store's rows, for verify/info/report."""
+    """``moved_by_restart`` of the store's rows."""
     rows, _ = consumer_rows(store, restart=restart)
     return moved_by_restart(rows)
 
@@ -375,10 +374,12 @@ MOVE_FIELDS = ["group", "topic", "queue_id", "committed_offset", "restart_status
 
 
 def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
-    """The queues whose committed offset the restart moves (``restart_forecast``), in ``MOVE_FIELDS``; None when the broker loads no committed
-    offsets file (then ``info`` has no such section)."""
-    _, loads = committed_offsets(store.config_dir)
-    if all(x.source is None for x in loads):
+    """The queues whose committed offset the restart moves (``moved_by_restart``), in ``MOVE_FIELDS``;
+    None when the broker loads no committed offsets file (then ``info`` has no such section). The
+    offsets files are read once."""
+    committed = committed_offsets(store.config_dir)
+    if all(x.source is None for x in committed[1]):
         return None
-    return [{k: r[k] for k in MOVE_FIELDS} for r in restart_forecast(store, restart)]
+    rows, _ = consumer_rows(store, restart=restart, committed=committed)
+    return [{k: r[k] for k in MOVE_FIELDS} for r in moved_by_restart(rows)]
 

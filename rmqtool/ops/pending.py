@@ -54,27 +54,28 @@ def _units(sq, start: int):
     if sq.view is None:
         return
     qoff, units = sq.units_array()
-    for i in range(len(qoff)):
-        q = int(qoff[i])
-        if start <= q < sq.max_offset:
-            u = units[i]
-            yield q, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])
+    keep = (qoff >= start) & (qoff < sq.max_offset)
+    kept = units[keep]
+    yield from zip(qoff[keep].tolist(), kept["commitlog_offset"].tolist(), kept["size"].tolist(),
+                   kept["tags_code"].tolist())
 
 
 # --- delayed messages ------------------------------------------------------------------------------
 
-def schedule_levels(store, restart=None) -> tuple[list[dict], object]:
+def schedule_levels(store, restart=None, levels_ms: list[int] | None = None) -> tuple[list[dict], object]:
     """One entry per delay level the broker knows (its ``messageDelayLevel`` table) or finds a schedule
     queue for: queue id (level - 1, ``delayLevel2QueueId``), delay, the queue's min/max after the
     restart, the offset ``delayOffset.json`` holds and the one the schedule service resumes from
     (``correctDelayOffset``: clamped into [min, max] for a level of the table that the file names; a
     level the file does not name starts at 0, and a start below min is moved to min by the first
-    ``executeOnTimeUp``), and how many units wait past it. Returns (levels, how the file was loaded)."""
+    ``executeOnTimeUp``), and how many units wait past it. Returns (levels, how the file was loaded).
+    ``levels_ms``: ``store_delay_levels(store)`` when the caller has it."""
     from rmqtool.ops.consumers import restart_of
     if restart is None:
         restart = restart_of(store)
     table, load = delay_offsets(store.config_dir)
-    levels_ms = store_delay_levels(store)
+    if levels_ms is None:
+        levels_ms = store_delay_levels(store)
     present = {(r.topic, r.queue_id) for r in store.queues()}
     on_disk = {q + 1 for (t, q) in present if t == cl.SCHEDULE_TOPIC}
     out = []
@@ -99,8 +100,8 @@ def delayed(store, topic: str | None = None, limit: int | None = None, restart=N
     the units of each ``SCHEDULE_TOPIC_XXXX`` queue from the offset it resumes from to the queue's
     max. ``topic``: only messages for this real topic; ``limit``: at most this many rows."""
     from rmqtool.records.single import RecordReader
-    levels, load = schedule_levels(store, restart)
     levels_ms = store_delay_levels(store)
+    levels, load = schedule_levels(store, restart, levels_ms)
     out = Pending(loads=[load])
     reader = RecordReader(store)
     try:

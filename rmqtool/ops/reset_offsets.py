@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from formats.fastjson import dumps, parse
+from formats.fastjson import dumps
 from rmqtool.errors import RefusedError, UsageError
-from rmqtool.io.brokerconfig import BAK, CONSUMER_OFFSET, TOPIC_GROUP_SEPARATOR, committed_offsets, read_text
+from rmqtool.io.brokerconfig import (BAK, CONSUMER_OFFSET, TOPIC_GROUP_SEPARATOR, committed_offsets, load_config,
+                                     offset_table_shape, read_text)
 
 MODES = ("to_time", "to_earliest", "to_latest", "to_offset", "shift_by")
 
@@ -75,26 +76,20 @@ def plan(store, group: str, target: Target, topic: str | None = None) -> list[di
 
 def new_text(store, rows: list[dict]) -> tuple[str, str | None]:
     """(the new consumerOffset.json text, the current main file's text or None): the file the
-    broker loads (the main, else its .bak), with the plan's offsets set, in fastjson's layout."""
-    main_text = read_text(store.config_dir / CONSUMER_OFFSET)
-    loaded = main_text
-    tree = None
-    if main_text:
-        try:
-            tree = parse(main_text)
-        except ValueError:
-            tree = None
-    if tree is None:
-        loaded = read_text(store.config_dir / (CONSUMER_OFFSET + BAK))
-        tree = parse(loaded) if loaded else None
-    if not isinstance(tree, dict):
-        tree = {}
-    table = tree.setdefault("offsetTable", {})
+    broker loads (``io.brokerconfig.load_config``: the main, else its .bak), with the plan's offsets
+    set, in fastjson's layout. Neither decoding (the broker would not start) raises its error."""
+    load = load_config(store.config_dir, CONSUMER_OFFSET, offset_table_shape)
+    if not load.ok:
+        raise load.error()
+    tree = load.data if isinstance(load.data, dict) else {}
+    table = tree.get("offsetTable")
+    if table is None:
+        table = tree["offsetTable"] = {}
     for r in rows:
         key = f"{r['topic']}{TOPIC_GROUP_SEPARATOR}{r['group']}"
         queues = table.setdefault(key, {})
         queues[r["queue_id"]] = r["new_offset"]
-    return dumps(tree), main_text
+    return dumps(tree), read_text(store.config_dir / CONSUMER_OFFSET)
 
 
 def write_plan(store, rows: list[dict]) -> dict:
