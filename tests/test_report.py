@@ -380,6 +380,22 @@ def test_consumer_groups_a_restart_moves(tmp_path, store_copy):
     assert "could not be read: " in text and "consumerOffset.json" in text
 
 
+@pytest.mark.parametrize("abort", [False, True])
+def test_consumer_groups_on_verifys_forecast_are_those_of_the_recovery_walk(store_copy, abort):
+    """The section is read on the restart verify's forecast predicts (no walk of its own): the same rows
+    as on the broker's recovery walk run for it (``ops/consumers.restart_of``), either start mode."""
+    from rmqtool.ops.report.model import read_consumer_groups
+    from rmqtool.ops.verify import VerifyOptions, verify
+    root = store_copy("consumers")
+    if abort:
+        (root / "abort").write_bytes(b"")
+    store = Store(root)
+    fc = verify(store, VerifyOptions(level="deep")).forecast
+    assert fc["mode"] == ("abnormal" if abort else "normal")
+    section = read_consumer_groups(store, fc)
+    assert section["read"] and section == read_consumer_groups(store)
+
+
 # --- what it imports, what it ships --------------------------------------------------------------------
 def test_report_imports_nothing_heavy(tmp_path):
     code = textwrap.dedent(f"""

@@ -85,6 +85,15 @@ def restart_of(store) -> Restart:
     return Restart(walk["mode"], int(walk["valid_end"]), cl.min_offset, cl.file_size)
 
 
+def forecast_restart(store, fc: dict) -> Restart | None:
+    """The restart a recovery forecast (``verify``'s ``forecast``) predicts, as a ``Restart``, without
+    walking the CommitLog again; None when it has no valid end (no CommitLog files: ``restart_of``)."""
+    cl = store.commitlog
+    if not cl.files or fc.get("valid_end") is None:
+        return None
+    return Restart(fc["mode"], int(fc["valid_end"]), cl.min_offset, cl.file_size)
+
+
 class ServedQueue:
     """One consume queue as the broker serves it after ``restart``: units up to the logical end,
     less those recovery truncates; min/max as ``getMinOffsetInQueue``/``getMaxOffsetInQueue``. A

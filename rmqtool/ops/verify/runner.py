@@ -375,8 +375,5 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
 def consumer_moves(store, fc: dict) -> list[dict] | None:
     """The committed offsets the restart this forecast predicts moves (``ops/consumers.restart_moves`` on
     the forecast's valid end, without walking the CommitLog again); None without a consumerOffset.json."""
-    from rmqtool.ops.consumers import Restart, restart_moves
-    cl = store.commitlog
-    if not cl.files or fc.get("valid_end") is None:
-        return restart_moves(store)
-    return restart_moves(store, Restart(fc["mode"], int(fc["valid_end"]), cl.min_offset, cl.file_size))
+    from rmqtool.ops.consumers import forecast_restart, restart_moves
+    return restart_moves(store, forecast_restart(store, fc))
