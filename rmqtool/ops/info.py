@@ -137,8 +137,9 @@ def store_info(store, count_all: bool = False, progress=None) -> dict:
                                "batch_cq_topics": sorted(kinds.batch_cq_topics), "source": kinds.source,
                                "batch_queues": [{"topic": r.topic, "queue_id": r.queue_id}
                                                 for r in store.queues(batch=True)]}
-    from rmqtool.ops.consumers import restart_moves
-    moves = restart_moves(store)
+    from rmqtool.ops.consumers import Restart, restart_moves
+    moves = restart_moves(store, Restart(start.mode, int(end), cl.min_offset, cl.file_size)   # this walk's restart
+                          if cl.files else None)
     if moves is not None:                # only stores with a consumerOffset.json have the key
         info["consumer_restart"] = moves
     controller = controller_info(store, end)
