@@ -98,6 +98,30 @@ def test_time_ticks_fall_inside_the_span_and_are_few(lo, span):
     assert all(t % step == 0 for t in ticks)
 
 
+@settings(max_examples=200, deadline=None)
+@given(ms=st.integers(0, 4_102_444_800_000), step=st.sampled_from([1, *charts._TICK_STEPS]),
+       span=st.integers(0, 40 * 86_400_000))
+def test_time_labels_are_parts_of_the_tables_time(ms, step, span):
+    """A tick's label is cut from ``wording.format_time``: as fine as the step, as datetime words it."""
+    import datetime as dt
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    if span >= 86_400_000 or step >= 86_400_000:
+        want = t.strftime("%Y-%m-%d") if step >= 86_400_000 else t.strftime("%m-%d %H:%M")
+    else:
+        want = t.strftime({60_000: "%H:%M", 1_000: "%H:%M:%S"}.get(
+            next((k for k in (60_000, 1_000) if step >= k), 0), "%H:%M:%S.") + ("" if step >= 1_000 else f"{ms % 1000:03d}"))
+    assert charts.time_label(ms, step, span) == want
+
+
+def test_a_time_past_datetimes_calendar_is_labelled_not_raised():
+    """A damaged record's store time can lie past year 9999 (datetime raises there): its label is still
+    the part of ``format_time``'s words the step asks for."""
+    from rmqtool.wording import format_time
+    for step, span in ((1, 0), (60_000, 0), (86_400_000, 0), (60_000, 86_400_000)):
+        label = charts.time_label(1 << 62, step, span)
+        assert label and all(part in format_time(1 << 62) for part in label.split(" "))
+
+
 class _Batch:
     """What ``StoreStats.add_batch`` reads of a record batch."""
 
@@ -378,6 +402,22 @@ def test_consumer_groups_a_restart_moves(tmp_path, store_copy):
         (bad / "config" / name).write_text("{\n\t\"offsetTable\":{")
     text = report(tmp_path, str(bad), level="shallow")
     assert "could not be read: " in text and "consumerOffset.json" in text
+
+
+@pytest.mark.parametrize("abort", [False, True])
+def test_consumer_groups_on_verifys_forecast_are_those_of_the_recovery_walk(store_copy, abort):
+    """The section is read on the restart verify's forecast predicts (no walk of its own): the same rows
+    as on the broker's recovery walk run for it (``ops/consumers.restart_of``), either start mode."""
+    from rmqtool.ops.report.model import read_consumer_groups
+    from rmqtool.ops.verify import VerifyOptions, verify
+    root = store_copy("consumers")
+    if abort:
+        (root / "abort").write_bytes(b"")
+    store = Store(root)
+    fc = verify(store, VerifyOptions(level="deep")).forecast
+    assert fc["mode"] == ("abnormal" if abort else "normal")
+    section = read_consumer_groups(store, fc)
+    assert section["read"] and section == read_consumer_groups(store)
 
 
 # --- what it imports, what it ships --------------------------------------------------------------------

@@ -93,6 +93,12 @@ def restart_at(store, mode: str, valid_end: int | None) -> Restart | None:
     return Restart(mode, int(valid_end), cl.min_offset, cl.file_size)
 
 
+def forecast_restart(store, fc: dict) -> Restart | None:
+    """The restart a recovery forecast (``verify``'s ``forecast``) predicts, as a ``Restart``, without
+    walking the CommitLog again; None when it has no valid end (no CommitLog files: ``restart_of``)."""
+    return restart_at(store, fc["mode"], fc.get("valid_end"))
+
+
 class ServedQueue:
     """One consume queue as the broker serves it after ``restart``: units up to the logical end,
     less those recovery truncates; min/max as ``getMinOffsetInQueue``/``getMaxOffsetInQueue``. A

@@ -103,8 +103,8 @@ class StoreStats:
         batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
         self.total.add(len(batch), batch_bytes, tmin, tmax)
         self.current_file.add(len(batch), batch_bytes, tmin, tmax)
-        if self.auto:                   # wide enough for the span with this batch, before counting it
-            self.coarsen(auto_step(self.total.last - self.total.first))
+        if self.auto:                   # wide enough for the span with this batch, before counting it: every
+            self.coarsen(auto_step(self.total.last - self.total.first))     # bucket then lies in that span
         if self.bucket_ms:
             bstart = ts // self.bucket_ms * self.bucket_ms
             starts, binv = np.unique(bstart, return_inverse=True)
@@ -121,8 +121,6 @@ class StoreStats:
                     cur = self.topic_buckets.setdefault(((p_ >> 24) * AUTO_STEPS[0], topics.names[p_ & 0xFFFFFF]), [0, 0])
                     cur[0] += c
                     cur[1] += by_
-            if self.auto:
-                self.coarsen()
 
     def coarsen(self, at_least: int = 0) -> None:
         """by="auto": the next bucket size of ``AUTO_STEPS`` while there are more than ``AUTO_MAX_BUCKETS``
@@ -156,7 +154,7 @@ class StoreStats:
         """Add the counts of a later part of the same walk (an engine task's) to these."""
         for qk, acc in part.queues.items():
             _merge_acc(self.queues.setdefault(qk, _Acc()), acc)
-        if self.auto:                   # both to the size for the span of the two
+        if self.auto:                   # both to the size for the span of the two: their buckets lie in it
             lo = min(x for x in (self.total.first, part.total.first) if x is not None) if part.total.messages else None
             hi = max(x for x in (self.total.last, part.total.last) if x is not None) if part.total.messages else None
             size = max(self.bucket_ms, part.bucket_ms, auto_step(hi - lo) if lo is not None else 0)
@@ -170,8 +168,6 @@ class StoreStats:
             cur = self.topic_buckets.setdefault(b, [0, 0])
             cur[0] += c
             cur[1] += by_
-        if self.auto:
-            self.coarsen()
         _merge_acc(self.total, part.total)
         _merge_acc(self.current_file, part.current_file)
 

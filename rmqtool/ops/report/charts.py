@@ -8,8 +8,9 @@ against the data. Nothing here reads a store: the functions take numbers and nam
 """
 from __future__ import annotations
 
-import datetime as dt
 from html import escape
+
+from rmqtool.wording import format_time
 
 #: nice steps for time-axis ticks (ms)
 _TICK_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000,
@@ -34,15 +35,14 @@ def shorten(text: str, keep: int = 28) -> str:
 
 
 def time_label(ms: int, step: int, span: int) -> str:
-    """A tick's label: as fine as the step, the date only when the span crosses days."""
-    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    """A tick's label: as fine as the step, the date only when the span crosses days (parts of the
+    tables' one form, ``wording.format_time``; a time it cannot word is given whole as it does)."""
+    date, t, clock = format_time(ms).partition("T")       # YYYY-MM-DD, HH:MM:SS.mmmZ
+    if not t:
+        return date
     if span >= 86_400_000 or step >= 86_400_000:
-        return t.strftime("%Y-%m-%d") if step >= 86_400_000 else t.strftime("%m-%d %H:%M")
-    if step >= 60_000:
-        return t.strftime("%H:%M")
-    if step >= 1_000:
-        return t.strftime("%H:%M:%S")
-    return t.strftime("%H:%M:%S.") + f"{ms % 1000:03d}"
+        return date if step >= 86_400_000 else f"{date[-5:]} {clock[:5]}"
+    return clock[:5] if step >= 60_000 else clock[:8] if step >= 1_000 else clock[:12]
 
 
 def time_ticks(lo: int, hi: int, most: int = 7) -> tuple[int, list[int]]:

@@ -238,13 +238,14 @@ def _groups_number(section: dict) -> list[dict]:
              "hint": f"of {section['total']} committed (group, topic, queue)s: re-consumed, skipped or reset"}]
 
 
-def read_consumer_groups(store) -> dict:
+def read_consumer_groups(store, fc: dict | None = None) -> dict:
     """``consumer_groups_section`` of what the store's ``config/consumerOffset.json`` (and the LMQ file)
-    say, as the broker would load them; a file that cannot be read is said in the section, not raised."""
+    say, as the broker would load them, after the restart verify's forecast ``fc`` predicts (None: the
+    broker's recovery walk is run for it); a file that cannot be read is said in the section, not raised."""
     from rmqtool.errors import RmqError
-    from rmqtool.ops.consumers import consumer_rows, moved_by_restart
+    from rmqtool.ops.consumers import consumer_rows, forecast_restart, moved_by_restart
     try:
-        rows, meta = consumer_rows(store)
+        rows, meta = consumer_rows(store, restart=forecast_restart(store, fc) if fc is not None else None)
     except RmqError as exc:
         return consumer_groups_section(None, error=str(exc))
     broken = [f"{load.says()} ({load.error()})" for load in meta["loads"] if not load.ok]
@@ -280,7 +281,7 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
     root = store.root if store.remote else os.path.abspath(store.root)
     groups = file_groups(store, st.files, fc, info, findings)
     short = {k: v for k, v in fc.items() if k not in ("lost", "not_dispatched", "not_indexed")}
-    groups_section = (read_consumer_groups(store) if consumer_groups is None
+    groups_section = (read_consumer_groups(store, fc) if consumer_groups is None
                       else consumer_groups_section(consumer_groups))
     return {
         "name": printable(str(name)), "anchor": "", "root": printable(str(root)), "kinds": store_kinds(store, info),

@@ -375,5 +375,5 @@ def _count_findings(summary: dict, sink: FindingSink) -> None:
 def consumer_moves(store, fc: dict) -> list[dict] | None:
     """The committed offsets the restart this forecast predicts moves (``ops/consumers.restart_moves`` on
     the forecast's valid end, without walking the CommitLog again); None without a consumerOffset.json."""
-    from rmqtool.ops.consumers import restart_at, restart_moves
-    return restart_moves(store, restart_at(store, fc["mode"], fc.get("valid_end")))
+    from rmqtool.ops.consumers import forecast_restart, restart_moves
+    return restart_moves(store, forecast_restart(store, fc))
