@@ -408,3 +408,11 @@ def test_kill_9_at_any_instant_leaves_the_old_or_the_new_file(tmp_path):
         r = subprocess.run([sys.executable, "-m", "rmqtool", *map(str, args(root))], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert (root / "config" / "consumerOffset.json").read_bytes() == new
+
+
+def test_a_store_without_committed_offsets_says_so():
+    """No consumerOffset.json (nor the LMQ file): no rows, exit 0, and one note naming the files."""
+    r = run_cli("consumers", reference_store("basic"), "-f", "json")
+    assert r.code == 0 and json.loads(r.out) == []
+    assert "no committed offsets: the store has neither config/consumerOffset.json" in r.err
+    assert "no committed offsets" not in run_cli("consumers", reference_store("consumers"), "-f", "json").err

@@ -59,6 +59,9 @@ def consumers_command(
         rows, extra = consumer_rows(store, group=group, topic=topic, reserved_hours=file_reserved_hours,
                                     delete_when=delete_when)
         say_loads(name, extra["loads"], fleet)
+        if all(load.source is None and not load.problems for load in extra["loads"]):
+            files = " nor ".join(f"config/{load.name}" for load in extra["loads"])
+            note(f"{name + ': ' if fleet else ''}no committed offsets: the store has neither {files}")
         for g in extra["groups"]:
             moved = f", {counted(g['moved_at_restart'], 'queue')} moved at restart" if g["moved_at_restart"] else ""
             sizes = "".join(f", {k.split('_')[0]} topic {counted(g[k], 'message')}" for k in ("retry_size", "dlq_size")
