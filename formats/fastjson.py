@@ -200,24 +200,17 @@ def parse(text: str):
 
 # --- writing: SerializerFeature.PrettyFormat ------------------------------------------------------
 
+#: the characters fastjson writes as a two-character escape (SerializeWriter.writeStringWithDoubleQuote)
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
 def _string(s: str) -> str:
+    """A quoted string as fastjson writes it: the escapes above, other controls and DEL as \\uXXXX."""
     out = ['"']
     for ch in s:
         o = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\b":
-            out.append("\\b")
-        elif ch == "\f":
-            out.append("\\f")
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
         elif o < 0x20 or o == 0x7f:
             out.append("\\u%04X" % o)
         else:
