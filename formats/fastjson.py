@@ -200,17 +200,18 @@ def parse(text: str):
 
 # --- writing: SerializerFeature.PrettyFormat ------------------------------------------------------
 
-#: the characters fastjson writes as a two-character escape (SerializeWriter.writeStringWithDoubleQuote)
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+#: the characters fastjson writes as a two-character escape (SerializeWriter.writeStringWithDoubleQuote):
+#: the reader's escapes, less the two it writes as they are (' and /)
+_WRITTEN_ESCAPES = {char: "\\" + esc for esc, char in _ESCAPES.items() if esc not in ("'", "/")}
 
 
 def _string(s: str) -> str:
-    """A quoted string as fastjson writes it: the escapes above, other controls and DEL as \\uXXXX."""
+    """A quoted string as fastjson writes it: ``_WRITTEN_ESCAPES``, other controls and DEL as \\uXXXX."""
     out = ['"']
     for ch in s:
         o = ord(ch)
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
+        if ch in _WRITTEN_ESCAPES:
+            out.append(_WRITTEN_ESCAPES[ch])
         elif o < 0x20 or o == 0x7f:
             out.append("\\u%04X" % o)
         else:
