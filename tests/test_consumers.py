@@ -333,13 +333,40 @@ def test_every_format_and_filters(fmt):
     assert "group cg-pay-ahead" in r.err
 
 
-def test_retention_forecast():
-    # 04 on the day the file expires, or the next day's 04 when it expires later than 04:59
-    day = 1_700_006_400_000                     # 2023-11-15T00:00:00Z
+@pytest.fixture
+def zone(monkeypatch):
+    """Set this process's local time zone (the broker's deleteWhen hours are its JVM's local time)."""
+    import time
+
+    def set_zone(name: str):
+        monkeypatch.setenv("TZ", name)
+        time.tzset()
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("name, hours", [("UTC", 0), ("Asia/Shanghai", 8), ("America/Sao_Paulo", -3)])
+def test_deletion_hours_are_local_time(zone, name, hours):
+    # 04 local on the day the file expires, or the next day's 04 when it expires later than 04:59
+    zone(name)
+    day = 1_700_006_400_000 - hours * 3_600_000          # 2023-11-15T00:00 local
     assert deletion_time(day + 3 * 3_600_000) == day + 4 * 3_600_000
     assert deletion_time(day + 4 * 3_600_000 + 5) == day + 4 * 3_600_000 + 5
     assert deletion_time(day + 5 * 3_600_000) == day + 28 * 3_600_000
     assert deletion_time(day + 5 * 3_600_000, "04;10") == day + 10 * 3_600_000
+    assert deletion_time(day + 23 * 3_600_000, "02") == day + 26 * 3_600_000
+
+
+def test_deletion_hours_across_a_daylight_saving_change(zone):
+    zone("Europe/Berlin")                                  # 2024-03-31: 02:00 CET -> 03:00 CEST
+    before = 1_711_839_600_000                             # 2024-03-31T00:00+01:00
+    # 06:00 CEST is past 04:59: the next day's 04:00 CEST, 27 hours after midnight CET
+    assert deletion_time(before + 5 * 3_600_000) == before + 27 * 3_600_000 == 1_711_936_800_000
+    assert deletion_time(before, "04") == before + 3 * 3_600_000    # 04 CEST is 3 hours after midnight CET
+
+
+def test_retention_forecast():
     r = run_cli("consumers", reference_store(STORE), "-f", "jsonl", "--group", "cg-order-fresh")
     for row in r.jsonl():
         files = sorted(p.name for p in (reference_store(STORE) / "commitlog").iterdir())

@@ -15,7 +15,6 @@ messages were in memory (within ``accessMessageInMemoryMaxRatio`` of RAM from th
 """
 from __future__ import annotations
 
-import calendar
 import os
 import time
 from dataclasses import dataclass
@@ -240,16 +239,18 @@ def restart_effect(committed: int, answer: dict) -> str:
 # --- retention -------------------------------------------------------------------------------------
 
 def deletion_time(due_ms: int, delete_when: str = DELETE_WHEN) -> int:
-    """The first moment at or after ``due_ms`` inside an hour of ``delete_when`` (UTC): when
-    CleanCommitLogService's isTimeToDelete lets a file expired at ``due_ms`` go."""
-    hours = sorted({int(h) for h in delete_when.split(";") if h.strip().isdigit()})
+    """The first moment at or after ``due_ms`` inside an hour of ``delete_when``: when
+    CleanCommitLogService's isTimeToDelete lets a file expired at ``due_ms`` go. The hours are the
+    broker JVM's local time (``UtilAll.isItTimeToDo``: ``Calendar.getInstance()``), taken here as this
+    machine's local time zone (``TZ``), daylight saving included."""
+    hours = sorted({int(h) for h in delete_when.split(";") if h.strip().isdigit() and 0 <= int(h) < 24})
     if not hours:
         return due_ms
-    tm = time.gmtime(due_ms // 1000)
-    day = calendar.timegm((tm.tm_year, tm.tm_mon, tm.tm_mday, 0, 0, 0)) * 1000
-    for d in range(3):
+    tm = time.localtime(due_ms // 1000)
+    for d in range(-1, 3):
         for h in hours:
-            start = day + d * 86_400_000 + h * 3_600_000
+            # mktime normalises the day past the month's end; -1: the zone says whether DST applies
+            start = int(time.mktime((tm.tm_year, tm.tm_mon, tm.tm_mday + d, h, 0, 0, 0, 0, -1))) * 1000
             if start + 3_600_000 > due_ms:
                 return max(start, due_ms)
     return due_ms
