@@ -39,6 +39,8 @@ def test_every_unit_as_upstream_answered_and_nothing_written(store):
                 [r["queue_offset"], r["commitlog_offset"], r["size"], r["tags_code"]])
     want = {(q["topic"], q["queueId"]): q["entries"] for q in load_answers(STORE)["consumeQueues"]}
     assert got == want and sum(map(len, got.values())) == 450
+    # every row names the database its unit comes from (not the private view it is read through)
+    assert {(r["file"], r["position"]) for r in rows} == {(str(store / "consumequeue"), None)}
     for args in (["info"], ["verify", "--level", "deep"], ["query-queue", "RocksTopic", "1", "--offset", "3"],
                  ["locate", "--topic", "RocksAudit", "--queue", "0", "--queue-offset", "5"]):
         r = run_cli(*args[:1], store, *args[1:])

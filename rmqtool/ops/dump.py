@@ -135,10 +135,19 @@ def consumequeue_rows(store, topic: str | None, queue: int | None,
     refs = [r for r in store.queues()
             if (topic is None or r.topic == topic) and (queue is None or r.queue_id == queue)]
     ext_size = _ext_file_size(store.root) if refs else None        # once, not per queue
+    # a RocksDB ConsumeQueue's units are read through a private view of them as files: a row names
+    # the database they come from, with no byte position (a unit is a key there, not a place in a file)
+    rocksdb = str(store.root / "consumequeue") if refs and store.rocksdb_cq else None
     for ref in refs:
         q = store.queue(ref.topic, ref.queue_id)
         _size_problems(q, problems)
-        yield from _queue_rows(ref.topic, ref.queue_id, q, _ext_queue(store.root, ref.topic, ref.queue_id, ext_size))
+        rows = _queue_rows(ref.topic, ref.queue_id, q, _ext_queue(store.root, ref.topic, ref.queue_id, ext_size))
+        if rocksdb is None:
+            yield from rows
+            continue
+        for row in rows:
+            row.update(file=rocksdb, position=None)
+            yield row
     for ref in store.queues(batch=True):
         if (topic is None or ref.topic == topic) and (queue is None or ref.queue_id == queue):
             yield from batch_queue_rows(store, ref)
