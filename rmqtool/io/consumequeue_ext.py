@@ -16,7 +16,7 @@ from formats.derive import member_struct, struct_of
 from rmqtool.io import storage
 from rmqtool.io.fileio import ReadOnlyFile
 from rmqtool.io.segments import SegmentQueue
-from rmqtool.io.topicpath import queue_dirs
+from rmqtool.io.topicpath import queue_dir, queue_dirs
 
 EXT_DIR = "consumequeue_ext"
 _HEADER = struct_of(CqExtUnitHeader)
@@ -88,7 +88,7 @@ def parse_unit(data: bytes, path: str = "", position: int = 0, offset: int = 0) 
 
 
 def ext_queue_dir(root: Path, topic: str, queue_id: int) -> Path:
-    return storage.path(root) / EXT_DIR / topic / str(queue_id)
+    return queue_dir(storage.path(root) / EXT_DIR, topic, queue_id)
 
 
 def ext_queues(root) -> list[tuple[str, int, Path]]:

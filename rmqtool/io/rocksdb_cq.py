@@ -149,13 +149,13 @@ def materialize(units: RocksUnits, file_size: int) -> Path:
     hole, which the ConsumeQueue checks report). Removed when the process ends."""
     import atexit
     from formats.consumequeue import CQ_UNIT_SIZE
-    from rmqtool.io.topicpath import topic_path_problem
+    from rmqtool.io.topicpath import queue_dir, topic_path_problem
     view = Path(tempfile.mkdtemp(prefix="rmqtool-rocksdb-cq-"))
     atexit.register(shutil.rmtree, view, True)
     for (topic, qid), rows in units.queues.items():
         if topic_path_problem(topic) is not None or not rows:
             continue
-        qdir = view / topic / str(qid)
+        qdir = queue_dir(view, topic, qid)
         qdir.mkdir(parents=True)
         from rmqtool.io.install import pwrite_all
         handles: dict[int, int] = {}

@@ -18,7 +18,7 @@ from rmqtool.io.indexfile import IndexGeometry, resolve_geometry
 from rmqtool.io.liveness import LockOwner, lock_owner
 from rmqtool.io.segments import SEGMENT_NAME, Segment, SegmentQueue, entry_size
 from rmqtool.io import storage
-from rmqtool.io.topicpath import queue_dirs
+from rmqtool.io.topicpath import queue_dir, queue_dirs
 from rmqtool.wording import counted
 
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -208,7 +208,7 @@ class Store:
     def queue(self, topic: str, queue_id: int, batch: bool = False) -> SegmentQueue:
         base = self.batchconsumequeue_dir if batch else self.consumequeue_dir
         unit = BCQ_UNIT_SIZE if batch else CQ_UNIT_SIZE
-        return SegmentQueue.discover([base / topic / str(queue_id)], "consumequeue",
+        return SegmentQueue.discover([queue_dir(base, topic, queue_id)], "consumequeue",
                                      self.cq_file_size(unit) if not batch else None, unit)
 
     def cq_file_size(self, unit: int = CQ_UNIT_SIZE) -> int | None:

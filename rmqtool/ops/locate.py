@@ -5,6 +5,7 @@ from formats.consumequeue import CQ_UNIT_SIZE
 from rmqtool.errors import UsageError
 from rmqtool.output.schema import record_to_dict
 from rmqtool.io.fileio import ReadOnlyFile
+from rmqtool.io.topicpath import queue_dir
 
 
 #: how far into a file ``locate`` follows the record chain with ``struct`` before the bulk walk
@@ -94,7 +95,7 @@ def locate_queue_offset(store, topic: str, queue_id: int, queue_offset: int) -> 
         raise UsageError(f"queue offset {queue_offset} is negative")
     queue = store.queue(topic, queue_id)
     if not queue.files:
-        raise UsageError(f"no ConsumeQueue files for {topic}/{queue_id}", store.consumequeue_dir / topic / str(queue_id))
+        raise UsageError(f"no ConsumeQueue files for {topic}/{queue_id}", queue_dir(store.consumequeue_dir, topic, queue_id))
     logical = queue_offset * CQ_UNIT_SIZE
     hit = queue.locate(logical)
     result = {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "found": False}

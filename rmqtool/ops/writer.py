@@ -883,7 +883,7 @@ class StoreWriter:
         from rmqtool.io.consumequeue import read_batch_queue
         if self.store is None:
             return None
-        qdir = self.store.batchconsumequeue_dir / topic / str(queue_id)
+        qdir = queue_dir(self.store.batchconsumequeue_dir, topic, queue_id)
         if not qdir.is_dir():
             return None
         count, max_phy = 0, -1
