@@ -33,6 +33,9 @@ def plan(store, group: str, target: Target, topic: str | None = None) -> list[di
     from rmqtool.ops.query.byqueue import QueueView
     offsets, loads = committed_offsets(store.config_dir)
     main = loads[0]
+    if main.ignored:
+        raise RefusedError(f"{CONSUMER_OFFSET} is not the file this store's broker loads: {main.ignored}; "
+                           "reset-offsets writes consumerOffset.json only", store.config_dir)
     if not main.ok:
         raise main.error()
     mine = [c for c in offsets if c.group == group and c.source.startswith(CONSUMER_OFFSET)
