@@ -225,7 +225,8 @@ def test_every_offset_of_every_queue_equals_upstreams_getmessage(tmp_path, name)
 def test_light_queues_and_a_batch_consume_queue_from_lmq_consumer_offset_json(tmp_path):
     """An enableLmq broker keeps every offset in lmqConsumerOffset.json: ordinary groups in its
     offsetTable (BatchCqTopic's offsets are message offsets: a unit covers batchNum messages), %LMQ%
-    groups in its lmqOffsetTable; the pre-blank unit heading %LMQ%room-2 is a MESSAGE_WAS_REMOVING."""
+    groups in its lmqOffsetTable (queue 0). The pre-blank unit heading %LMQ%room-2 is no message
+    (no store time); the pull from it rolls to the next CommitLog file."""
     name = "propcrc-lmq-batchcq"
     answers = load_answers(name)
     root = copy_store(name, tmp_path / "lmq")
