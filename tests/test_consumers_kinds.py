@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import ROOT, dledger_copy, load_answers, reference_store, timer_copy
 from formats.fastjson import dumps, parse
@@ -212,6 +213,8 @@ KINDS = {
 
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_every_offset_of_every_queue_equals_upstreams_getmessage(tmp_path, name):
+    if name == "rocksdb-cq":
+        pytest.importorskip("rocksdict", reason="a RocksDB ConsumeQueue needs the rocksdb extra")
     answers = load_answers(name)
     root = copy_store(name, tmp_path / name)
     want = commit_everything(answers, root / "config")
@@ -263,12 +266,12 @@ def test_with_both_files_the_lmq_broker_loads_lmq_consumer_offset_json_only(tmp_
 
 def test_a_fleet_glob_of_two_store_copies(tmp_path):
     """`consumers 'DIR/*'` (quoted: rmqtool expands it) gives each store's rows with its name."""
-    answers = load_answers("rocksdb-cq")
+    answers = load_answers("propcrc-lmq-batchcq")
     fleet = tmp_path / "fleet"
     fleet.mkdir()
     wants = {}
     for n in ("broker-a", "broker-b"):
-        root = copy_store("rocksdb-cq", fleet / n)
+        root = copy_store("propcrc-lmq-batchcq", fleet / n)
         wants[n] = commit_everything(answers, root / "config")
     r = run_consumers(f"{fleet}/*")
     assert r.returncode == 0, r.stderr
@@ -278,3 +281,52 @@ def test_a_fleet_glob_of_two_store_copies(tmp_path):
     for s in stores:
         mine = [{k: v for k, v in row.items() if k != "store"} for row in rows if row["store"] == s]
         check_rows(mine, wants[Path(s).name], answers)
+
+
+def test_a_torn_lmq_file_falls_back_to_its_bak_and_reset_offsets_refuses_the_store(tmp_path):
+    """ConfigManager.load on lmqConsumerOffset.json: a torn main file gives the .bak, said in a note;
+    reset-offsets, which writes consumerOffset.json, refuses a store whose broker does not read it."""
+    name = "propcrc-lmq-batchcq"
+    answers = load_answers(name)
+    root = copy_store(name, tmp_path / "lmq")
+    config = root / "config"
+    want = commit_everything(answers, config, lmq_file=True)
+    main = config / "lmqConsumerOffset.json"
+    main.rename(config / "lmqConsumerOffset.json.bak")
+    main.write_text('{\n\t"lmqOffsetTable":{\n\t\t"%LMQ%room-1@%LMQ%g":', encoding="utf-8")
+    r = run_consumers(root)
+    assert r.returncode == 0, r.stderr
+    rows = jsonl(r.stdout)
+    assert {(x["group"], x["topic"], x["queue_id"]): x["committed_offset"] for x in rows} == want
+    assert {x["source"] for x in rows} == {"lmqConsumerOffset.json.bak"}
+    assert "the broker loads lmqConsumerOffset.json.bak" in r.stderr
+    before = sorted(p.name for p in config.iterdir())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "rmqtool", "reset-offsets", str(root), "--group", "cg-min",
+                        "--to-latest", "--execute"], capture_output=True, text=True, env=env, cwd=ROOT)
+    from rmqtool.errors import EXIT_REFUSED
+    assert r.returncode == EXIT_REFUSED and "lmqConsumerOffset.json" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and sorted(p.name for p in config.iterdir()) == before
+
+
+_names = st.text(alphabet=st.sampled_from(list("ab%LMQ-_.9")), min_size=1, max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.tuples(_names, _names), st.dictionaries(st.integers(0, 64), st.integers(-1, 2**63 - 1),
+                                                                   min_size=1, max_size=4), max_size=5),
+       st.dictionaries(st.tuples(_names, _names), st.integers(-1, 2**63 - 1), max_size=5))
+def test_lmq_file_tables_read_back_as_written(table, lmq_table):
+    """Whatever both tables hold, written in fastjson's layout, is every (group, topic, queue, offset)
+    committed_offsets lists: offsetTable per queue, lmqOffsetTable as queue 0."""
+    import tempfile
+    from rmqtool.io.brokerconfig import committed_offsets
+    doc = {"dataVersion": data_version(), "lmqOffsetTable": {f"{t}@{g}": o for (t, g), o in lmq_table.items()},
+           "offsetTable": {f"{t}@{g}": qs for (t, g), qs in table.items()}}
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "lmqConsumerOffset.json").write_text(dumps(doc), encoding="utf-8")
+        rows, loads = committed_offsets(Path(d))
+    assert [x.source for x in loads] == [None, "lmqConsumerOffset.json"] and all(x.ok for x in loads)
+    want = sorted([(g, t, q, o) for (t, g), qs in table.items() for q, o in qs.items()]
+                  + [(g, t, 0, o) for (t, g), o in lmq_table.items()])
+    assert sorted((x.group, x.topic, x.queue_id, x.offset) for x in rows) == want
