@@ -330,3 +330,41 @@ def test_lmq_file_tables_read_back_as_written(table, lmq_table):
     want = sorted([(g, t, q, o) for (t, g), qs in table.items() for q, o in qs.items()]
                   + [(g, t, 0, o) for (t, g), o in lmq_table.items()])
     assert sorted((x.group, x.topic, x.queue_id, x.offset) for x in rows) == want
+
+
+def test_after_a_crash_light_and_batch_queues_are_cut_at_the_valid_end(tmp_path):
+    """The README's crash (tests/consumers_crash.py: the last eighth of the messages zeroed, an abort
+    file) on the light-queue store: recovery ends the CommitLog at the cut and truncates every queue's
+    units whose record starts at or past it (truncateDirtyLogicFiles; a BatchConsumeQueue's too, its max
+    then the first cut unit's base message offset). Each row is upstream's getMessage on what is left."""
+    from consumers_crash import crash_copy
+    name = "propcrc-lmq-batchcq"
+    answers = load_answers(name)
+    root = tmp_path / "lmq"
+    cut = crash_copy(reference_store(name), root)["cutAtPhyOffset"]
+    want = commit_everything(answers, root / "config", lmq_file=True)
+    r = run_consumers(root)
+    assert r.returncode == 0, r.stderr
+    queues = answered_queues(answers)
+    shortened = []
+    for q in queues.values():
+        kept = [u for u in q.units if u[1] < cut or u[2] == 2**31 - 1]     # the pre-blank filler stays
+        if len(kept) < len(q.units):
+            shortened.append(q.kind)
+            q.hi = q.units[len(kept)][0]
+        q.units = kept
+        q.readable = {k: v for k, v in q.readable.items() if k[0] < cut}
+    assert len(shortened) >= 5 and "BatchCQ" in shortened
+    got = {(x["group"], x["topic"], x["queue_id"]): x for x in jsonl(r.stdout)}
+    assert {k: x["committed_offset"] for k, x in got.items()} == want
+    kinds = set()
+    for (group, topic, qid), x in got.items():
+        q = queues[(topic, qid)]
+        off = x["committed_offset"]
+        status, nxt = q.get_message(off)
+        expect = {"min_offset": q.lo, "max_offset": q.hi, "lag": max(q.hi - max(off, q.lo), 0),
+                  "restart_status": status, "restart_next_offset": nxt,
+                  "next_store_time": q.store_time(max(off, q.lo))}
+        assert {k: x[k] for k in expect} == expect, (group, topic, qid, off, q.kind)
+        kinds.add(q.kind)
+    assert kinds == {"SimpleCQ", "BatchCQ"}
