@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -192,6 +191,73 @@ def test_rows_after_the_readme_crash_equal_upstreams(tmp_path):
     _check_view(r.jsonl(), view)
 
 
+def _committed_probe(g: dict) -> dict:
+    return next(p for p in g["probes"] if p["kind"] == "committed")
+
+
+def _meets(p: dict) -> tuple:
+    """What a consumer meets at a probe: the status, and the offset it is moved to unless it reads."""
+    return p["status"], None if p["status"] == "FOUND" else p["nextBeginOffset"]
+
+
+def test_rebuild_plan_forecasts_the_groups_the_crash_moves_as_upstream(tmp_path):
+    """A ConsumeQueue rebuild of the README's crash: its walk ends where the broker's recovery ends, so the
+    committed offsets whose answer the rebuilt queues change are exactly those whose upstream answer the
+    crash changed (the queues on disk are the clean store's), each with upstream's after-crash answer."""
+    root = tmp_path / "crashed"
+    crash_copy(reference_store(STORE), root)
+    r = run_cli("rebuild", "consumequeue", root, "--dry-run", "-f", "json")
+    assert r.code == 0, r.err
+    clean = {(g["group"], g["topic"], g["queueId"]): g for g in ANSWERS["afterCleanShutdown"]["groups"]}
+    want = {}
+    for g in ANSWERS["afterCrash"]["groups"]:
+        k = (g["group"], g["topic"], g["queueId"])
+        before, after = _committed_probe(clean[k]), _committed_probe(g)
+        if _meets(before) != _meets(after):
+            want[k] = {"committed_offset": g["committedOffset"], "status": before["status"],
+                       "min_offset": clean[k]["getMinOffsetInQueue"], "max_offset": clean[k]["getMaxOffsetInQueue"],
+                       "rebuilt_status": after["status"], "rebuilt_next_offset": _meets(after)[1],
+                       "rebuilt_min_offset": g["getMinOffsetInQueue"], "rebuilt_max_offset": g["getMaxOffsetInQueue"]}
+    assert want, "the crash moves no group: the test would prove nothing"
+    rows = json.loads(r.out)[0]["consumers"]
+    got = {(x["group"], x["topic"], x["queue_id"]): {k: x[k] for k in want[next(iter(want))]} for x in rows}
+    assert got == want
+    plan = run_cli("rebuild", "consumequeue", root, "--dry-run")
+    assert plan.code == 0, plan.err
+    groups = sorted({k[0] for k in want})
+    assert f"the rebuilt queues change what {len(groups)} groups ({', '.join(groups)}) read at " \
+        f"{len(want)} committed offsets:" in plan.out
+
+
+def test_rebuild_plan_says_nothing_of_consumers_where_nothing_changes_and_has_no_key_without_offsets():
+    r = run_cli("rebuild", "consumequeue", reference_store(STORE), "--dry-run", "-f", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)[0]["consumers"] == []
+    r = run_cli("rebuild", "consumequeue", reference_store("basic"), "--dry-run", "-f", "json")
+    assert r.code == 0, r.err
+    assert "consumers" not in json.loads(r.out)[0]
+
+
+def test_a_rebuild_that_removes_a_queue_forecasts_the_move_to_zero(tmp_path):
+    """A queue whose records the CommitLog no longer holds is not rebuilt: the broker then serves the
+    empty queue it creates, and a group committed past 0 is moved back to 0."""
+    import shutil
+    root = tmp_path / "store"
+    shutil.copytree(reference_store(STORE), root)
+    (root / "consumequeue" / "GhostTopic" / "0").mkdir(parents=True)
+    shutil.copy(next((root / "consumequeue" / "PayTopic" / "0").iterdir()),
+                root / "consumequeue" / "GhostTopic" / "0" / "00000000000000000000")
+    offsets = root / "config" / "consumerOffset.json"
+    text = offsets.read_text().replace('"offsetTable":{', '"offsetTable":{\n\t\t"GhostTopic@cg-ghost":{0:7\n\t\t},', 1)
+    offsets.write_text(text)
+    r = run_cli("rebuild", "consumequeue", root, "--dry-run", "-f", "json")
+    assert r.code == 0, r.err
+    ghost = [x for x in json.loads(r.out)[0]["consumers"] if x["group"] == "cg-ghost"]
+    assert [(x["status"], x["rebuilt_status"], x["rebuilt_next_offset"], x["rebuilt_max_offset"]) for x in ghost] == \
+        [("FOUND", "NO_MESSAGE_IN_QUEUE", 0, 0)]
+    assert ghost[0]["effect"].startswith("moved back to 0 (7 offsets back)")
+
+
 def test_every_probe_of_getmessage_equals_upstreams(tmp_path):
     """Not only the committed offset: every probe offset upstream asked (-1, 0, min-1, ..., max+500)."""
     from rmqtool.io.store import Store
@@ -267,13 +333,40 @@ def test_every_format_and_filters(fmt):
     assert "group cg-pay-ahead" in r.err
 
 
-def test_retention_forecast():
-    # 04 on the day the file expires, or the next day's 04 when it expires later than 04:59
-    day = 1_700_006_400_000                     # 2023-11-15T00:00:00Z
+@pytest.fixture
+def zone(monkeypatch):
+    """Set this process's local time zone (the broker's deleteWhen hours are its JVM's local time)."""
+    import time
+
+    def set_zone(name: str):
+        monkeypatch.setenv("TZ", name)
+        time.tzset()
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("name, hours", [("UTC", 0), ("Asia/Shanghai", 8), ("America/Sao_Paulo", -3)])
+def test_deletion_hours_are_local_time(zone, name, hours):
+    # 04 local on the day the file expires, or the next day's 04 when it expires later than 04:59
+    zone(name)
+    day = 1_700_006_400_000 - hours * 3_600_000          # 2023-11-15T00:00 local
     assert deletion_time(day + 3 * 3_600_000) == day + 4 * 3_600_000
     assert deletion_time(day + 4 * 3_600_000 + 5) == day + 4 * 3_600_000 + 5
     assert deletion_time(day + 5 * 3_600_000) == day + 28 * 3_600_000
     assert deletion_time(day + 5 * 3_600_000, "04;10") == day + 10 * 3_600_000
+    assert deletion_time(day + 23 * 3_600_000, "02") == day + 26 * 3_600_000
+
+
+def test_deletion_hours_across_a_daylight_saving_change(zone):
+    zone("Europe/Berlin")                                  # 2024-03-31: 02:00 CET -> 03:00 CEST
+    before = 1_711_839_600_000                             # 2024-03-31T00:00+01:00
+    # 06:00 CEST is past 04:59: the next day's 04:00 CEST, 27 hours after midnight CET
+    assert deletion_time(before + 5 * 3_600_000) == before + 27 * 3_600_000 == 1_711_936_800_000
+    assert deletion_time(before, "04") == before + 3 * 3_600_000    # 04 CEST is 3 hours after midnight CET
+
+
+def test_retention_forecast():
     r = run_cli("consumers", reference_store(STORE), "-f", "jsonl", "--group", "cg-order-fresh")
     for row in r.jsonl():
         files = sorted(p.name for p in (reference_store(STORE) / "commitlog").iterdir())

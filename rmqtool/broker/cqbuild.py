@@ -211,6 +211,12 @@ class CqBuilder:
         """The queues written (in order), not those skipped for their topic name."""
         return sorted(k for k, q in self._queues.items() if q.problem is None)
 
+    def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(min offset, max offset) of every queue built (placed by ``QueueLayout``), as the broker
+        serves the built files: its first real unit's queue offset and the next unit's."""
+        return {k: (q.layout.min_offset, q.layout.max_offset) for k, q in self._queues.items()
+                if q.problem is None and isinstance(q.layout, QueueLayout) and q.layout.min_offset is not None}
+
     @property
     def units(self) -> int:
         return sum(q.layout.real_units for q in self._queues.values())

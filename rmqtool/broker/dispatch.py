@@ -737,6 +737,7 @@ class QueueLayout:
             raise ValueError(f"ConsumeQueue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
         self.topic, self.queue_id, self.file_size, self.skipped = topic, queue_id, file_size, skipped
         self.first_file: int | None = None
+        self.min_offset: int | None = None   # queue offset of the first real unit
         self.written_end = 0          # logical byte position the next unit goes to
         self.max_phy = -1             # commitlog end of the last unit written
         self.real_units = 0
@@ -749,7 +750,8 @@ class QueueLayout:
             return np.zeros(0, CQ_UNIT_DTYPE)
         lead = 0
         if self.first_file is None:
-            start = int(qoff[0]) * CQ_UNIT_SIZE
+            self.min_offset = int(qoff[0])
+            start = self.min_offset * CQ_UNIT_SIZE
             self.first_file = start - start % self.file_size
             lead = (start - self.first_file) // CQ_UNIT_SIZE
             self.written_end = start
@@ -779,6 +781,11 @@ class QueueLayout:
         self.real_units += len(keep)
         self.logical_units += len(logical)
         return logical
+
+    @property
+    def max_offset(self) -> int:
+        """The queue offset the next unit takes: the rebuilt queue's max (``getMaxOffsetInQueue``)."""
+        return self.written_end // CQ_UNIT_SIZE
 
     def _each_unit_in_place(self, qoff, end_phy) -> bool:
         """Whether ``_place`` would put every unit where the writer stands, none skipped and

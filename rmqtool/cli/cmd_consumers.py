@@ -36,7 +36,7 @@ def consumers_command(
                                             help="the broker's fileReservedTime: CommitLog files older than this "
                                                  "are deleted at --delete-when"),
     delete_when: str = typer.Option("04", "--delete-when", metavar="HH[;HH...]",
-                                    help="the broker's deleteWhen: the hours (UTC here) its cleanup deletes expired "
+                                    help="the broker's deleteWhen: the hours (local time; TZ) its cleanup deletes expired "
                                          "CommitLog files"),
     fmt: Format = FormatOpt,
     commitlog_dirs: str = CommitlogDirsOpt,

@@ -67,7 +67,7 @@ def _print_plan(r) -> None:
                      markup=False)
         return
     stderr.print(f"rebuild {r.kind} of {r.store}", markup=False)
-    for line in damage_lines(r):
+    for line in damage_lines(r) + consumer_lines(r):
         stderr.print(line, markup=False)
     stderr.print(f"  replace {counted(len(r.files_replaced), 'file')} in {r.target}; keep {len(r.files_kept)} "
                  f"(carried over as hard links); originals go to {Path(r.target).name}.backup-<UTC time>",
@@ -101,6 +101,28 @@ def damage_lines(r) -> list[str]:
     return out
 
 
+#: consumer rows a plan lists before it says how many more there are
+CONSUMER_LINES = 50
+
+
+def consumer_lines(r) -> list[str]:
+    """The committed offsets whose pull answer the rebuilt queues change (``ops.consumers.rebuild_moves``)."""
+    rows = getattr(r, "consumers", None)
+    if not rows:
+        return []
+    groups = sorted({x["group"] for x in rows})
+    out = [f"  consumer groups: the rebuilt queues change what {counted(len(groups), 'group')} "
+           f"({', '.join(escape_control(g) for g in groups[:8])}{', ...' if len(groups) > 8 else ''}) "
+           f"{agree(len(groups), 'reads', 'read')} at {counted(len(rows), 'committed offset')}:"]
+    for x in rows[:CONSUMER_LINES]:
+        out.append(f"    {escape_control(x['group'])} {escape_control(x['topic'])}/{x['queue_id']} at "
+                   f"{x['committed_offset']}: {x['status']} [{x['min_offset']}, {x['max_offset']}) -> "
+                   f"{x['rebuilt_status']} [{x['rebuilt_min_offset']}, {x['rebuilt_max_offset']}): {x['effect']}")
+    if len(rows) > CONSUMER_LINES:
+        out.append(f"    ... {len(rows) - CONSUMER_LINES} more (-f json lists them all)")
+    return out
+
+
 def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
     if fmt != "table":
         emit([r.as_dict()], fmt)
@@ -126,7 +148,7 @@ def _render(r, fmt: str, dry_run: bool, head: str | None = None) -> None:
         stdout.print(f"  originals moved to: {r.backup or '(nothing to back up)'}", markup=False)
     for note in r.recovered:
         stdout.print(f"  recovered: {note}", markup=False)
-    for line in damage_lines(r):
+    for line in damage_lines(r) + consumer_lines(r):
         stdout.print(line, markup=False)
     for w in r.warnings[:20]:
         stderr.print(f"warning: {w}", markup=False)

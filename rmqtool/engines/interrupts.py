@@ -49,9 +49,12 @@ def ignore_interrupts() -> None:
 
 
 def start_worker() -> None:
-    """A pool worker's initializer: Ctrl-C left to the parent, death with the parent."""
+    """A pool worker's initializer: Ctrl-C left to the parent, death with the parent, and its
+    walks read by the walking thread itself (the pool keeps every CPU busy: ``fileio.READ_AHEAD``)."""
+    from rmqtool.io import fileio
     ignore_interrupts()
     die_with_parent()
+    fileio.READ_AHEAD = False
 
 
 def _set_parent_death_signal() -> bool:

@@ -30,6 +30,19 @@ CACHE_WINDOW = 8 << 20
 LARGE_READ = 1 << 20
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: a window's pieces are read by a second thread while the first scans those read
+#: (``window_scan.read_and_take``): where this process has another CPU to itself. A pool worker
+#: turns it off (``engines.interrupts.start_worker``): the pool already gives every CPU a walk.
+READ_AHEAD = _cpus() > 1
+
+
 def file_size(path) -> int:
     """Size of the file at a resolved location (a ``pathlib.Path``/local path, or a ``RemotePath``)."""
     if is_remote(path):

@@ -15,7 +15,6 @@ messages were in memory (within ``accessMessageInMemoryMaxRatio`` of RAM from th
 """
 from __future__ import annotations
 
-import calendar
 import os
 import time
 from dataclasses import dataclass
@@ -99,6 +98,21 @@ def forecast_restart(store, fc: dict) -> Restart | None:
     return restart_at(store, fc["mode"], fc.get("valid_end"))
 
 
+def bounds_answer(offset: int, lo: int, hi: int) -> dict:
+    """getMessage's answer decided by the queue's min ``lo`` and max ``hi`` alone (status None: the
+    offset is inside, and the pull reads the units: ``ServedQueue._found``)."""
+    out = {"status": None, "next_begin_offset": offset, "min_offset": lo, "max_offset": hi, "message_count": 0}
+    if hi == 0:
+        out.update(status="NO_MESSAGE_IN_QUEUE", next_begin_offset=0)
+    elif offset < lo:
+        out.update(status="OFFSET_TOO_SMALL", next_begin_offset=lo)
+    elif offset == hi:
+        out.update(status="OFFSET_OVERFLOW_ONE", next_begin_offset=offset)
+    elif offset > hi:
+        out.update(status="OFFSET_OVERFLOW_BADLY", next_begin_offset=hi)
+    return out
+
+
 class ServedQueue:
     """One consume queue as the broker serves it after ``restart``: units up to the logical end,
     less those recovery truncates; min/max as ``getMinOffsetInQueue``/``getMaxOffsetInQueue``. A
@@ -176,17 +190,8 @@ class ServedQueue:
     def get_message(self, offset: int, max_msg_nums: int = PULL_BATCH_SIZE) -> dict:
         """Status, nextBeginOffset and message count of getMessage(group, topic, queue, offset,
         max_msg_nums, no filter) on a master."""
-        lo, hi = self.min_offset, self.max_offset
-        out = {"status": None, "next_begin_offset": offset, "min_offset": lo, "max_offset": hi, "message_count": 0}
-        if hi == 0:
-            out.update(status="NO_MESSAGE_IN_QUEUE", next_begin_offset=0)
-        elif offset < lo:
-            out.update(status="OFFSET_TOO_SMALL", next_begin_offset=lo)
-        elif offset == hi:
-            out.update(status="OFFSET_OVERFLOW_ONE", next_begin_offset=offset)
-        elif offset > hi:
-            out.update(status="OFFSET_OVERFLOW_BADLY", next_begin_offset=hi)
-        else:
+        out = bounds_answer(offset, self.min_offset, self.max_offset)
+        if out["status"] is None:
             out.update(self._found(offset, max_msg_nums))
         return out
 
@@ -260,16 +265,18 @@ def restart_effect(committed: int, answer: dict) -> str:
 # --- retention -------------------------------------------------------------------------------------
 
 def deletion_time(due_ms: int, delete_when: str = DELETE_WHEN) -> int:
-    """The first moment at or after ``due_ms`` inside an hour of ``delete_when`` (UTC): when
-    CleanCommitLogService's isTimeToDelete lets a file expired at ``due_ms`` go."""
-    hours = sorted({int(h) for h in delete_when.split(";") if h.strip().isdigit()})
+    """The first moment at or after ``due_ms`` inside an hour of ``delete_when``: when
+    CleanCommitLogService's isTimeToDelete lets a file expired at ``due_ms`` go. The hours are the
+    broker JVM's local time (``UtilAll.isItTimeToDo``: ``Calendar.getInstance()``), taken here as this
+    machine's local time zone (``TZ``), daylight saving included."""
+    hours = sorted({int(h) for h in delete_when.split(";") if h.strip().isdigit() and 0 <= int(h) < 24})
     if not hours:
         return due_ms
-    tm = time.gmtime(due_ms // 1000)
-    day = calendar.timegm((tm.tm_year, tm.tm_mon, tm.tm_mday, 0, 0, 0)) * 1000
-    for d in range(3):
+    tm = time.localtime(due_ms // 1000)
+    for d in range(-1, 3):
         for h in hours:
-            start = day + d * 86_400_000 + h * 3_600_000
+            # mktime normalises the day past the month's end; -1: the zone says whether DST applies
+            start = int(time.mktime((tm.tm_year, tm.tm_mon, tm.tm_mday + d, h, 0, 0, 0, 0, -1))) * 1000
             if start + 3_600_000 > due_ms:
                 return max(start, due_ms)
     return due_ms
@@ -422,3 +429,53 @@ def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
     rows, _ = consumer_rows(store, restart=restart, committed=committed)
     return [{k: r[k] for k in MOVE_FIELDS} for r in moved_by_restart(rows)]
 
+
+
+# --- what a rebuild does to each group ---------------------------------------------------------------
+#: the fields of a ``rebuild_moves`` row (``rebuild``'s plan)
+REBUILD_FIELDS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "status",
+                  "rebuilt_min_offset", "rebuilt_max_offset", "rebuilt_status", "rebuilt_next_offset", "effect"]
+
+
+def _answer_key(answer: dict) -> tuple:
+    """What a consumer meets: the status, and the offset it is moved to unless it reads (FOUND)."""
+    return answer["status"], None if answer["status"] == "FOUND" else answer["next_begin_offset"]
+
+
+def rebuild_moves(store, rebuilt: dict[tuple[str, int], tuple[int, int]], selected) -> list[dict] | None:
+    """The committed offsets whose getMessage answer a ConsumeQueue rebuild changes: the queue as it
+    is served now (on disk, no restart) against the rebuilt one (``rebuilt``: (min, max) per queue
+    built, ``CqBuilder.bounds``). ``selected(topic, queue_id)``: the queues the rebuild replaces; one
+    of them with no units rebuilt is removed, and the broker then serves the empty queue
+    ``findOrCreateConsumeQueue`` makes (max 0). Offsets inside the rebuilt bounds read the rebuilt
+    units (FOUND: every rebuilt unit points into the CommitLog). None when the broker loads no
+    committed offsets file."""
+    offsets, loads = committed_offsets(store.config_dir)
+    if all(x.source is None for x in loads):
+        return None
+    present = {(r.topic, r.queue_id) for r in store.queues()}
+    served: dict[tuple[str, int], ServedQueue] = {}
+    out = []
+    try:
+        for c in offsets:
+            if not selected(c.topic, c.queue_id):
+                continue
+            key = (c.topic, c.queue_id)
+            if key not in served:
+                served[key] = ServedQueue(store, c.topic, c.queue_id, None, key in present)
+            now = served[key].get_message(c.offset)
+            lo, hi = rebuilt.get(key, (0, 0))
+            after = bounds_answer(c.offset, lo, hi)
+            if after["status"] is None:
+                after.update(status="FOUND", next_begin_offset=None)
+            if _answer_key(now) == _answer_key(after):
+                continue
+            out.append({"group": c.group, "topic": c.topic, "queue_id": c.queue_id, "committed_offset": c.offset,
+                        "min_offset": now["min_offset"], "max_offset": now["max_offset"], "status": now["status"],
+                        "rebuilt_min_offset": lo, "rebuilt_max_offset": hi, "rebuilt_status": after["status"],
+                        "rebuilt_next_offset": after["next_begin_offset"],
+                        "effect": restart_effect(c.offset, after)})
+    finally:
+        for sq in served.values():
+            sq.close()
+    return out

@@ -35,6 +35,7 @@ from rmqtool.errors import FileChangedError
 from rmqtool.io.fileio import CACHE_WINDOW
 from rmqtool.records.scan import END_EOF, END_RANGE, FileEnd, FileScan, ReadBuffer, find_record_start, past_data_end
 from rmqtool.broker.recovery import cq_totals
+from rmqtool.ops.consumers import rebuild_moves
 from rmqtool.broker.truncation import WalkOutcome, refuse_truncation, restart_forecast, walk_past_damage
 from rmqtool.wording import counted
 
@@ -71,6 +72,7 @@ class RebuildResult:
     data_end: int | None = None         # where the CommitLog's data ends (when damaged)
     restart: dict | None = None         # a broker restart on the rebuilt queues (truncation.RestartForecast)
     uncovered: dict | None = None       # a later segment's data the walk never reached (truncation.data_after_walk)
+    consumers: list | None = None       # committed offsets whose pull answer the rebuilt queues change
 
     @property
     def after(self) -> int:
@@ -79,8 +81,9 @@ class RebuildResult:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
-        if d["uncovered"] is None:          # only a walk that left a later segment's data out has the key
-            del d["uncovered"]
+        for key in ("uncovered", "consumers"):   # only a walk that left data out / a ConsumeQueue rebuild of a
+            if d[key] is None:                    # store with committed offsets has the key
+                del d[key]
         d["after"] = self.after
         d["messages_per_second"] = round(self.records / self.seconds) if self.seconds else None
         return d
@@ -218,8 +221,8 @@ def _note_damage(result: RebuildResult, outcome: WalkOutcome, before: int, resta
 
 
 def check_rebuild_target(store, output: Path | None, dry_run: bool = False) -> None:
-    from rmqtool.io.storage import is_uri, mangled_uri
     """A rebuild needs CommitLog files, and an in-place one a store nobody else holds."""
+    from rmqtool.io.storage import is_uri, mangled_uri
     if not store.commitlog.files:
         raise UsageError("no commitlog files: nothing to rebuild from (wrong store path or "
                          "--commitlog-dirs?)", store.commitlog_dirs[0])
@@ -585,6 +588,7 @@ class _CqJob(_QueueTreeJob):
             _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
             _note_damage(r, outcome, before,
                          restart_forecast(store, max(self.builder.max_end, carried_max), outcome.data_end))
+        r.consumers = rebuild_moves(store, self.builder.bounds(), lambda t, q: queue_selected(only, t, q))
         self.plan_carry(only)
 
 

@@ -125,21 +125,83 @@ class WindowScan:
         props = _props.take((2 * len(self.names), cols.shape[1]), np.int64, exact=True)
         rows, p, read, limit = 0, 0, 0, hi - pos
         entries = None if self.entry_layout is None else (file_base + pos, *self.entry_layout)
-        while True:
-            if read < want:
-                step = min(piece, want - read)
-                fh.read_into(window[read:read + step], pos + read)
-                read += step
-            taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
-                                              cols, props, rows, entries, self.hash_prop)
-            rows += taken
-            if why == core.SCAN_FULL:
-                cols, props = _grown(cols, rows), _grown(props, rows)
-                continue
-            if why != core.SCAN_CHAIN or read == want:
-                if read < want:        # the whole window, as the reference reads it (a stop is described from it)
-                    fh.read_into(window[read:], pos + read)
-                return window, cols, props, rows, p, why
+        pieces = _Pieces(fh, window, pos, piece)
+        try:
+            while True:
+                if read < want:
+                    read = pieces.through(read + min(piece, want - read))
+                taken, p, why = core.scan_records(window[:read], p, limit, self.crc_mode, self.layout, self.names,
+                                                  cols, props, rows, entries, self.hash_prop)
+                rows += taken
+                if why == core.SCAN_FULL:
+                    cols, props = _grown(cols, rows), _grown(props, rows)
+                    continue
+                if why != core.SCAN_CHAIN or read == want:
+                    if read < want:    # the whole window, as the reference reads it (a stop is described from it)
+                        pieces.through(want)
+                    return window, cols, props, rows, p, why
+        finally:
+            pieces.close()
+
+
+class _Pieces:
+    """A window's bytes read piece by piece in order: by the caller (``through`` reads up to the
+    asked end), or, with ``fileio.READ_AHEAD``, by a second thread that reads on while the caller
+    scans what is already read (``preadv`` and ``scan_records`` release the GIL). The same reads
+    in the same order either way; a read's error is raised by the ``through`` that needs its bytes,
+    and ``close`` stops and joins the reader before the window can be handed out again."""
+
+    def __init__(self, fh, window: memoryview, pos: int, piece: int):
+        from rmqtool.io import fileio
+        self.fh, self.window, self.pos, self.piece = fh, window, pos, piece
+        self.done = 0                    # bytes of the window read
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._ahead = fileio.READ_AHEAD and fh.remote is None and len(window) > piece
+        self._cond = threading.Condition()
+        self._stop = False
+
+    def _read(self, end: int) -> None:
+        step = min(self.piece, end - self.done)
+        self.fh.read_into(self.window[self.done:self.done + step], self.pos + self.done)
+        self.done += step
+
+    def through(self, end: int) -> int:
+        """Wait until (or read until) at least ``end`` bytes are read; how many are."""
+        if not self._ahead:
+            while self.done < end:
+                self._read(end)
+            return self.done
+        if self._thread is None:
+            self._read(end)               # the first piece here: the reader starts behind it
+            self._thread = threading.Thread(target=self._read_ahead, name="rmqtool-read-ahead", daemon=True)
+            self._thread.start()
+            return self.done
+        with self._cond:
+            while self.done < end and self.error is None:
+                self._cond.wait()
+            if self.done < end:
+                raise self.error
+            return self.done
+
+    def _read_ahead(self) -> None:
+        try:
+            while self.done < len(self.window) and not self._stop:
+                step = min(self.piece, len(self.window) - self.done)
+                self.fh.read_into(self.window[self.done:self.done + step], self.pos + self.done)
+                with self._cond:
+                    self.done += step
+                    self._cond.notify()
+        except BaseException as exc:       # handed to the caller's ``through``
+            with self._cond:
+                self.error = exc
+                self._cond.notify()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop = True
+            self._thread.join()
+            self._thread = None
 
 
 def _grown(matrix: np.ndarray, rows: int) -> np.ndarray:
