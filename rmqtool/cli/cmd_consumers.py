@@ -42,8 +42,10 @@ def consumers_command(
     commitlog_dirs: str = CommitlogDirsOpt,
 ):
     """Who has read what: one row per consumer group, topic and queue of config/consumerOffset.json
-    (and lmqConsumerOffset.json), read as the broker loads it (its .bak when the main file is empty or
-    does not parse), with the queue's min and max offset after the restart the recovery forecast
+    (a light-queue broker's lmqConsumerOffset.json instead, with its %LMQ% groups), read as the broker
+    loads it (its .bak when the main file is empty or does not parse), on every queue kind
+    (ConsumeQueue, RocksDB ConsumeQueue, BatchConsumeQueue in message offsets, light queues; classic,
+    DLedger and timer stores), with the queue's min and max offset after the restart the recovery forecast
     predicts, the lag, the store time of the next unconsumed message, what upstream's getMessage
     answers at the committed offset after that restart (restart_status, restart_next_offset: where
     the broker moves the group), and when the broker's cleanup deletes the CommitLog file holding the

@@ -32,6 +32,7 @@ class ConfigLoad:
     data: object = None                # its parsed content (checked by the reader's ``shape``)
     ok: bool = True                    # ConfigManager.load's result: False stops the broker's start
     problems: list = field(default_factory=list)    # RmqError of each file that did not decode
+    ignored: str | None = None         # why the broker does not load this file at all (it was not read)
 
     @property
     def fell_back(self) -> bool:
@@ -43,6 +44,8 @@ class ConfigLoad:
 
     def says(self) -> str | None:
         """One line on how the broker loads this file, when it is not simply the main file."""
+        if self.ignored:
+            return f"{self.name}: not loaded: {self.ignored}"
         if not self.problems and not self.fell_back:
             return None
         if not self.ok:
@@ -156,21 +159,63 @@ class CommittedOffset:
     source: str             # the file it was loaded from
 
 
+def lmq_offset_table_shape(value) -> str | None:
+    """LmqConsumerOffsetManager: ConsumerOffsetManager's ``offsetTable`` and ``lmqOffsetTable``, which
+    maps ``topic@group`` (an ``%LMQ%`` group) to one offset."""
+    problem = offset_table_shape(value)
+    if problem or not isinstance(value, dict):
+        return problem
+    table = value.get("lmqOffsetTable")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        return "lmqOffsetTable is not an object"
+    for key, off in table.items():
+        if not _is_int(off):
+            return f"lmqOffsetTable[{key!r}] is {off!r}, not an offset"
+    return None
+
+
+def lmq_broker(config_dir) -> bool:
+    """The store's broker ran with ``enableLmq``: its ``lmqConsumerOffset.json`` (or the ``.bak``)
+    exists. Such a broker's offsets manager is LmqConsumerOffsetManager, whose file is that one
+    (BrokerController: ``enableLmq ? new LmqConsumerOffsetManager``); consumerOffset.json is not read."""
+    return any(regular_file_present(config_dir / (LMQ_CONSUMER_OFFSET + ext)) for ext in ("", BAK))
+
+
+def _split_key(key) -> tuple[str, str] | None:
+    topic, sep, group = str(key).partition(TOPIC_GROUP_SEPARATOR)
+    return (topic, group) if sep else None       # the broker splits on '@' and skips keys it cannot split
+
+
 def committed_offsets(config_dir) -> tuple[list[CommittedOffset], list[ConfigLoad]]:
-    """Every (group, topic, queue, offset) the broker loads from ``consumerOffset.json`` and
-    ``lmqConsumerOffset.json``, in the files' order, and how each file was loaded."""
+    """Every (group, topic, queue, offset) the broker loads, in the file's order, and how each of
+    ``consumerOffset.json`` and ``lmqConsumerOffset.json`` was loaded (in that order). A broker with
+    ``enableLmq`` (``lmq_broker``) loads ``lmqConsumerOffset.json`` only, as LmqConsumerOffsetManager
+    decodes it: its ``offsetTable`` ({queue id: offset} per ``topic@group``) and its
+    ``lmqOffsetTable`` (one offset per ``topic@group`` of an ``%LMQ%`` group: queue 0); any other
+    broker ``consumerOffset.json`` only (ConsumerOffsetManager)."""
     rows: list[CommittedOffset] = []
-    loads = []
-    for name in (CONSUMER_OFFSET, LMQ_CONSUMER_OFFSET):
-        load = load_config(config_dir, name, offset_table_shape)
-        loads.append(load)
-        table = (load.data or {}).get("offsetTable") or {} if isinstance(load.data, dict) else {}
-        for key, queues in table.items():
-            topic, sep, group = str(key).partition(TOPIC_GROUP_SEPARATOR)
-            if not sep:
-                continue            # the broker splits on '@' and skips keys it cannot split
-            for q, off in queues.items():
-                rows.append(CommittedOffset(group, topic, int(q), int(off), load.source or name))
+    if lmq_broker(config_dir):
+        skipped = ConfigLoad(CONSUMER_OFFSET, ignored=f"the broker ran with enableLmq (the store has "
+                                                      f"{LMQ_CONSUMER_OFFSET}), whose offsets are in that file")
+        if not regular_file_present(config_dir / CONSUMER_OFFSET):
+            skipped.ignored = None
+        load = load_config(config_dir, LMQ_CONSUMER_OFFSET, lmq_offset_table_shape)
+        loads = [skipped, load]
+    else:
+        load = load_config(config_dir, CONSUMER_OFFSET, offset_table_shape)
+        loads = [load, ConfigLoad(LMQ_CONSUMER_OFFSET)]
+    data = load.data if isinstance(load.data, dict) else {}
+    for key, queues in (data.get("offsetTable") or {}).items():
+        split = _split_key(key)
+        if split is not None:
+            rows.extend(CommittedOffset(split[1], split[0], int(q), int(off), load.source or load.name)
+                        for q, off in queues.items())
+    for key, off in (data.get("lmqOffsetTable") or {}).items():
+        split = _split_key(key)
+        if split is not None:
+            rows.append(CommittedOffset(split[1], split[0], 0, int(off), load.source or load.name))
     return rows, loads
 
 

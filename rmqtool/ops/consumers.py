@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
+from formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from rmqtool.io.brokerconfig import committed_offsets, subscription_groups
 from rmqtool.output.system_topics import DLQ_PREFIX, RETRY_PREFIX
 from rmqtool.wording import counted
@@ -116,14 +116,18 @@ def bounds_answer(offset: int, lo: int, hi: int) -> dict:
 class ServedQueue:
     """One consume queue as the broker serves it after ``restart``: units up to the logical end,
     less those recovery truncates; min/max as ``getMinOffsetInQueue``/``getMaxOffsetInQueue``. A
-    queue with no directory is the empty one ``findOrCreateConsumeQueue`` makes (min = max = 0)."""
+    queue with no directory is the empty one ``findOrCreateConsumeQueue`` makes (min = max = 0).
+    ``batch``: a BatchConsumeQueue (``BatchQueueView``: offsets are message offsets, a unit covers
+    batch-size messages)."""
 
-    def __init__(self, store, topic: str, queue_id: int, restart: Restart | None, present: bool = True):
-        from rmqtool.ops.query.byqueue import QueueView
-        self.topic, self.queue_id = topic, queue_id
+    def __init__(self, store, topic: str, queue_id: int, restart: Restart | None, present: bool = True,
+                 batch: bool = False):
+        from rmqtool.ops.query.byqueue import BatchQueueView, QueueView
+        self.topic, self.queue_id, self.batch = topic, queue_id, batch and present
         self._units: tuple[np.ndarray, np.ndarray] | None = None
-        self.view = QueueView(store, topic, queue_id) if present else None
-        self.per_file = (self.view.queue.file_size // CQ_UNIT_SIZE) if present and self.view.queue.file_size else 0
+        self.view = (BatchQueueView if self.batch else QueueView)(store, topic, queue_id) if present else None
+        self.unit_size = BCQ_UNIT_SIZE if self.batch else CQ_UNIT_SIZE
+        self.per_file = (self.view.queue.file_size // self.unit_size) if present and self.view.queue.file_size else 0
         if self.view is None:
             self.max_on_disk = self.max_offset = self.min_offset = 0
             self.cl_min, self.cl_end = 0, 0
@@ -142,6 +146,9 @@ class ServedQueue:
     def units_array(self) -> tuple[np.ndarray, np.ndarray]:
         """(queue offsets, units) of every unit before the logical end, built once from the
         ``QueueView``'s files; those at or past ``max_offset`` are the ones the restart truncates."""
+        if self._units is None and self.batch:
+            u = self.view.batch_units
+            self._units = (u["msg_base_offset"].astype(np.int64), u)
         if self._units is None:
             qoffs, parts = [], []
             for f in self.view.files if self.view is not None else ():
@@ -189,26 +196,26 @@ class ServedQueue:
         return out
 
     def _found(self, offset: int, max_msg_nums: int) -> dict:
-        """The pull loop over one ConsumeQueue file (travelCqFileNumWhenGetMessage = 1)."""
+        """The pull loop over the units one iterateFrom gives (``_pull_units``)."""
         status, nxt = "NO_MATCHED_MESSAGE", offset
-        per = self.per_file or max(self.max_offset, 1)
-        file_start = offset // per * per
-        if not any(f.start == file_start * CQ_UNIT_SIZE for f in self.view.files):    # iterateFrom: null
-            return {"status": "OFFSET_FOUND_NULL", "next_begin_offset": offset + per - offset % per}
-        stop = min(file_start + per, self.max_offset)
-        max_filter = max(MAX_FILTER_MESSAGE_SIZE, max_msg_nums * CQ_UNIT_SIZE)
+        pulled = self._pull_units(offset, max_msg_nums)
+        if isinstance(pulled, int):                                     # iterateFrom: null
+            return {"status": "OFFSET_FOUND_NULL", "next_begin_offset": pulled}
+        max_filter = max(MAX_FILTER_MESSAGE_SIZE, max_msg_nums * self.unit_size)
         total = count = 0
         next_file_start = None
-        for q, phy, size, _ in self.view.units(offset, stop - offset):
-            if (q - offset) * CQ_UNIT_SIZE >= max_filter:
+        for q, phy, size, batch in pulled:
+            if nxt >= self.max_offset:
                 break
-            if total and count and (count + 1 > max_msg_nums or total + size > MAX_PULL_MSG_SIZE
+            if (q - offset) * self.unit_size >= max_filter:
+                break
+            if total and count and (count + batch > max_msg_nums or total + size > MAX_PULL_MSG_SIZE
                                     or total + size > MAX_TRANSFER_BYTES_IN_MEMORY
                                     or count > MAX_TRANSFER_COUNT_IN_MEMORY - 1):
                 break                                                   # isTheBatchFull (in memory)
             if total >= MAX_PULL_MSG_SIZE:
                 break
-            nxt = q + 1
+            nxt = q + batch
             if next_file_start is not None and phy < next_file_start:
                 continue
             if phy < self.cl_min or phy + size > self.cl_end:            # CommitLog.getMessage: null
@@ -218,10 +225,29 @@ class ServedQueue:
                 next_file_start = phy + fs - phy % fs
                 continue
             total += size
-            count += 1
+            count += batch
             status = "FOUND"
             next_file_start = None
         return {"status": status, "next_begin_offset": nxt, "message_count": count}
+
+    def _pull_units(self, offset: int, max_msg_nums: int) -> list[tuple[int, int, int, int]] | int:
+        """``iterateFrom(offset, maxMsgNums)`` of the queue's kind: (queue offset, commitlog offset, size,
+        batch num) of each unit one pull may walk, or, when there is none, the offset OFFSET_FOUND_NULL
+        moves to. A ConsumeQueue: the rest of the one file holding ``offset``
+        (travelCqFileNumWhenGetMessage = 1); a BatchConsumeQueue: the unit holding message ``offset``
+        and the rest of its file; a RocksDB ConsumeQueue (no files): min(max - offset, maxMsgNums) units."""
+        if self.batch:
+            got = self.view.pull_units(offset)
+            return offset if got is None else got
+        if self.view.store.rocksdb_cq:
+            got = self.view.units(offset, min(self.max_offset - offset, max_msg_nums))
+            return [(q, phy, size, 1) for q, phy, size, _ in got] if got else offset
+        per = self.per_file or max(self.max_offset, 1)
+        file_start = offset // per * per
+        if not any(f.start == file_start * CQ_UNIT_SIZE for f in self.view.files):
+            return offset + per - offset % per                                # rollNextFile
+        stop = min(file_start + per, self.max_offset)
+        return [(q, phy, size, 1) for q, phy, size, _ in self.view.units(offset, stop - offset)]
 
 
 def restart_effect(committed: int, answer: dict) -> str:
@@ -288,8 +314,13 @@ def _retention(sq: ServedQueue, nxt: int, store, mtimes, reserved_hours: int, de
     end = files[idx].start + store.commitlog.file_size
     qoff, units = sq.units_array()
     live = (qoff >= nxt) & (qoff < sq.max_offset)
-    out.update(retention_deleted_at=deletion_time(due, delete_when),
-               retention_loses=int(np.count_nonzero(live & (units["commitlog_offset"] < end))))
+    if sq.batch:                # messages, not units: a unit holds batch_size messages from its base
+        stop = np.minimum(qoff + units["batch_size"], sq.max_offset)
+        live = (stop > nxt) & (units["commitlog_offset"] < end)
+        loses = int((stop - np.maximum(qoff, nxt))[live].sum())
+    else:
+        loses = int(np.count_nonzero(live & (units["commitlog_offset"] < end)))
+    out.update(retention_deleted_at=deletion_time(due, delete_when), retention_loses=loses)
     return out
 
 
@@ -304,11 +335,13 @@ def consumer_rows(store, group: str | None = None, topic: str | None = None, res
     if restart is None:
         restart = restart_of(store)
     present = {(r.topic, r.queue_id) for r in store.queues()}
+    batch = {(r.topic, r.queue_id) for r in store.queues(batch=True)}
     served: dict[tuple[str, int], ServedQueue] = {}
 
     def serve(t: str, q: int) -> ServedQueue:
         if (t, q) not in served:
-            served[t, q] = ServedQueue(store, t, q, restart, (t, q) in present)
+            served[t, q] = ServedQueue(store, t, q, restart, (t, q) in present or (t, q) in batch,
+                                       batch=(t, q) in batch and (t, q) not in present)
         return served[t, q]
 
     mtimes = file_mtimes(store)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from formats.fastjson import dumps
 from rmqtool.errors import RefusedError, UsageError
-from rmqtool.io.brokerconfig import (BAK, CONSUMER_OFFSET, TOPIC_GROUP_SEPARATOR, committed_offsets, load_config,
-                                     offset_table_shape, read_text)
+from rmqtool.io.brokerconfig import (BAK, CONSUMER_OFFSET, LMQ_CONSUMER_OFFSET, TOPIC_GROUP_SEPARATOR, committed_offsets,
+                                     lmq_broker, load_config, offset_table_shape, read_text)
 
 MODES = ("to_time", "to_earliest", "to_latest", "to_offset", "shift_by")
 
@@ -33,6 +33,9 @@ def plan(store, group: str, target: Target, topic: str | None = None) -> list[di
     from rmqtool.ops.query.byqueue import QueueView
     offsets, loads = committed_offsets(store.config_dir)
     main = loads[0]
+    if lmq_broker(store.config_dir):
+        raise RefusedError(f"the broker ran with enableLmq: it loads {LMQ_CONSUMER_OFFSET}, not {CONSUMER_OFFSET}, "
+                           f"which reset-offsets writes", store.config_dir)
     if not main.ok:
         raise main.error()
     mine = [c for c in offsets if c.group == group and c.source.startswith(CONSUMER_OFFSET)

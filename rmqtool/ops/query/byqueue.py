@@ -197,3 +197,67 @@ class QueueView:
         else:
             offset = right if lower else left
         return _jdiv(f.start + offset, unit)
+
+
+class BatchQueueView(QueueView):
+    """One BatchConsumeQueue (``batchconsumequeue/<topic>/<queueId>/``, docs/format-lmq-batchcq.md) as
+    upstream's BatchConsumeQueue serves it. Its offsets are message offsets: a unit covers
+    ``batch_size`` messages from ``msg_base_offset``; the max is the last unit's base + batch size
+    (``reviseMaxOffsetInQueue``), the min the base of the first unit whose record the CommitLog still
+    holds (``reviseMinOffsetInQueue`` / ``correctMinOffset``). ``files`` hold 46-byte units."""
+
+    def __init__(self, store, topic: str, queue_id: int):
+        from formats.consumequeue import BCQ_UNIT_DTYPE
+        from rmqtool.io.consumequeue import read_batch_queue
+        from rmqtool.io.store import QueueRef
+        self.store, self.topic, self.queue_id = store, topic, queue_id
+        self.queue = store.queue(topic, queue_id, batch=True)
+        parts = read_batch_queue(store, QueueRef(topic, queue_id, None))
+        self.files = [_CqFile(start, units.tobytes(), self.queue.file_size) for _, start, units in parts]
+        self.batch_units = (np.concatenate([u for _, _, u in parts]) if parts else np.zeros(0, BCQ_UNIT_DTYPE))
+        self.file_of = (np.concatenate([np.full(len(u), i, np.int64) for i, (_, _, u) in enumerate(parts)])
+                        if parts else np.zeros(0, np.int64))
+        u = self.batch_units
+        self.max_offset = int(u["msg_base_offset"][-1] + u["batch_size"][-1]) if len(u) else 0
+        cl_files = store.commitlog.files
+        self.cl_min = store.commitlog.min_offset if cl_files else 0
+        self.cl_max = store.commitlog.end_offset if cl_files else 0
+        kept = np.flatnonzero(u["commitlog_offset"] >= self.cl_min)
+        self._min = int(u["msg_base_offset"][kept[0]]) if len(kept) else self.max_offset
+        self.min_logic = 0
+        self._fhs = {}
+
+    @property
+    def min_offset(self) -> int:
+        return self._min
+
+    def unit_index(self, offset: int) -> int | None:
+        """The unit holding message ``offset``: the last whose base is at or below it (the binary
+        search of ``getBatchMsgIndexBuffer``); None before the first unit or at/past the max."""
+        if not (0 <= offset < self.max_offset) or not len(self.batch_units):
+            return None
+        i = int(np.searchsorted(self.batch_units["msg_base_offset"], offset, side="right")) - 1
+        return i if i >= 0 else None
+
+    def pull_units(self, offset: int) -> list[tuple[int, int, int, int]] | None:
+        """``iterateFrom(offset)``: (base, commitlog offset, size, batch size) of the unit holding
+        ``offset`` and the units after it in the same file; None when no unit holds it."""
+        i = self.unit_index(offset)
+        if i is None:
+            return None
+        u = self.batch_units
+        stop = int(np.searchsorted(self.file_of, self.file_of[i], side="right"))
+        return [(int(b), int(p), int(s), int(n)) for b, p, s, n in
+                zip(u["msg_base_offset"][i:stop], u["commitlog_offset"][i:stop], u["size"][i:stop],
+                    u["batch_size"][i:stop])]
+
+    def units(self, offset: int, count: int) -> list[tuple[int, int, int, int]]:
+        """(message offset, commitlog offset, size, tagsCode) of the unit holding ``offset`` (count 1)."""
+        i = self.unit_index(offset)
+        if i is None or count <= 0:
+            return []
+        u = self.batch_units[i]
+        return [(offset, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"]))]
+
+    def offset_by_time(self, timestamp: int, boundary: str = "lower") -> int:
+        raise UsageError(f"{self.topic}/{self.queue_id} is a BatchConsumeQueue: no lookup by time here")
