@@ -509,3 +509,14 @@ def test_a_store_without_committed_offsets_says_so():
     assert r.code == 0 and json.loads(r.out) == []
     assert "no committed offsets: the store has neither config/consumerOffset.json" in r.err
     assert "no committed offsets" not in run_cli("consumers", reference_store("consumers"), "-f", "json").err
+
+
+@pytest.mark.parametrize("commitlog_min, want", [(0, 0), (1, 3), (100, 3)])
+def test_a_rebuilt_queues_min_is_the_brokers_first_served_unit(commitlog_min, want):
+    """Leading filler units point at CommitLog offset 0: served while the CommitLog starts at 0
+    (``correctMinOffset``), not once its first files are gone."""
+    import numpy as np
+    from rmqtool.broker.dispatch import QueueLayout
+    layout = QueueLayout("T", 0, 800)
+    layout.add(np.array([3, 4]), np.array([100, 200]), np.array([10, 10]), np.array([0, 0]))
+    assert (layout.served_min(commitlog_min), layout.max_offset) == (want, 5)

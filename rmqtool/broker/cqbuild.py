@@ -211,10 +211,10 @@ class CqBuilder:
         """The queues written (in order), not those skipped for their topic name."""
         return sorted(k for k, q in self._queues.items() if q.problem is None)
 
-    def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+    def bounds(self, commitlog_min: int) -> dict[tuple[str, int], tuple[int, int]]:
         """(min offset, max offset) of every queue built (placed by ``QueueLayout``), as the broker
-        serves the built files: its first real unit's queue offset and the next unit's."""
-        return {k: (q.layout.min_offset, q.layout.max_offset) for k, q in self._queues.items()
+        serves the built files over a CommitLog starting at ``commitlog_min`` (``QueueLayout.served_min``)."""
+        return {k: (q.layout.served_min(commitlog_min), q.layout.max_offset) for k, q in self._queues.items()
                 if q.problem is None and isinstance(q.layout, QueueLayout) and q.layout.min_offset is not None}
 
     @property

@@ -738,6 +738,7 @@ class QueueLayout:
         self.topic, self.queue_id, self.file_size, self.skipped = topic, queue_id, file_size, skipped
         self.first_file: int | None = None
         self.min_offset: int | None = None   # queue offset of the first real unit
+        self.first_phy: int | None = None    # its commitlog offset
         self.written_end = 0          # logical byte position the next unit goes to
         self.max_phy = -1             # commitlog end of the last unit written
         self.real_units = 0
@@ -750,7 +751,7 @@ class QueueLayout:
             return np.zeros(0, CQ_UNIT_DTYPE)
         lead = 0
         if self.first_file is None:
-            self.min_offset = int(qoff[0])
+            self.min_offset, self.first_phy = int(qoff[0]), int(phy[0])
             start = self.min_offset * CQ_UNIT_SIZE
             self.first_file = start - start % self.file_size
             lead = (start - self.first_file) // CQ_UNIT_SIZE
@@ -786,6 +787,16 @@ class QueueLayout:
     def max_offset(self) -> int:
         """The queue offset the next unit takes: the rebuilt queue's max (``getMaxOffsetInQueue``)."""
         return self.written_end // CQ_UNIT_SIZE
+
+    def served_min(self, commitlog_min: int) -> int | None:
+        """The min offset the broker serves from the files placed (``consumequeue.first_served`` over
+        the leading filler units, then the first real one); None before any unit."""
+        from rmqtool.io.consumequeue import first_served
+        if self.min_offset is None:
+            return None
+        lead = self.min_offset - self.first_file // CQ_UNIT_SIZE
+        first = first_served(np.array([PRE_BLANK_COMMITLOG_OFFSET] * min(lead, 1) + [self.first_phy]), commitlog_min)
+        return self.first_file // CQ_UNIT_SIZE if lead and first == 0 else self.min_offset
 
     def _each_unit_in_place(self, qoff, end_phy) -> bool:
         """Whether ``_place`` would put every unit where the writer stands, none skipped and

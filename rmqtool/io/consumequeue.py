@@ -51,6 +51,14 @@ def logical_end(units: np.ndarray) -> int:
     return int(invalid[0]) if len(invalid) else len(units)
 
 
+def first_served(commitlog_offsets: np.ndarray, commitlog_min: int) -> int | None:
+    """Index of the first unit the broker serves after a load (``ConsumeQueue.correctMinOffset``: the
+    first pointing at or above the CommitLog's min offset; a filler unit points at 0), None when
+    none does."""
+    ok = np.flatnonzero(np.asarray(commitlog_offsets) >= commitlog_min)
+    return int(ok[0]) if len(ok) else None
+
+
 def _unit_bytes(path, unit: int, limit: int | None) -> tuple[bytes, int]:
     """The bytes of a queue file worth reading (whole units) and the file's size: no further than
     the queue's file size ``limit`` (the broker maps no more of a file; a file larger than

@@ -454,12 +454,13 @@ def rebuild_moves(store, rebuilt: dict[tuple[str, int], tuple[int, int]], select
     if all(x.source is None for x in loads):
         return None
     present = {(r.topic, r.queue_id) for r in store.queues()}
+    batch = {(r.topic, r.queue_id) for r in store.queues(batch=True)} - present
     served: dict[tuple[str, int], ServedQueue] = {}
     out = []
     try:
         for c in offsets:
-            if not selected(c.topic, c.queue_id):
-                continue
+            if not selected(c.topic, c.queue_id) or (c.topic, c.queue_id) in batch:
+                continue            # a BatchConsumeQueue: not rebuilt into consumequeue/
             key = (c.topic, c.queue_id)
             if key not in served:
                 served[key] = ServedQueue(store, c.topic, c.queue_id, None, key in present)

@@ -588,7 +588,8 @@ class _CqJob(_QueueTreeJob):
             _, carried_max = cq_totals(store, keep) if only is not None else (0, 0)
             _note_damage(r, outcome, before,
                          restart_forecast(store, max(self.builder.max_end, carried_max), outcome.data_end))
-        r.consumers = rebuild_moves(store, self.builder.bounds(), lambda t, q: queue_selected(only, t, q))
+        r.consumers = rebuild_moves(store, self.builder.bounds(store.commitlog.min_offset),
+                                    lambda t, q: queue_selected(only, t, q))
         self.plan_carry(only)
 
 

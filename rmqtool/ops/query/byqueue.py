@@ -72,11 +72,11 @@ class QueueView:
 
     def _min_logic_offset(self) -> int:
         """Logical position of the first unit pointing at or above the CommitLog minimum."""
+        from rmqtool.io.consumequeue import first_served
         for f in self.files:
-            units = np.frombuffer(f.data, CQ_UNIT_DTYPE)
-            ok = np.flatnonzero(units["commitlog_offset"] >= self.cl_min)
-            if len(ok):
-                return f.start + int(ok[0]) * CQ_UNIT_SIZE
+            first = first_served(np.frombuffer(f.data, CQ_UNIT_DTYPE)["commitlog_offset"], self.cl_min)
+            if first is not None:
+                return f.start + first * CQ_UNIT_SIZE
         return self.max_offset * CQ_UNIT_SIZE
 
     def units(self, offset: int, count: int) -> list[tuple[int, int, int, int]]:
