@@ -152,10 +152,11 @@ def _long_commands(tmp_path):
     return {"export": ["export", store, "--to", tmp_path / "ex", "--format", "jsonl"],
             "stats": ["stats", store, "-f", "json"],
             "report": ["report", store, "-o", tmp_path / "r.html", "--level", "shallow"],
-            "verify": ["verify", store, "-f", "json"]}
+            "verify": ["verify", store, "-f", "json"],
+            "compare": ["compare", store, store, "-f", "json"]}
 
 
-@pytest.mark.parametrize("command", ["export", "stats", "report", "verify"])
+@pytest.mark.parametrize("command", ["export", "stats", "report", "verify", "compare"])
 def test_long_commands_show_a_byte_progress_bar_on_a_terminal(tmp_path, terminal, command):
     if command == "export":
         pytest.importorskip("pyarrow")
@@ -163,9 +164,9 @@ def test_long_commands_show_a_byte_progress_bar_on_a_terminal(tmp_path, terminal
     res = run_cli(*_long_commands(tmp_path)[command])
     assert res.code == 0, res.err
     total = sum(p.stat().st_size for p in (reference_store("basic") / "commitlog").iterdir())
-    whole = f"{total * (2 if command == 'report' else 1) / 1e6:.1f}"
+    whole = f"{total * (2 if command in ('report', 'compare') else 1) / 1e6:.1f}"     # two walks
     assert f"{command} " in buf.getvalue() and f"{whole}/{whole} MB" in buf.getvalue(), buf.getvalue()[-500:]
-    if command in ("stats", "verify"):
+    if command in ("stats", "verify", "compare"):
         json.loads(res.out)                  # stdout stays clean JSON
 
 

@@ -47,7 +47,9 @@ def compare_command(
     from rmqtool.ops.compare import compare_stores
     if queues:
         return _compare_queues(store_a, store_b, fmt, commitlog_dirs)
-    c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs))
+    from rmqtool.cli.progress import Progress
+    with Progress("compare") as bar:
+        c = compare_stores(open_store(store_a, commitlog_dirs), open_store(store_b, commitlog_dirs), progress=bar)
     if fmt != "table":
         emit([c.as_dict()], fmt)
     else:

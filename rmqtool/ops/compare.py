@@ -20,16 +20,19 @@ import numpy as np
 from formats import dledger as dl
 from rmqtool.kernels.crc import crc32_spans
 from rmqtool.kernels.gather import strided_view
-from rmqtool.records.scan import RecordBatch, walk_store
+from rmqtool.records.scan import RecordBatch, walk_progress, walk_store
 
 KEYS = ("phy_offset", "size", "crc", "index", "term")
 
 
-def record_keys(store):
-    """Per batch: every record's offset, size, crc32 of its bytes, and (DLedger) entry index and term."""
+def record_keys(store, walked=None):
+    """Per batch: every record's offset, size, crc32 of its bytes, and (DLedger) entry index and term.
+    ``walked(path, position)``: told where each batch ends (``scan.walk_progress``)."""
     for item in walk_store(store, check_crc=False, stop_at_break=True):
         if not isinstance(item, RecordBatch) or not len(item):
             continue
+        if walked is not None:
+            walked(item.path, item.buf_base + len(item.buf))
         at = item.position - item.buf_base
         keys = {"phy_offset": item.phy_offset.astype(np.int64), "size": item.size.astype(np.int64),
                 "crc": crc32_spans(item.buf, at, item.size).astype(np.int64)}
@@ -80,8 +83,8 @@ class Comparison:
 class _Stream:
     """Records of one store, taken in any amounts across batch boundaries."""
 
-    def __init__(self, store):
-        self.it = record_keys(store)
+    def __init__(self, store, walked=None):
+        self.it = record_keys(store, walked)
         self.buf = {k: np.zeros(0, np.int64) for k in KEYS}
         self.done = False
 
@@ -114,8 +117,25 @@ def _note(side: Side, keys: dict, n: int) -> None:
         side.last_index, side.last_term = int(keys["index"][n - 1]), int(keys["term"][n - 1])
 
 
-def compare_stores(store_a, store_b) -> Comparison:
-    """Walk both stores in lockstep to the first record they disagree on, then to their ends."""
+def _lockstep_progress(stores, progress) -> list:
+    """One ``walked(path, position)`` per store (``scan.walk_progress``), reporting ``progress`` as the
+    bytes both walks have done together, of both stores' files."""
+    if progress is None:
+        return [None] * len(stores)
+    totals = [sum(seg.size for seg in s.commitlog.files) for s in stores]
+    done = [0] * len(stores)
+
+    def side(i: int):
+        def report(walked: int, _total: int) -> None:
+            done[i] = walked
+            progress(sum(done), sum(totals))
+        return walk_progress([stores[i]], report)
+    return [side(i) for i in range(len(stores))]
+
+
+def compare_stores(store_a, store_b, progress=None) -> Comparison:
+    """Walk both stores in lockstep to the first record they disagree on, then to their ends.
+    ``progress(done, total)``: bytes walked of both stores' CommitLog files."""
     if store_a.dledger != store_b.dledger:
         from rmqtool.errors import UsageError
         raise UsageError("one store is DLedger-mode and the other is not: compare replicas of one group",
@@ -123,7 +143,8 @@ def compare_stores(store_a, store_b) -> Comparison:
     dledger = store_a.dledger
     a, b = Side(str(store_a.root), dledger), Side(str(store_b.root), dledger)
     result = Comparison(a, b)
-    sa, sb = _Stream(store_a), _Stream(store_b)
+    walked_a, walked_b = _lockstep_progress([store_a, store_b], progress)
+    sa, sb = _Stream(store_a, walked_a), _Stream(store_b, walked_b)
     fields = ("phy_offset", "size", "crc") + (("index", "term") if dledger else ())
     while True:
         na, nb = sa.fill(), sb.fill()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqtool.ops.verify.records import TopicTable
-from rmqtool.records.scan import FileEnd, RecordBatch, walk_store
+from rmqtool.records.scan import FileEnd, RecordBatch, walk_progress, walk_store
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 #: ``by="auto"`` (the report's write rate): buckets of the first of these sizes that keeps the store's
@@ -274,16 +274,7 @@ def stats(stores, by: str | None = None, engine=None, split_size: int | None = N
     stores = list(stores)
     if engine is not None:
         return stats_with_engine(engine, stores, by, split_size, progress)
-    walked = None
-    if progress is not None:
-        before, total = {}, 0                   # each file: the bytes of the files walked before it
-        for _, s in stores:
-            for seg in s.commitlog.files:
-                before[str(seg.path)] = total
-                total += seg.size
-
-        def walked(path, position):
-            progress(min(before.get(str(path), 0) + position, total), total)
+    walked = walk_progress([s for _, s in stores], progress)
     return [store_stats(s, name, by, walked) for name, s in stores]
 
 

@@ -756,6 +756,22 @@ def decode_record_reference(raw: bytes) -> dict:
 
 
 # --- whole store ------------------------------------------------------------------------
+def walk_progress(stores, progress):
+    """``walked(path, position)`` that reports ``progress(done, total)`` as bytes of all of ``stores``'
+    CommitLog files, walked one file after another (None without ``progress``)."""
+    if progress is None:
+        return None
+    before, total = {}, 0                       # each file: the bytes of the files walked before it
+    for s in stores:
+        for seg in s.commitlog.files:
+            before[str(seg.path)] = total
+            total += seg.size
+
+    def walked(path, position: int) -> None:
+        progress(min(before.get(str(path), 0) + position, total), total)
+    return walked
+
+
 def walk_store(store, check_crc: bool = False, start_offset: int = 0, stop_at_break: bool = False,
                files=None, reuse_buffer: bool = False, chunk_size: int | None = None) -> Iterator[RecordBatch | FileEnd]:
     """Yield every file's record batches followed by its ``FileEnd``, in commitlog order.
