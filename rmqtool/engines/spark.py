@@ -147,6 +147,8 @@ def task_runner(tasks: Sequence[Task], fn, schema: pa.Schema):
     tasks = list(tasks)
 
     def run(batches):
+        from rmqtool.io import fileio
+        fileio.READ_AHEAD = False          # an executor runs a task per core: no second reader thread
         for ids in batches:
             for i in ids.column(0).to_pylist():
                 task = tasks[i]
