@@ -48,7 +48,7 @@ def default_workers() -> int:
 # A region the main process has used is given back by number (``OrderedPool.release``: the highest
 # number released, per worker, in memory shared with the workers), and the worker writes its next
 # results into the first gap between the regions still in use: the memory file's pages are written
-# again, not allocated, zeroed and then freed for every task (a task's results cost half the CPU).
+# again, not allocated, zeroed and then freed for every task (half the CPU a result costs: bench/README.md).
 _ship_fd: tuple[int, int] | None = None    # this worker's (slot, memory file), set by init_worker
 _ship_end = 0
 _released = None                           # per slot: the highest region number given back (shared)

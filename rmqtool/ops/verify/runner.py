@@ -4,9 +4,10 @@ Order: CommitLog walk (record table, in chunks) -> every ConsumeQueue (dispatch 
 -> the broker's recovery walk (valid end) -> CQ and index checks (shallow, one file at a
 time; deep: units and entries routed to the chunk of records they point into) -> the
 joins, chunk by chunk -> checkpoint -> forecast. The index checks, which need no record, run
-in a thread during the walk (``IndexPass``); their findings enter the report at their place. Memory follows the chunk, one queue and
-one index file, not the store (``chunks``). ``--only`` limits which kinds *report* findings; the CommitLog walk and the
-queues are still read because the cross-checks and the forecast need them.
+in a thread during the walk (``IndexPass``); their findings enter the report at their place.
+Memory follows the chunk, one queue and one index file, not the store (``chunks``). ``--only``
+limits which kinds *report* findings; the CommitLog walk and the queues are still read because
+the cross-checks and the forecast need them.
 """
 from __future__ import annotations
 
