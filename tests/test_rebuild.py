@@ -335,6 +335,53 @@ def test_dispatch_results_shipped_through_a_memory_file_come_back_equal(monkeypa
     assert ordered.ship(items) is items and ordered.unship(items, []) is items
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_results_go_again_where_the_main_process_gave_them_back(monkeypatch, seed):
+    """With the pool's shared table of regions given back, a worker writes each result into the first
+    gap between its regions not given back yet: a result in use is never overwritten (each maps back
+    as shipped, however long it is held), space given back is written again (the memory file stays
+    about the size of the results in flight, not of the run), and a result given back twice changes
+    nothing."""
+    import multiprocessing as mp
+    import random
+    from collections import deque
+    from rmqtool.engines import ordered
+    rng = random.Random(seed)
+    for name, value in (("_ship_fd", None), ("_ship_end", 0), ("_released", None), ("_regions", []), ("_number", 0)):
+        monkeypatch.setattr(ordered, name, value)
+    fds = [os.memfd_create("test")]
+    ctx = mp.get_context("fork")
+    released = ctx.Array("q", 1, lock=False)
+    try:
+        ordered.init_worker(fds, ctx.Value("i", 0), released)
+        held, largest, in_flight = deque(), 0, 0
+
+        def check(shipped, arrays):
+            back = ordered.unship(shipped, fds)
+            assert [b.tolist() for b in back[0][1]] == [a.tolist() for a in arrays]
+            assert back[0][0] == ("meta", shipped.number)
+        for step in range(300):
+            arrays = [np.arange(rng.randrange(0, 30000), dtype=np.int64) * (step + 1),
+                      np.full(rng.randrange(0, 9000), step, np.int32), np.zeros(0, np.int16)]
+            shipped = ordered.ship([(("meta", ordered._number + 1), arrays)])
+            assert isinstance(shipped, ordered.Shipped) and shipped.number is not None
+            held.append((shipped, arrays))
+            largest = max(largest, shipped.length)
+            in_flight = max(in_flight, sum(s.length for s, _ in held))
+            for s, a in held:                     # nothing held was overwritten
+                check(s, a)
+            while len(held) > rng.randrange(1, 6):
+                s, a = held.popleft()
+                check(s, a)
+                ordered.release(s, fds, released)
+                if rng.random() < 0.2:            # given back twice: no effect
+                    ordered.release(s, fds, released)
+        assert released[0] == held[0][0].number - 1
+        assert os.fstat(fds[0]).st_size <= in_flight + 6 * (largest + (1 << 16))
+    finally:
+        os.close(fds[0])
+
+
 def test_fsync_tree_syncs_every_file_and_directory_once(tmp_path, monkeypatch):
     """Concurrent fsyncs, same set as one after another: every directory and regular file,
     not symlinks, not carried-over hard links with skip_linked; a failure is raised."""

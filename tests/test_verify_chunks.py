@@ -243,3 +243,138 @@ def test_chunks_of_walked_and_adopted_parts_read_as_one_table(parts, chunk_recor
         spill.close()
     assert not Path(staging.root).exists() or not list(Path(staging.root).iterdir())
     staging.close()
+
+
+# --- the index files checked while the walk runs (``runner.IndexPass``) ------------------------------
+REFERENCE_STORES = ("basic", "mixed", "crashed", "consumers", "propcrc-lmq-batchcq", "rocksdb-cq", "dledger", "timer")
+
+
+def _reference_copy(store_copy, tmp_path, name: str) -> Path:
+    from conftest import timer_copy
+    if name == "dledger":
+        return dledger_copy(tmp_path / "dledger")
+    if name == "timer":
+        return timer_copy(tmp_path / "timer")
+    return store_copy(name)
+
+
+def _routed_during_walk(monkeypatch) -> list:
+    """Every bound ``known_starts`` answered with (None: the walk had finished)."""
+    bounds = []
+    real = RecordChunks.known_starts
+
+    def spy(self, offset):
+        starts, bound = real(self, offset)
+        bounds.append(bound)
+        return starts, bound
+    monkeypatch.setattr(RecordChunks, "known_starts", spy)
+    return bounds
+
+
+@pytest.mark.parametrize("name", REFERENCE_STORES)
+def test_index_checks_during_the_walk_make_the_report_of_checks_after_it(store_copy, tmp_path, name, spill_root,
+                                                                         monkeypatch):
+    """The index files are checked in a thread while the CommitLog walk runs, their entries routed to
+    the record chunks as the walk makes them: the report (findings, their cap and order, summary,
+    forecast) is the one of the same checks run after the walk, on every reference store, whole,
+    with its index and queues mutated, and cut into many chunks and entry windows."""
+    root = _reference_copy(store_copy, tmp_path, name)
+    runs = [dict(), dict(chunk_records=3, limit=2), dict(level="shallow", chunk_records=4)]
+
+    def reports():
+        return [report(root, **kw) for kw in runs]
+    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 4)
+    monkeypatch.setattr(verify_runner.IndexPass, "DURING_WALK", False)
+    after, bounds = reports(), _routed_during_walk(monkeypatch)
+    assert all(b is None for b in bounds)            # after the walk: every row routed by the final chunks
+    monkeypatch.setattr(verify_runner.IndexPass, "DURING_WALK", True)
+    assert reports() == after
+    if name not in ("dledger", "rocksdb-cq"):     # (their consumequeue/ is not ConsumeQueue files)
+        _mutate_queues_and_index(root, len(name))
+        monkeypatch.setattr(verify_runner.IndexPass, "DURING_WALK", False)
+        after = reports()
+        monkeypatch.setattr(verify_runner.IndexPass, "DURING_WALK", True)
+        assert reports() == after
+    assert not list(spill_root.glob("rmqtool-verify-*"))     # (a RocksDB store's snapshots go at exit)
+
+
+def test_index_rows_are_routed_while_the_walk_runs(store_copy, spill_root, monkeypatch):
+    """The overlap is real: with many chunks, index entries are routed before the walk finishes."""
+    import threading
+    root = store_copy("basic")
+    bounds = _routed_during_walk(monkeypatch)
+    real = RecordChunks._add
+    started = threading.Event()
+
+    def slow_add(self, piece):          # the walk waits for the index thread to be routing
+        real(self, piece)
+        if len(self._begun) > 2 and not started.is_set():
+            started.wait(5)
+    monkeypatch.setattr(RecordChunks, "_add", slow_add)
+    real_ks = RecordChunks.known_starts
+
+    def ks(self, offset):
+        out = real_ks(self, offset)
+        started.set()
+        return out
+    monkeypatch.setattr(RecordChunks, "known_starts", ks)
+    monkeypatch.setattr(verify_index, "ENTRY_WINDOW", 16)
+    report(root, chunk_records=50)
+    assert any(b is not None for b in bounds)
+
+
+def test_a_failed_walk_ends_the_index_thread(store_copy, spill_root, monkeypatch):
+    """A walk that fails (a full disk, Ctrl-C) leaves no index thread waiting for chunks and no
+    temporary files; its error is the one raised."""
+    import threading
+    from rmqtool.ops.verify.commitlog import CommitLogVerifier
+    root = store_copy("basic")
+
+    def broken(self, files, prepared):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(CommitLogVerifier, "_walk_files", broken)
+    with pytest.raises(OSError, match="No space"):
+        report(root, chunk_records=3)
+    assert not [t for t in threading.enumerate() if t.name == "rmqtool-verify-index"]
+    assert not list(spill_root.iterdir())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10 ** 6), min_size=1, max_size=40, unique=True),
+       st.lists(st.integers(-5, 10 ** 6 + 100), max_size=80), st.integers(1, 5), st.booleans(), st.integers(1, 9))
+def test_rows_routed_during_the_walk_equal_rows_routed_after_it(phys, offsets, chunk_records, ascending, piece):
+    """``RoutedRows.add_during_walk`` from a thread while another fills the chunks gives every chunk
+    the rows ``add`` gives it after the walk, in the same order (ascending offsets, as an index file's,
+    and any order)."""
+    import threading
+    phys = sorted(phys)
+    if ascending:
+        offsets = sorted(offsets)
+    dtype = np.dtype([("offset", np.int64), ("n", np.int32)])
+    rows = np.zeros(len(offsets), dtype)
+    rows["offset"], rows["n"] = offsets, np.arange(len(offsets))
+
+    def fill(chunks):
+        for p in phys:
+            chunks.append({"phy": np.array([p], np.int64), "size": np.array([1], np.int64)})
+        chunks.finish()
+
+    def taken(during: bool) -> list:
+        spill = SpillDir()
+        try:
+            chunks = RecordChunks(TopicTable(), [], spill, chunk_records)
+            routed = RoutedRows("t", dtype, chunks)
+            if during:
+                filler = threading.Thread(target=fill, args=(chunks,))
+                filler.start()
+                for at in range(0, len(rows), piece):
+                    routed.add_during_walk(rows[at:at + piece], rows["offset"][at:at + piece])
+                filler.join()
+            else:
+                fill(chunks)
+                for at in range(0, len(rows), piece):
+                    routed.add(rows[at:at + piece], rows["offset"][at:at + piece])
+            return [routed.take(k)["n"].tolist() for k in range(len(chunks))]
+        finally:
+            spill.close()
+    assert taken(True) == taken(False)

@@ -45,8 +45,15 @@ def default_workers() -> int:
 # its arrays to an anonymous memory file the main process created before forking the pool, and
 # returns only their places; the main process maps them (read-only): no copy, no fresh pages.
 # Without memfd, or when a write fails, results go through the pipe as they are.
+# A region the main process has used is given back by number (``OrderedPool.release``: the highest
+# number released, per worker, in memory shared with the workers), and the worker writes its next
+# results into the first gap between the regions still in use: the memory file's pages are written
+# again, not allocated, zeroed and then freed for every task (half the CPU a result costs: bench/README.md).
 _ship_fd: tuple[int, int] | None = None    # this worker's (slot, memory file), set by init_worker
 _ship_end = 0
+_released = None                           # per slot: the highest region number given back (shared)
+_regions: list[tuple[int, int, int]] = []  # this worker's regions maybe still in use: (start, end, number)
+_number = 0
 
 
 @dataclass
@@ -56,31 +63,53 @@ class Shipped:
     offset: int                            # page-aligned
     length: int
     items: list                            # per item: (meta, [(dtype, count, at)])
+    number: int | None = None              # given back by number (``OrderedPool.release``), else by punching
 
 
-def init_worker(fds: list[int], counter) -> None:
-    """Pool initializer: this worker takes the next memory file."""
-    global _ship_fd, _ship_end
+def init_worker(fds: list[int], counter, released=None) -> None:
+    """Pool initializer: this worker takes the next memory file (``released``: the pool's shared
+    table of regions given back, one number per memory file)."""
+    global _ship_fd, _ship_end, _released, _regions, _number
     start_worker()
     with counter.get_lock():
         slot = counter.value
         counter.value += 1
     _ship_fd, _ship_end = (slot, fds[slot]) if slot < len(fds) else None, 0
+    _released, _regions, _number = released, [], 0
+
+
+def _place(slot: int, need: int) -> int:
+    """Where ``need`` bytes go in this worker's memory file: the first gap between its regions not
+    given back yet (released in the order they were shipped: the file is used as a ring), else
+    after the last of them."""
+    global _regions
+    done = _released[slot]
+    _regions = [r for r in _regions if r[2] > done]
+    at = 0
+    for start, end, _ in sorted(_regions):
+        if start - at >= need:
+            return at
+        at = max(at, end)
+    return at
 
 
 def ship(items: list):
     """In a worker: ``items`` [(meta, [numpy arrays])] as a ``Shipped`` (the arrays written to
     this worker's memory file), or ``items`` themselves where there is no file or a write fails."""
-    global _ship_end
+    global _ship_end, _number
     if _ship_fd is None or not items:
         return items
     slot, fd = _ship_fd
-    base = pos = end = _ship_end
+    arrays = [[np.ascontiguousarray(a) for a in group] for _, group in items]
+    size = sum(-(-a.nbytes // 64) * 64 for group in arrays for a in group)
+    granule = mmap.ALLOCATIONGRANULARITY
+    ring = _released is not None and slot < len(_released)
+    base = _place(slot, -(-max(size, 1) // granule) * granule) if ring else _ship_end
+    pos = end = base
     meta, views = [], []
-    for m, arrays in items:
+    for (m, _), group in zip(items, arrays):
         cols = []
-        for a in arrays:
-            a = np.ascontiguousarray(a)
+        for a in group:
             cols.append((a.dtype.str, len(a), pos - base))
             if a.nbytes:
                 views.append((pos, memoryview(a.reshape(-1).view(np.uint8))))
@@ -92,8 +121,12 @@ def ship(items: list):
             pwrite_all(fd, view, at)
     except OSError:
         return items
-    _ship_end = -(-end // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
-    return Shipped(slot, base, end - base, meta)
+    if not ring:
+        _ship_end = -(-end // granule) * granule
+        return Shipped(slot, base, end - base, meta)
+    _number += 1
+    _regions.append((base, base + -(-max(end - base, 1) // granule) * granule, _number))
+    return Shipped(slot, base, end - base, meta, _number)
 
 
 def unship(shipped, fds: list[int]) -> list:
@@ -114,11 +147,18 @@ def unship(shipped, fds: list[int]) -> list:
 _PUNCH_HOLE = 0x02 | 0x01                 # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
-def release(shipped, fds: list[int]) -> None:
+def release(shipped, fds: list[int], released=None) -> None:
     """Give back a task's arrays in its worker's memory file once they have been consumed
     (nothing may keep a view of them), so the files stay the size of the results in flight,
-    not of every result of the run."""
-    if not isinstance(shipped, Shipped) or not shipped.length:
+    not of every result of the run: by number into ``released`` (the worker writes there again),
+    else by punching a hole."""
+    if not isinstance(shipped, Shipped):
+        return
+    if shipped.number is not None and released is not None:
+        if shipped.number > released[shipped.slot]:
+            released[shipped.slot] = shipped.number
+        return
+    if not shipped.length:
         return
     fallocate = _fallocate()
     if fallocate:
@@ -171,7 +211,7 @@ class OrderedPool:
     def __init__(self, workers: int, ntasks: int):
         self.procs = min(workers, ntasks) if workers > 1 and ntasks > 1 else 0
         self.fds: list[int] = []
-        self._pool = self._throttle = self._raw = None
+        self._pool = self._throttle = self._raw = self._released = None
 
     def map(self, fn: Callable, tasks: list) -> Iterator:
         if not self.procs:
@@ -186,8 +226,11 @@ class OrderedPool:
             self.fds = []
         # the throttle exists before the pool: a Ctrl-C right after the fork finds it in ``close``
         self._throttle = _Throttle(tasks, IN_FLIGHT_PER_WORKER * self.procs)
+        # regions given back, per memory file: the workers write into them again (``ship``)
+        self._released = ctx.Array("q", len(self.fds), lock=False) if self.fds else None
         with interrupts_held():                 # a Ctrl-C now reaches the parent, not a forking worker
-            self._pool = ctx.Pool(self.procs, initializer=init_worker, initargs=(self.fds, ctx.Value("i", 0)))
+            self._pool = ctx.Pool(self.procs, initializer=init_worker,
+                                  initargs=(self.fds, ctx.Value("i", 0), self._released))
         self._raw = self._pool.imap(fn, self._throttle)
         return self._consumed(self._raw, self._throttle)
 
@@ -202,7 +245,7 @@ class OrderedPool:
         return unship(shipped, self.fds)
 
     def release(self, shipped) -> None:
-        release(shipped, self.fds)
+        release(shipped, self.fds, self._released)
 
     def close(self, failed: bool) -> None:
         """End the pool. After a walk that ended (at the end or early) no new task starts, the
@@ -217,7 +260,7 @@ class OrderedPool:
                     self._pool.terminate()
                 else:
                     for shipped, *_ in self._raw:
-                        release(shipped, self.fds)
+                        self.release(shipped)
                     self._pool.close()
                     self._pool.join()
         finally:

@@ -184,11 +184,11 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
         results = pool.map(_dispatch_file, tasks)
         for path, base, items, file_end in ordered.chained([(*t[:4], t[6]) for t in tasks], results, pool,
                                                            rescan, _stopped):
-            for d in _unpack(items):
-                on_dispatch(d)
-                records += d.records
-                if d.stop:
-                    return records, d.stop_at, END_DISPATCH_STOP
+            n, stop_at = _feed(items, on_dispatch)
+            del items                             # its pages are written again once released (ordered.ship)
+            records += n
+            if stop_at is not None:
+                return records, stop_at, END_DISPATCH_STOP
             if file_end is None:                  # more pieces of this file follow
                 continue
             end, kind = file_end.log_end, file_end.kind
@@ -201,6 +201,17 @@ def _walk(store, start: int, to_offset: int | None, check_crc: bool, progress: P
     if kind == END_RANGE and to_offset is not None:
         return records, to_offset, "to-offset"
     return records, end, kind
+
+
+def _feed(items: list, on_dispatch) -> tuple[int, int | None]:
+    """One piece's dispatches to ``on_dispatch``: (records, where a dispatch stop ends the walk or None)."""
+    records = 0
+    for d in _unpack(items):
+        on_dispatch(d)
+        records += d.records
+        if d.stop:
+            return records, d.stop_at
+    return records, None
 
 
 def _count_units(d, only: set | None) -> int:

@@ -17,6 +17,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -40,10 +41,13 @@ class SpillDir:
     def __init__(self):
         self.path: str | None = None
         self._closers: list = []
+        self._making = threading.Lock()       # the walk and the index checks' thread both spill
 
     def file(self, name: str) -> str:
         if self.path is None:
-            self.path = tempfile.mkdtemp(prefix="rmqtool-verify-")
+            with self._making:
+                if self.path is None:
+                    self.path = tempfile.mkdtemp(prefix="rmqtool-verify-")
         return os.path.join(self.path, name)
 
     def on_close(self, fn) -> None:
@@ -133,6 +137,11 @@ class RecordChunks:
     A chunk is a list of ``Piece``: records this process walked (in memory, or spilled once
     the chunk is full) and records an engine task left in staging (``adopt``), which stay
     there until the chunk's joins read them.
+
+    While the walk fills it, another thread may route rows already (``known_starts``): a chunk's
+    start is known once its first record has arrived, so an offset below the start of the chunk
+    being filled has its chunk for good; an offset at or past it waits for the next chunk to begin
+    or for ``finish``.
     """
 
     def __init__(self, topics: TopicTable, files: list[str], spill: SpillDir, chunk_records: int | None = None):
@@ -147,6 +156,10 @@ class RecordChunks:
         self._adopted = False
         self._last_phy = -1
         self.records = 0
+        self._begun: list[int] = []           # the start of every chunk begun so far (the last: filling)
+        self._known = threading.Condition()
+        self._ended = False                   # finished, or abandoned (``abandon``)
+        self._abandoned = False
 
     # --- filling ------------------------------------------------------------------------------
     def append(self, cols: dict) -> None:
@@ -174,6 +187,10 @@ class RecordChunks:
         if piece.first <= self._last_phy or piece.last < piece.first:
             raise ValueError("record batches are not in commitlog order")
         self._last_phy = piece.last
+        if not self._pending:                 # a chunk begins: offsets below its start are routable
+            with self._known:
+                self._begun.append(piece.first if self._begun else 0)
+                self._known.notify_all()
         self._pending.append(piece)
         self._pending_rows += piece.rows
         self.records += piece.rows
@@ -215,9 +232,36 @@ class RecordChunks:
         if self._pending or not self._chunks:
             self._chunks.append(self._settle(self._pending, spill=False))
         self._pending, self._pending_rows = [], 0
-        self.starts = np.asarray([pieces[0].first if pieces else 0 for pieces in self._chunks], dtype=np.int64)
-        self.starts[0] = 0
+        starts = np.asarray([pieces[0].first if pieces else 0 for pieces in self._chunks], dtype=np.int64)
+        starts[0] = 0
+        with self._known:
+            self.starts = starts
+            self._ended = True
+            self._known.notify_all()
         return self
+
+    def abandon(self) -> None:
+        """The walk failed: a thread waiting in ``known_starts`` raises ``WalkAbandoned``."""
+        with self._known:
+            self._abandoned = self._ended = True
+            self._known.notify_all()
+
+    def known_starts(self, offset: int) -> tuple[np.ndarray, int | None]:
+        """Wait until the chunk holding ``offset`` is known; then (starts, bound): every offset below
+        ``bound`` is routed by ``starts`` as ``route`` will route it after ``finish`` (bound None: the
+        walk is finished, ``starts`` is final)."""
+        with self._known:
+            while not self._ended and not (len(self._begun) > 1 and offset < self._begun[-1]):
+                self._known.wait()
+            if self._abandoned:
+                raise WalkAbandoned("the CommitLog walk ended early")
+            if self._ended:
+                return self.starts, None
+            return np.asarray(self._begun, dtype=np.int64), self._begun[-1]
+
+    def several(self) -> bool:
+        """More than one chunk (known so far)."""
+        return max(len(self._begun), len(self._chunks)) > 1
 
     # --- reading ------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -245,9 +289,9 @@ class RecordChunks:
         for k in range(len(self)):
             yield self.chunk(k)
 
-    def route(self, offsets: np.ndarray) -> np.ndarray:
-        """The chunk whose CommitLog range holds each offset."""
-        return np.maximum(search_sorted(self.starts, offsets, side="right") - 1, 0)
+    def route(self, offsets: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+        """The chunk whose CommitLog range holds each offset (by ``starts``: the chunks known so far)."""
+        return np.maximum(search_sorted(self.starts if starts is None else starts, offsets, side="right") - 1, 0)
 
     def count(self, lo: int, hi: int) -> int:
         """Walked (not carved) records starting in [lo, hi); a piece wholly inside or outside is
@@ -266,6 +310,10 @@ class RecordChunks:
                     inside &= ~c["carved"]
                 n += int(np.count_nonzero(inside))
         return n
+
+
+class WalkAbandoned(Exception):
+    """The walk that fills a ``RecordChunks`` failed before ``finish``."""
 
 
 def runs(values: np.ndarray):
@@ -294,17 +342,40 @@ class RoutedRows:
     def add(self, rows: np.ndarray, offsets: np.ndarray) -> None:
         if not len(rows):
             return
-        if len(self.chunks) == 1:
+        self._place(rows, None if len(self.chunks) == 1 else self.chunks.route(offsets))
+
+    def add_during_walk(self, rows: np.ndarray, offsets: np.ndarray) -> None:
+        """``add`` while the walk may still be filling the chunks (from another thread): the rows
+        whose chunk is known go now, the others as the walk goes on (``RecordChunks.known_starts``).
+        Every chunk gets the same rows in the same order as from ``add`` after the walk: rows of one
+        chunk are always placed in the same step."""
+        ascending = len(offsets) < 2 or bool((offsets[1:] >= offsets[:-1]).all())
+        while len(rows):
+            starts, bound = self.chunks.known_starts(int(offsets[0] if ascending else offsets.min()))
+            if bound is None:
+                self.add(rows, offsets)
+                return
+            if ascending:              # the known ones are a prefix (an index file's entries are)
+                cut = int(np.searchsorted(offsets, bound, side="left"))
+                self._place(rows[:cut], self.chunks.route(offsets[:cut], starts))
+                rows, offsets = rows[cut:], offsets[cut:]
+                continue
+            now = offsets < bound
+            self._place(rows[now], self.chunks.route(offsets[now], starts))
+            rows, offsets = rows[~now], offsets[~now]
+
+    def _place(self, rows: np.ndarray, where: np.ndarray | None) -> None:
+        """Rows into their chunks' buffers (``where``: each row's chunk; None: all to the only one)."""
+        if where is None:
             self._buffer[0].append(rows)
         else:
-            where = self.chunks.route(offsets)
             if not (where[1:] >= where[:-1]).all():      # a queue's units, an index file's entries: ascending
                 order = np.argsort(where, kind="stable")
                 rows, where = rows[order], where[order]
             for k, lo, hi in runs(where):
                 self._buffer[k].append(rows[lo:hi])
         self._buffered += rows.nbytes
-        if self._buffered > ROW_BUFFER and len(self.chunks) > 1:
+        if self._buffered > ROW_BUFFER and self.chunks.several():
             self._flush()
 
     def _flush(self) -> None:

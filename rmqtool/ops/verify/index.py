@@ -34,7 +34,7 @@ BEYOND_WINDOW = 1 << 16
 
 
 #: entries read and checked at a time (the chain check carries the newest entry per slot across)
-ENTRY_WINDOW = 1 << 20
+ENTRY_WINDOW = 1 << 18
 
 
 @dataclass

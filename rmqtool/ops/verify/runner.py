@@ -3,9 +3,11 @@
 Order: CommitLog walk (record table, in chunks) -> every ConsumeQueue (dispatch frontier)
 -> the broker's recovery walk (valid end) -> CQ and index checks (shallow, one file at a
 time; deep: units and entries routed to the chunk of records they point into) -> the
-joins, chunk by chunk -> checkpoint -> forecast. Memory follows the chunk, one queue and
-one index file, not the store (``chunks``). ``--only`` limits which kinds *report* findings; the CommitLog walk and the
-queues are still read because the cross-checks and the forecast need them.
+joins, chunk by chunk -> checkpoint -> forecast. The index checks, which need no record, run
+in a thread during the walk (``IndexPass``); their findings enter the report at their place.
+Memory follows the chunk, one queue and one index file, not the store (``chunks``). ``--only``
+limits which kinds *report* findings; the CommitLog walk and the queues are still read because
+the cross-checks and the forecast need them.
 """
 from __future__ import annotations
 
@@ -208,6 +210,10 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     clv = CommitLogVerifier(store, out("commitlog"), deep=deep, live=live, progress=progress,
                             report_records="commitlog" in want, spill=spill, chunk_records=options.chunk_records)
     clv.check_layout()
+    # 5, begun now: the index files are checked in a thread while the walk runs (their entries
+    # routed to the record chunks as the walk makes them), their findings given to the sink at 5
+    index_pass = IndexPass(store, deep, live, clv.chunks)
+    spill.on_close(index_pass.stop)          # whatever ends this run: the thread first, then the spill
     records = clv.walk(engine, split_size, prepared)
     tid = records.topics.lookup(options.topic) if options.topic is not None else None
 
@@ -277,20 +283,9 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
                  if (options.topic is None or ref.topic == options.topic)]
         batch_offsets = np.sort(np.concatenate(parts)) if parts else batch_offsets
 
-    # 5. index files: shallow checks one file at a time; deep: entries routed to their records' chunk
+    # 5. index files (checked during the walk, ``IndexPass``): their findings, states and routed entries
     ix_sink = out("index")
-    states = []
-    geometry = _geometry(store, ix_sink) if store.index_files() else None
-    routed_entries = RoutedRows("entries", ENTRY_ROW, records)
-    if geometry is not None:
-        def router(file_no):
-            def route(entries, first):
-                rows = entry_rows(entries, first, file_no)
-                routed_entries.add(rows, rows["phy"])
-            return route
-        for path in store.index_files():
-            states.append(check_index_file(path, geometry, ix_sink, live,
-                                           on_entries=router(len(states)) if deep else None))
+    geometry, states, routed_entries = index_pass.result(ix_sink)
     usable = [s for s in states if s.usable]
     frontier = max((s.header.end_phy_offset for s in usable), default=None)
     lo = min((s.header.begin_phy_offset for s in usable), default=0)
@@ -351,6 +346,67 @@ def _verify_chunked(store, options: VerifyOptions, progress, engine, split_size,
     _count_findings(summary, sink)
     return VerifyReport(str(store.root), options, sink, summary, fc,
                         pending={"lost": lost, "not_dispatched": not_dispatched, "not_indexed": not_indexed})
+
+
+class IndexPass:
+    """Step 5 of a verify, run in a thread from the start of the CommitLog walk: every index file's
+    shallow checks, one file at a time; deep: its entries routed to their records' chunk as the walk
+    makes the chunks (``RoutedRows.add_during_walk``; the routing waits for the walk where it must).
+    The findings are kept (``FindingLog``) and given to the report's sink by ``result``, at the point
+    of the run where the checks used to run after the walk: the report is the same. ``DURING_WALK``
+    False: the thread starts in ``result``, after the walk (the order of the sequential run, which
+    the tests compare with)."""
+
+    DURING_WALK = True
+
+    def __init__(self, store, deep: bool, live: bool, chunks):
+        import threading
+        self.store, self.deep, self.live = store, deep, live
+        self.log = FindingLog()
+        self.routed = RoutedRows("entries", ENTRY_ROW, chunks)
+        self.geometry = None
+        self.states: list = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rmqtool-verify-index", daemon=True)
+        if self.DURING_WALK:
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            store, routed = self.store, self.routed
+            self.geometry = _geometry(store, self.log) if store.index_files() else None
+            if self.geometry is None:
+                return
+
+            def router(file_no):
+                def route(entries, first):
+                    rows = entry_rows(entries, first, file_no)
+                    routed.add_during_walk(rows, rows["phy"])
+                return route
+            for path in store.index_files():
+                self.states.append(check_index_file(path, self.geometry, self.log, self.live,
+                                                    on_entries=router(len(self.states)) if self.deep else None))
+        except BaseException as exc:       # noqa: BLE001 - raised in the verify's thread by ``result``
+            self._error = exc
+
+    def join(self) -> None:
+        if self._thread.ident is not None:
+            self._thread.join()
+
+    def stop(self) -> None:
+        """End the thread (a walk that failed leaves it waiting for chunks: it gives up)."""
+        self.routed.chunks.abandon()
+        self.join()
+
+    def result(self, sink: FindingSink) -> tuple:
+        """(geometry, index file states, routed entries), the findings given to ``sink``."""
+        if self._thread.ident is None:
+            self._thread.start()
+        self.join()
+        if self._error is not None:
+            raise self._error
+        self.log.replay(sink)
+        return self.geometry, self.states, self.routed
 
 
 def _queue_header(qu: QueueUnits) -> QueueUnits:
