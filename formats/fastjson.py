@@ -21,6 +21,9 @@ _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n":
 _IDENT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$-.+%@")
 
 
+#: escapes followed by hex digits, and how many
+_HEX_ESCAPES = {"u": 4, "x": 2}
+
 class FastjsonError(ValueError):
     """Where the text stops being fastjson: 1-based line and column, and what was expected."""
 
@@ -108,18 +111,13 @@ class _Parser:
                     text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
                 return text
             esc = s[j + 1] if j + 1 < n else ""
-            if esc == "u":
-                hexes = s[j + 2:j + 6]
-                if len(hexes) != 4 or any(h not in "0123456789abcdefABCDEF" for h in hexes):
-                    self.fail("bad \\u escape", j)
+            if esc in _HEX_ESCAPES:             # \uXXXX, fastjson's \xXX
+                width = _HEX_ESCAPES[esc]
+                hexes = s[j + 2:j + 2 + width]
+                if len(hexes) != width or any(h not in "0123456789abcdefABCDEF" for h in hexes):
+                    self.fail(f"bad \\{esc} escape", j)
                 out.append(chr(int(hexes, 16)))
-                self.i = j + 6
-            elif esc == "x":
-                hexes = s[j + 2:j + 4]
-                if len(hexes) != 2 or any(h not in "0123456789abcdefABCDEF" for h in hexes):
-                    self.fail("bad \\x escape", j)
-                out.append(chr(int(hexes, 16)))
-                self.i = j + 4
+                self.i = j + 2 + width
             elif esc in _ESCAPES:
                 out.append(_ESCAPES[esc])
                 self.i = j + 2

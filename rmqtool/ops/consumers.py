@@ -430,11 +430,7 @@ def restart_moves(store, restart: Restart | None = None) -> list[dict] | None:
     return [{k: r[k] for k in MOVE_FIELDS} for r in moved_by_restart(rows)]
 
 
-
 # --- what a rebuild does to each group ---------------------------------------------------------------
-#: the fields of a ``rebuild_moves`` row (``rebuild``'s plan)
-REBUILD_FIELDS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "status",
-                  "rebuilt_min_offset", "rebuilt_max_offset", "rebuilt_status", "rebuilt_next_offset", "effect"]
 
 
 def _answer_key(answer: dict) -> tuple:

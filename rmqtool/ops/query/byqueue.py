@@ -208,7 +208,7 @@ class BatchQueueView(QueueView):
 
     def __init__(self, store, topic: str, queue_id: int):
         from formats.consumequeue import BCQ_UNIT_DTYPE
-        from rmqtool.io.consumequeue import read_batch_queue
+        from rmqtool.io.consumequeue import first_served, read_batch_queue
         from rmqtool.io.store import QueueRef
         self.store, self.topic, self.queue_id = store, topic, queue_id
         self.queue = store.queue(topic, queue_id, batch=True)
@@ -222,8 +222,8 @@ class BatchQueueView(QueueView):
         cl_files = store.commitlog.files
         self.cl_min = store.commitlog.min_offset if cl_files else 0
         self.cl_max = store.commitlog.end_offset if cl_files else 0
-        kept = np.flatnonzero(u["commitlog_offset"] >= self.cl_min)
-        self._min = int(u["msg_base_offset"][kept[0]]) if len(kept) else self.max_offset
+        first = first_served(u["commitlog_offset"], self.cl_min)
+        self._min = int(u["msg_base_offset"][first]) if first is not None else self.max_offset
         self.min_logic = 0
         self._fhs = {}
 
