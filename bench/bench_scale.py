@@ -4,8 +4,10 @@ Writes `write --synthetic` stores of 1,000,000 and 10,000,000 messages (default 
 CommitLog files, one default IndexFile; the 10M store is about 7 GB) under --dir (never the
 repository; reused between runs, refused when the disk has too little room), then runs, each in a fresh
 process, `rebuild all STORE --output TMP` and `verify STORE --level deep` --runs times per size. Prints each
-command's messages/s and peak RSS (the child's ru_maxrss) at both sizes, min and median, and the
-10M / 1M ratios (issue 38's goal: throughput and peak RSS within 10 % of the 1M run).
+command's messages/s and peak RSS (the child's ru_maxrss) at both sizes, min and median, the median
+run's ratio to the floor (``crc_floor``: one core CRC-ing the same CommitLog files, measured in this run
+for each store), and the 10M / 1M ratios (issue 38's goal: throughput and peak RSS within 10 % of the
+1M run).
 
     python bench/bench_scale.py [--sizes 1000000 10000000] [--dir /tmp/rmqtool-scale] [--runs 3]
 """
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_memory import ensure_store, peak_rss             # noqa: E402
+from crc_floor import crc32_rates                           # noqa: E402
 
 #: bytes of store per message of `write --synthetic`'s default shape (740 MB per 1M), with room
 BYTES_PER_MESSAGE = 800
@@ -49,6 +52,7 @@ def main() -> int:
         ensure_store(store, n)
         print(f"store s{n}: {sum(f.stat().st_size for f in (store / 'commitlog').iterdir()) / 1e9:.2f} GB of "
               f"CommitLog files ({time.perf_counter() - t:.0f} s to make or find)", flush=True)
+    floor = {n: crc32_rates(sorted((a.dir / f"s{n}" / "commitlog").iterdir()))["floor"] for n in a.sizes}
     commands = {
         "rebuild all --output": lambda s, out: ["rebuild", "all", str(s), "--output", str(out), "-f", "json"],
         "verify --level deep": lambda s, out: ["verify", str(s), "--level", "deep", "-f", "json"],
@@ -65,8 +69,11 @@ def main() -> int:
                 rates.append(n / secs)
                 peaks.append(rss)
             rows[n] = (statistics.median(rates), statistics.median(peaks))
+            mb = sum(f.stat().st_size for f in (a.dir / f"s{n}" / "commitlog").iterdir()) / 1e6
             print(f"{name:22} {n:>11,} messages: {min(rates):>11,.0f} / {statistics.median(rates):>11,.0f} msg/s "
-                  f"(min / median), peak RSS {min(peaks):6.0f} / {statistics.median(peaks):6.0f} MiB", flush=True)
+                  f"(min / median) = {mb * statistics.median(rates) / n / floor[n]:.2f}x the floor "
+                  f"({floor[n]:,.0f} MB/s), peak RSS {min(peaks):6.0f} / {statistics.median(peaks):6.0f} MiB",
+                  flush=True)
         lo, hi = min(a.sizes), max(a.sizes)
         if lo != hi:
             print(f"{name:22} {hi:,} / {lo:,}: throughput {rows[hi][0] / rows[lo][0]:.2f}x, "
