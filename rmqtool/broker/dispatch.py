@@ -205,6 +205,18 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int32) if -(1 << 31) <= lo and hi < (1 << 31) else a
 
 
+def _numbered_groups(buf, t_start, t_len, reps: np.ndarray, rep_key: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Groups found by a native loop, numbered as ``np.unique`` numbers them (in the order of their
+    (hash, length) key ``rep_key``): each group's number, and its name (its first record ``reps``' topic)."""
+    order = np.argsort(rep_key)
+    rank = np.empty(len(reps), np.int32)
+    rank[order] = np.arange(len(reps), dtype=np.int32)
+    named = reps[order]
+    names = [buf[a:a + max(b, 0)].tobytes().decode("utf-8", "replace")
+             for a, b in zip(t_start[named].tolist(), t_len[named].tolist())]
+    return rank, names
+
+
 def _topic_groups(buf, t_start, t_len, t_hash, core=native.core) -> tuple[np.ndarray, list[str]]:
     """Group records by topic bytes: (group id per record, topic text per group).
 
@@ -220,12 +232,7 @@ def _topic_groups(buf, t_start, t_len, t_hash, core=native.core) -> tuple[np.nda
         count = core.span_groups(buf, np.ascontiguousarray(t_start, np.int64),
                                  np.ascontiguousarray(np.maximum(t_len, 0), np.int64), key, groups, first)
         if count >= 0:
-            order = np.argsort(key[first[:count]])         # numbered as np.unique numbers them
-            rank = np.empty(count, np.int32)
-            rank[order] = np.arange(count, dtype=np.int32)
-            reps = first[:count][order]
-            names = [buf[a:a + max(b, 0)].tobytes().decode("utf-8", "replace")
-                     for a, b in zip(t_start[reps].tolist(), t_len[reps].tolist())]
+            rank, names = _numbered_groups(buf, t_start, t_len, first[:count], key[first[:count]])
             return rank[groups], names
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     groups = inverse.astype(np.int64)
@@ -543,11 +550,7 @@ def _dispatch_native(core, batch, buf, phy, n: int, config: DispatchConfig,
     key = (known[0][reps] if known is not None else
            span_hashes(buf, t_start[reps], np.maximum(t_len[reps], 0))[0]).astype(np.int64) & 0xFFFFFFFF
     key |= np.maximum(t_len[reps], 0) << 32
-    order = np.argsort(key)                      # numbered as np.unique numbers them (``_topic_groups``)
-    rank = np.empty(count, np.int32)
-    rank[order] = np.arange(count, dtype=np.int32)
-    topics = [buf[a:a + max(b, 0)].tobytes().decode("utf-8", "replace")
-              for a, b in zip(t_start[reps[order]].tolist(), t_len[reps[order]].tolist())]
+    rank, topics = _numbered_groups(buf, t_start, t_len, reps, key)
     return BatchDispatch(
         topics=topics, cq_topic=rank[cq[0][:units]], cq_queue_id=cq[1][:units], cq_queue_offset=cq[2][:units],
         cq_phy_offset=cq[3][:units], cq_size=cq[4][:units], cq_tags_code=cq[5][:units],

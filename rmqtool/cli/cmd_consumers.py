@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_store, open_stores
+from rmqtool.cli.common import (CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_store, open_stores,
+                                say_loads)
 from rmqtool.cli.options import Format, option
 from rmqtool.errors import UsageError
 from rmqtool.wording import counted
@@ -14,17 +15,6 @@ from rmqtool.wording import counted
 TABLE_COLUMNS = ["group", "topic", "queue_id", "committed_offset", "min_offset", "max_offset", "lag",
                  "next_store_time", "lag_seconds", "restart_status", "restart_next_offset", "restart_effect",
                  "retention_file", "retention_deleted_at", "retention_loses"]
-
-
-def say_loads(name: str, loads, fleet: bool) -> None:
-    """How the broker loads each offsets file, when it is not simply the main file."""
-    from rmqtool.cli.render import note as say
-    for load in loads:
-        line = load.says()
-        if line:
-            say(f"{name}: {line}" if fleet else line)
-        if not load.ok:
-            raise load.error()
 
 
 @app.command("consumers")

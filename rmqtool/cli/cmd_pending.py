@@ -6,16 +6,10 @@ from typing import List, Optional
 
 import typer
 
-from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, format_time, note, open_stores, parse_time
+from rmqtool.cli.common import CommitlogDirsOpt, FormatOpt, app, emit, note, open_stores, parse_time, say_loads
 from rmqtool.cli.options import Format, option
 from rmqtool.errors import EXIT_FINDINGS, UsageError
 from rmqtool.wording import counted
-
-
-def _loads(name: str, loads, fleet: bool) -> None:
-    """How the broker loads each config file, when it is not simply the main file (as ``consumers``)."""
-    from rmqtool.cli.cmd_consumers import say_loads     # registers consumers' commands too: harmless
-    say_loads(name, loads, fleet)
 
 
 def _check_limit(limit: Optional[int]) -> None:
@@ -23,10 +17,9 @@ def _check_limit(limit: Optional[int]) -> None:
         raise UsageError(f"--limit must be positive, not {limit}")
 
 
-def _print(all_rows: list[dict], fmt: str, columns: list[str], fleet: bool, times: tuple[str, ...]) -> None:
+def _print(all_rows: list[dict], fmt: str, columns: list[str], fleet: bool) -> None:
+    """The rows (their epoch-ms columns shown as times in a table, as every table shows them)."""
     columns = (["store"] if fleet else []) + columns
-    if fmt == "table":
-        all_rows = [dict(r, **{t: format_time(r[t]) for t in times}) for r in all_rows]
     emit(all_rows, fmt, columns)
     if not all_rows:
         raise typer.Exit(EXIT_FINDINGS)
@@ -54,7 +47,7 @@ def query_delayed_command(
     for name, store in opened:
         store.require_root()
         got = delayed(store, topic=topic, limit=limit)
-        _loads(name, got.loads, fleet)
+        say_loads(name, got.loads, fleet)
         at = f"{name}: " if fleet else ""
         for lv in got.queues:
             moved = ""
@@ -65,7 +58,7 @@ def query_delayed_command(
                 note(f"{at}level {lv['delay_level']}{table}: queue {lv['queue_id']} [{lv['min_offset']}, "
                      f"{lv['max_offset']}), resumes at {lv['offset_after_load']}{moved}: {lv['pending']} waiting")
         all_rows += [{"store": name, **r} if fleet else r for r in got.rows]
-    _print(all_rows, fmt, DELAYED_COLUMNS, fleet, ("store_timestamp", "due_ms"))
+    _print(all_rows, fmt, DELAYED_COLUMNS, fleet)
 
 
 @app.command("query-transactions")
@@ -94,7 +87,7 @@ def query_transactions_command(
     for name, store in opened:
         store.require_root()
         got = transactions(store, topic=topic, limit=limit, now_ms=now_ms)
-        _loads(name, got.loads, fleet)
+        say_loads(name, got.loads, fleet)
         at = f"{name}: " if fleet else ""
         for q in got.queues:
             where = ("the queue's min: no committed offset of CID_RMQ_SYS_TRANS" if q["check_offset"] is None
@@ -102,4 +95,4 @@ def query_transactions_command(
             note(f"{at}half queue {q['queue_id']} [{q['min_offset']}, {q['max_offset']}): the check resumes at "
                  f"{q['start_offset']} ({where}); {counted(q['op_messages'], 'op message')}; {q['pending']} unresolved")
         all_rows += [{"store": name, **r} if fleet else r for r in got.rows]
-    _print(all_rows, fmt, TRANSACTION_COLUMNS, fleet, ("store_timestamp",))
+    _print(all_rows, fmt, TRANSACTION_COLUMNS, fleet)

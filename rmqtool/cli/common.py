@@ -227,6 +227,17 @@ def say_followed_links() -> None:
         note(f"{path} {link_note(path, target)}")
 
 
+def say_loads(name: str, loads, fleet: bool) -> None:
+    """How the broker loads each config file (``brokerconfig.ConfigLoad``), when it is not simply the
+    main file; a file it cannot load ends the command with that file's error."""
+    for load in loads:
+        line = load.says()
+        if line:
+            note(f"{name}: {line}" if fleet else line)
+        if not load.ok:
+            raise load.error()
+
+
 def _json_format_asked(argv: list[str]) -> bool:
     """Whether the command line asks for ``-f json`` or ``-f jsonl`` (``--format json``, ``-fjson``,
     ``--format=jsonl``): its errors are then also one JSON object on stderr. ``export``'s --format is

@@ -18,7 +18,6 @@ CONSUMER_OFFSET = "consumerOffset.json"          # ConsumerOffsetManager
 LMQ_CONSUMER_OFFSET = "lmqConsumerOffset.json"   # LmqConsumerOffsetManager (5.x)
 DELAY_OFFSET = "delayOffset.json"                # ScheduleMessageService
 SUBSCRIPTION_GROUP = "subscriptionGroup.json"    # SubscriptionGroupManager
-TOPICS = "topics.json"                           # TopicConfigManager
 BAK = ".bak"
 #: ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR: offsetTable keys are ``topic@group``
 TOPIC_GROUP_SEPARATOR = "@"
@@ -233,9 +232,3 @@ def subscription_groups(config_dir) -> tuple[dict[str, dict], ConfigLoad]:
     table = (load.data or {}).get("subscriptionGroupTable") or {} if isinstance(load.data, dict) else {}
     return {str(k): v for k, v in table.items() if isinstance(v, dict)}, load
 
-
-def topic_configs(config_dir) -> tuple[dict[str, dict], ConfigLoad]:
-    """``topicConfigTable`` of topics.json: topic -> its TopicConfig fields."""
-    load = load_config(config_dir, TOPICS, object_shape)
-    table = (load.data or {}).get("topicConfigTable") or {} if isinstance(load.data, dict) else {}
-    return {str(k): v for k, v in table.items() if isinstance(v, dict)}, load

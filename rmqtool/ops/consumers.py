@@ -198,10 +198,10 @@ class ServedQueue:
     def _found(self, offset: int, max_msg_nums: int) -> dict:
         """The pull loop over the units one iterateFrom gives (``_pull_units``)."""
         status, nxt = "NO_MATCHED_MESSAGE", offset
-        pulled = self._pull_units(offset, max_msg_nums)
+        max_filter = max(MAX_FILTER_MESSAGE_SIZE, max_msg_nums * self.unit_size)
+        pulled = self._pull_units(offset, max_msg_nums, reach=-(-max_filter // self.unit_size))
         if isinstance(pulled, int):                                     # iterateFrom: null
             return {"status": "OFFSET_FOUND_NULL", "next_begin_offset": pulled}
-        max_filter = max(MAX_FILTER_MESSAGE_SIZE, max_msg_nums * self.unit_size)
         total = count = 0
         next_file_start = None
         for q, phy, size, batch in pulled:
@@ -230,12 +230,14 @@ class ServedQueue:
             next_file_start = None
         return {"status": status, "next_begin_offset": nxt, "message_count": count}
 
-    def _pull_units(self, offset: int, max_msg_nums: int) -> list[tuple[int, int, int, int]] | int:
+    def _pull_units(self, offset: int, max_msg_nums: int, reach: int) -> list[tuple[int, int, int, int]] | int:
         """``iterateFrom(offset, maxMsgNums)`` of the queue's kind: (queue offset, commitlog offset, size,
         batch num) of each unit one pull may walk, or, when there is none, the offset OFFSET_FOUND_NULL
         moves to. A ConsumeQueue: the rest of the one file holding ``offset``
-        (travelCqFileNumWhenGetMessage = 1); a BatchConsumeQueue: the unit holding message ``offset``
-        and the rest of its file; a RocksDB ConsumeQueue (no files): min(max - offset, maxMsgNums) units."""
+        (travelCqFileNumWhenGetMessage = 1), read no further than the ``reach`` units the pull's filter
+        budget lets it look at (``_found`` stops there); a BatchConsumeQueue: the unit holding message
+        ``offset`` and the rest of its file; a RocksDB ConsumeQueue (no files): min(max - offset,
+        maxMsgNums) units."""
         if self.batch:
             got = self.view.pull_units(offset)
             return offset if got is None else got
@@ -246,7 +248,7 @@ class ServedQueue:
         file_start = offset // per * per
         if not any(f.start == file_start * CQ_UNIT_SIZE for f in self.view.files):
             return offset + per - offset % per                                # rollNextFile
-        stop = min(file_start + per, self.max_offset)
+        stop = min(file_start + per, self.max_offset, offset + reach)
         return [(q, phy, size, 1) for q, phy, size, _ in self.view.units(offset, stop - offset)]
 
 

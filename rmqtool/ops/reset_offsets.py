@@ -31,11 +31,11 @@ def plan(store, group: str, target: Target, topic: str | None = None) -> list[di
     """One row per queue of the group (its committed queues, and every queue on disk of its
     topics or of ``topic``): old offset -> new offset, and what the move means in messages."""
     from rmqtool.ops.query.byqueue import QueueView
-    offsets, loads = committed_offsets(store.config_dir)
-    main = loads[0]
     if lmq_broker(store.config_dir):
         raise RefusedError(f"the broker ran with enableLmq: it loads {LMQ_CONSUMER_OFFSET}, not {CONSUMER_OFFSET}, "
                            f"which reset-offsets writes", store.config_dir)
+    offsets, loads = committed_offsets(store.config_dir)
+    main = loads[0]
     if not main.ok:
         raise main.error()
     mine = [c for c in offsets if c.group == group and c.source.startswith(CONSUMER_OFFSET)

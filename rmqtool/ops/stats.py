@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqtool.ops.verify.records import TopicTable
+from rmqtool.ops.verify.records import TopicTable, per_queue
 from rmqtool.records.scan import FileEnd, RecordBatch, walk_progress, walk_store
 
 BUCKETS = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
@@ -86,20 +86,10 @@ class StoreStats:
         if not len(batch):
             return
         tid = topics.topic_ids(batch).astype(np.int64)
-        qid = np.asarray(batch.queue_id, dtype=np.int64)
         size = np.asarray(batch.size, dtype=np.int64)
         ts = np.asarray(batch.store_timestamp, dtype=np.int64)
-        key = (tid << 32) | (qid & 0xFFFFFFFF)
-        keys, inv = np.unique(key, return_inverse=True)
-        n = np.bincount(inv)
-        b = np.bincount(inv, weights=size).astype(np.int64)
-        lo = np.full(len(keys), np.iinfo(np.int64).max)
-        hi = np.full(len(keys), np.iinfo(np.int64).min)
-        np.minimum.at(lo, inv, ts)
-        np.maximum.at(hi, inv, ts)
-        for k, c, by_, l_, h_ in zip(keys.tolist(), n.tolist(), b.tolist(), lo.tolist(), hi.tolist()):
-            qk = (topics.names[k >> 32], int(np.int32(k & 0xFFFFFFFF)))
-            self.queues.setdefault(qk, _Acc()).add(c, by_, l_, h_)
+        for t, q, c, by_, l_, h_ in per_queue(tid, batch.queue_id, ts, size):
+            self.queues.setdefault((topics.names[t], q), _Acc()).add(c, by_, l_, h_)
         batch_bytes, tmin, tmax = int(size.sum()), int(ts.min()), int(ts.max())
         self.total.add(len(batch), batch_bytes, tmin, tmax)
         self.current_file.add(len(batch), batch_bytes, tmin, tmax)

@@ -296,7 +296,7 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
         "first_store_time": st.total.first, "last_store_time": crash_at, "messages": st.total.messages,
         "bucket_ms": st.bucket_ms, "topic_buckets": st.topic_buckets or {},
         "file_groups": groups,
-        "findings": [dict(f, file=_relative(f.get("file"), store.root)) for f in findings[:LISTED]],
+        "findings": [dict(f, file=_relative(f.get("file"), store)) for f in findings[:LISTED]],
         "findings_count": len(findings),
         "queues": queue_rows, "topics": [r for r in st.rows() if r["kind"] == "topic"],
         "consumer_groups": groups_section,
@@ -312,11 +312,12 @@ def store_model(store, name: str, level: str, engine=None, split_size: int | Non
     }
 
 
-def _relative(path, root) -> str | None:
-    """A finding's file as a path inside the store (the store's path is in the page's head)."""
+def _relative(path, store) -> str | None:
+    """A finding's file as a path inside the store (the store's path is in the page's head); a remote
+    store's as it is."""
     if path is None:
         return None
-    rel = os.path.relpath(str(path), str(root)) if not str(path).startswith(("s3:", "gs:", "hdfs:")) else str(path)
+    rel = str(path) if store.remote else os.path.relpath(str(path), str(store.root))
     return printable(str(path) if rel.startswith("..") else rel)
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rmqtool.broker.dledger_recovery import dledger_recovery
 from rmqtool.output.schema import record_to_dict
 from rmqtool.broker.recovery import RecoveryStart, dledger_start, recovery_start, valid_end
-from rmqtool.ops.verify.records import RecordTable
+from rmqtool.ops.verify.records import RecordTable, per_queue
 
 LIST_LIMIT = 10_000
 
@@ -37,10 +39,9 @@ class Pending:
         room = LIST_LIMIT - len(self.listing)
         self.listing.extend(table.describe(i) for i in rows[:max(room, 0)])
         if rows:
-            c = table.cols
-            for tid, qid, ts in zip(c["topic_id"][rows].tolist(), c["queue_id"][rows].tolist(),
-                                    c["store_ts"][rows].tolist()):
-                self._count((table.topics.names[tid], qid), 1, ts, ts)
+            c, at = table.cols, np.asarray(rows, np.int64)
+            for tid, qid, n, _, oldest, newest in per_queue(c["topic_id"][at], c["queue_id"][at], c["store_ts"][at]):
+                self._count((table.topics.names[tid], qid), n, oldest, newest)
 
     def _count(self, queue: tuple, n: int, oldest: int, newest: int) -> None:
         acc = self.by_queue.get(queue)

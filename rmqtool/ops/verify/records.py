@@ -150,6 +150,23 @@ class TopicTable:
         out[hit[same]] = tid[same]
 
 
+def per_queue(topic_id, queue_id, store_ts, size=None) -> list[tuple[int, int, int, int, int, int]]:
+    """Records summed per queue, in (topic id, queue id) order: (topic id, queue id, records, bytes
+    (0 without ``size``), oldest and newest store time) of each queue they fall in."""
+    tid, qid = np.asarray(topic_id, np.int64), np.asarray(queue_id, np.int64)
+    ts = np.asarray(store_ts, np.int64)
+    keys, inv = np.unique((tid << 32) | (qid & 0xFFFFFFFF), return_inverse=True)
+    n = np.bincount(inv, minlength=len(keys))
+    b = (np.bincount(inv, weights=np.asarray(size, np.int64), minlength=len(keys)).astype(np.int64)
+         if size is not None else np.zeros(len(keys), np.int64))
+    lo = np.full(len(keys), np.iinfo(np.int64).max)
+    hi = np.full(len(keys), np.iinfo(np.int64).min)
+    np.minimum.at(lo, inv, ts)
+    np.maximum.at(hi, inv, ts)
+    return [(k >> 32, int(np.int32(k & 0xFFFFFFFF)), c, by, low, high)
+            for k, c, by, low, high in zip(keys.tolist(), n.tolist(), b.tolist(), lo.tolist(), hi.tolist())]
+
+
 def batch_columns(batch, topics: TopicTable, deep: bool, delay_levels_ms: list[int] | None = None) -> dict:
     """Per-record arrays the cross-checks need (``key_rec`` indexes this batch's records);
     ``delay_levels_ms``: the store's delay table (``delay.store_delay_levels``), for tagsCode."""
